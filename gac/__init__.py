@@ -1,0 +1,34 @@
+"""gac: Gradient Alignment Control for asynchronous (stale) policy-gradient training.
+
+Measure the cosine between the current gradient and a reference direction (the previous
+gradient, or an EMA of past ones); when it exceeds a threshold, remove ("project") or shrink
+("cap") the parallel part, or skip the step. Depends on torch only.
+"""
+
+from gac.config import EMAThreshold, GACConfig, ThresholdRule
+from gac.control import (
+    ACT,
+    KEEP,
+    SKIP,
+    AlignmentStats,
+    Controlled,
+    Decision,
+    alignment,
+    alignment_stats,
+    apply_decision,
+    cap_scale,
+    control,
+    decide,
+    regime_name,
+    update_reference,
+)
+from gac.optim import GACOptimizer, wrap
+from gac.tracker import GACReport, GradientAlignmentControl, NonFiniteGradientError
+
+__all__ = [
+    "ACT", "KEEP", "SKIP", "AlignmentStats", "Controlled", "Decision", "EMAThreshold", "GACConfig",
+    "GACOptimizer", "GACReport", "GradientAlignmentControl", "NonFiniteGradientError", "ThresholdRule",
+    "alignment", "alignment_stats", "apply_decision", "cap_scale", "control", "decide", "regime_name",
+    "update_reference", "wrap",
+]
+__version__ = "0.1.0"

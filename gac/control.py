@@ -1,0 +1,160 @@
+"""The pure core of GAC: cosine, regime decision and projection on (batched) tensors.
+
+Everything here is a function of explicit inputs. A gradient is a tensor of shape (..., P); the
+leading dims index independent controls (seeds, settings). The decision depends on the gradient
+and reference only through three sums — ⟨g, d⟩, ‖g‖², ‖d‖² — so it can be computed from sums
+over shards (see ``gac.distributed``), and the new gradient is g' = s·g − α·d, linear per shard.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from gac.config import GACConfig
+
+KEEP, ACT, SKIP = 0, 1, 2
+"""Regime codes in batched results; ``regime_name`` turns them into "keep" / mode / "skip"."""
+
+
+def regime_name(code: int, mode: str) -> str:
+    """The report name of a regime code: "keep", the mode ("project" or "cap"), or "skip"."""
+    return ("keep", mode, "skip")[int(code)]
+
+
+class AlignmentStats(NamedTuple):
+    """The three sums the GAC decision needs, in float64: ⟨g, d⟩, ‖g‖², ‖d‖²."""
+
+    dot: torch.Tensor
+    g_sq: torch.Tensor
+    d_sq: torch.Tensor
+
+
+class Decision(NamedTuple):
+    """What GAC does to one gradient: g' = grad_scale·g − ref_coef·d (identity where regime is KEEP).
+
+    parallel_scale γ is the factor on the parallel part (1 keep, 0 project, in (0, 1) cap, 0 skip);
+    norm_before / norm_after are ‖g‖ and ‖g'‖, computed from the sums without another pass.
+    """
+
+    cosine: torch.Tensor
+    regime: torch.Tensor
+    parallel_scale: torch.Tensor
+    grad_scale: torch.Tensor
+    ref_coef: torch.Tensor
+    norm_before: torch.Tensor
+    norm_after: torch.Tensor
+
+
+class Controlled(NamedTuple):
+    """Result of ``control``: the new gradient and, per leading index, cosine, regime and γ."""
+
+    grad: torch.Tensor
+    cosine: torch.Tensor
+    regime: torch.Tensor
+    parallel_scale: torch.Tensor
+
+
+def alignment_stats(g: torch.Tensor, d: torch.Tensor) -> AlignmentStats:
+    """⟨g, d⟩, ‖g‖², ‖d‖² over the last dim, accumulated in float64 (no overflow for finite input)."""
+    g64, d64 = g.to(torch.float64), d.to(torch.float64)
+    return AlignmentStats((g64 * d64).sum(-1), (g64 * g64).sum(-1), (d64 * d64).sum(-1))
+
+
+def cosine_from_stats(stats: AlignmentStats, eps: float = 0.0) -> torch.Tensor:
+    """cos = ⟨g, d⟩ / (‖g‖‖d‖), exactly 0 where either norm is ≤ eps; clamped to [-1, 1]."""
+    g_norm, d_norm = stats.g_sq.clamp_min(0).sqrt(), stats.d_sq.clamp_min(0).sqrt()
+    valid = (g_norm > eps) & (d_norm > eps)
+    # Dividing by each norm separately keeps the denominator away from under/overflow.
+    safe_g = torch.where(valid, g_norm, torch.ones_like(g_norm))
+    safe_d = torch.where(valid, d_norm, torch.ones_like(d_norm))
+    cosine = (stats.dot / safe_g) / safe_d
+    return torch.where(valid, cosine.clamp(-1.0, 1.0), torch.zeros_like(cosine))
+
+
+def alignment(g: torch.Tensor, d: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+    """Cosine between g and d over the last dim, batched over leading dims.
+
+    cos(g, d) = ⟨g, d⟩ / (‖g‖ ‖d‖), and exactly 0 where either norm is 0 (or ≤ eps). Sums are taken
+    in float64, so float32 / bfloat16 / float64 inputs never give NaN for finite values. The result
+    has g's dtype promoted to at least float32.
+    """
+    if g.shape != d.shape:
+        raise ValueError(f"alignment needs g and d of the same shape, got {tuple(g.shape)} and {tuple(d.shape)}")
+    out_dtype = torch.promote_types(g.dtype, torch.float32)
+    return cosine_from_stats(alignment_stats(g, d), eps).to(out_dtype)
+
+
+def cap_scale(cosine: torch.Tensor, threshold: torch.Tensor | float) -> torch.Tensor:
+    """γ such that cos(g⊥ + γ g∥, d) = τ, for cos(g, d) = c > τ ≥ 0.
+
+    With ‖g∥‖ = c‖g‖ and ‖g⊥‖ = √(1−c²)‖g‖: γc / √(1 − c² + γ²c²) = τ  ⇒  γ = τ√(1−c²) / (c√(1−τ²)).
+    """
+    tau = torch.as_tensor(threshold, dtype=cosine.dtype, device=cosine.device)
+    c = cosine.clamp_min(1e-300)
+    return tau * (1.0 - c * c).clamp_min(0).sqrt() / (c * (1.0 - tau * tau).sqrt())
+
+
+def decide(stats: AlignmentStats, cfg: GACConfig, threshold: torch.Tensor | float | None = None) -> Decision:
+    """The GAC decision from the three sums (batched over their shape).
+
+    One-directional: only c > τ acts. c > τ_skip → "skip" (zero update); else c > τ → "project"
+    (γ = 0) or "cap" (γ from ``cap_scale``); else "keep" (g unchanged). ``threshold`` overrides
+    cfg.threshold (needed when cfg.threshold is an adaptive rule).
+    """
+    if threshold is None:
+        threshold = cfg.threshold if isinstance(cfg.threshold, float) else cfg.threshold.current()
+    cosine = cosine_from_stats(stats, cfg.eps)
+    tau = torch.as_tensor(threshold, dtype=cosine.dtype, device=cosine.device)
+    acting = cosine > tau
+    skipping = cosine > cfg.skip_threshold if cfg.skip_threshold is not None else torch.zeros_like(acting)
+    regime = torch.where(skipping, SKIP, torch.where(acting, ACT, KEEP))
+
+    ones, zeros = torch.ones_like(cosine), torch.zeros_like(cosine)
+    if cfg.mode == "cap":
+        gamma_act = cap_scale(cosine, tau)
+    else:
+        gamma_act = zeros
+    parallel_scale = torch.where(acting & ~skipping, gamma_act, torch.where(skipping, zeros, ones))
+    grad_scale = torch.where(skipping, zeros, ones)
+    safe_d_sq = torch.where(stats.d_sq > 0, stats.d_sq, ones)
+    ref_coef = torch.where(acting & ~skipping, (1.0 - parallel_scale) * stats.dot / safe_d_sq, zeros)
+    after_sq = grad_scale**2 * stats.g_sq - 2 * grad_scale * ref_coef * stats.dot + ref_coef**2 * stats.d_sq
+    return Decision(cosine, regime, parallel_scale, grad_scale, ref_coef,
+                    stats.g_sq.clamp_min(0).sqrt(), after_sq.clamp_min(0).sqrt())
+
+
+def apply_decision(g: torch.Tensor, d: torch.Tensor, decision: Decision) -> torch.Tensor:
+    """g' = s·g − α·d per leading index, computed in float64; rows in the keep regime are returned as is."""
+    scale = decision.grad_scale.unsqueeze(-1)
+    coef = decision.ref_coef.unsqueeze(-1)
+    new = (scale * g.to(torch.float64) - coef * d.to(torch.float64)).to(g.dtype)
+    return torch.where((decision.regime == KEEP).unsqueeze(-1), g, new)
+
+
+def control(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
+            threshold: torch.Tensor | float | None = None) -> Controlled:
+    """Apply GAC to gradient(s) g against reference direction(s) d, both of shape (..., P). Pure.
+
+    Returns the new gradient g' and, per leading index, the cosine, the regime code (KEEP / ACT /
+    SKIP) and the parallel scale γ. ``threshold`` may be a tensor broadcastable to the batch shape.
+    """
+    if g.shape != d.shape:
+        raise ValueError(f"control needs g and d of the same shape, got {tuple(g.shape)} and {tuple(d.shape)}")
+    decision = decide(alignment_stats(g, d), cfg, threshold)
+    return Controlled(apply_decision(g, d, decision), decision.cosine, decision.regime, decision.parallel_scale)
+
+
+def update_reference(d: torch.Tensor, g: torch.Tensor, cfg: GACConfig) -> torch.Tensor:
+    """The next reference from the raw gradient g: g itself ("prev") or β·d + (1−β)·g ("ema")."""
+    if cfg.reference == "prev":
+        return g.clone()
+    return torch.lerp(d, g.to(d.dtype), 1.0 - cfg.ema_decay)
+
+
+__all__ = [
+    "KEEP", "ACT", "SKIP", "AlignmentStats", "Decision", "Controlled", "alignment", "alignment_stats",
+    "cosine_from_stats", "cap_scale", "decide", "apply_decision", "control", "update_reference",
+    "regime_name",
+]

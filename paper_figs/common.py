@@ -1,0 +1,97 @@
+"""Shared plumbing of the figure modules: one matplotlib style, method colors, atomic outputs.
+
+Every figure writes NAME.csv (the rows it plots), NAME.png and NAME.pdf into the output folder,
+each through a temp file and a rename, so an interrupted run never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+OUT_DIR = Path(__file__).resolve().parent / "out"
+
+# Paper column width is about 3.3 in; figures are sized in multiples of it and stay readable there.
+STYLE = {
+    "figure.dpi": 150,
+    "savefig.dpi": 200,
+    "savefig.bbox": "tight",
+    "font.size": 8,
+    "axes.titlesize": 8,
+    "axes.labelsize": 8,
+    "legend.fontsize": 7,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "lines.linewidth": 1.2,
+}
+
+# One color per method name (as named in sim/stabilizers.py), the same in every figure.
+METHOD_COLORS = {
+    "sync": "#000000",
+    "none": "#d62728",
+    "gac": "#1f77b4",
+    "lr_scale": "#ff7f0e",
+    "dc": "#9467bd",
+    "tis": "#2ca02c",
+    "m2po": "#8c564b",
+    "bapo": "#e377c2",
+}
+
+
+def method_color(method: str) -> str:
+    """The color of a method; variants such as "gac_cap" take their family's color."""
+    return METHOD_COLORS.get(method, METHOD_COLORS.get(method.split("_")[0], "#7f7f7f"))
+
+
+def apply_style() -> None:
+    plt.rcParams.update(STYLE)
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_csv(rows: Sequence[dict], path: Path, columns: Iterable[str] | None = None) -> Path:
+    """Write rows (dicts) as CSV atomically; columns default to the union of keys, in first-seen order."""
+    if columns is None:
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    _atomic_write_bytes(Path(path), buffer.getvalue().encode())
+    return Path(path)
+
+
+def save_figure(fig, out_dir: Path, name: str) -> list[Path]:
+    """Save ``fig`` as NAME.png and NAME.pdf in ``out_dir`` (atomically) and close it."""
+    paths = []
+    for ext in ("png", "pdf"):
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=ext)
+        path = Path(out_dir) / f"{name}.{ext}"
+        _atomic_write_bytes(path, buffer.getvalue())
+        paths.append(path)
+    plt.close(fig)
+    return paths
