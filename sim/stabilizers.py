@@ -1,0 +1,119 @@
+"""The one registry of methods compared in every simulator (and the LLM run), with their math.
+
+A method name means the same thing everywhere: ``none`` (naive async), ``gac`` (Gradient Alignment
+Control via the ``gac`` library), ``lr_scale`` and ``dc`` (stale-gradient model), ``tis`` and
+``m2po`` (stale-data model). Each entry names the paper it follows. Simulators call the functions
+below; they never re-implement a method.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+import gac
+
+STALE_GRADIENT, STALE_DATA = "stale-gradient", "stale-data"
+
+
+@dataclass(frozen=True)
+class Stabilizer:
+    """A method in the comparison: where it applies, what it follows, its default parameters."""
+
+    name: str
+    models: tuple[str, ...]
+    paper: str
+    summary: str
+    defaults: dict = field(default_factory=dict)
+
+
+STABILIZERS: dict[str, Stabilizer] = {s.name: s for s in [
+    Stabilizer("none", (STALE_GRADIENT, STALE_DATA), "—",
+               "naive async: use the stale gradient / stale data as if it were fresh"),
+    Stabilizer("gac", (STALE_GRADIENT, STALE_DATA),
+               "Xu et al., GAC: Stabilizing Asynchronous RL Training for LLMs via Gradient Alignment Control, "
+               "arXiv:2603.01501 (2026)",
+               "project (or cap, or skip) the gradient's part along the previous gradient when cos > τ",
+               {"threshold": 0.0, "mode": "project", "skip_threshold": None, "reference": "prev", "ema_decay": 0.9}),
+    Stabilizer("lr_scale", (STALE_GRADIENT, STALE_DATA),
+               "Zhang, Gupta, Lian, Liu, Staleness-aware async-SGD for distributed deep learning, IJCAI 2016",
+               "divide the step size by 1 + s_t"),
+    Stabilizer("dc", (STALE_GRADIENT,),
+               "Zheng et al., Asynchronous SGD with delay compensation (DC-ASGD), ICML 2017",
+               "g + λ·g⊙g⊙(θ_t − θ_{t−s}): first-order Taylor correction with a diagonal Hessian proxy",
+               {"dc_lambda": 0.04}),
+    Stabilizer("tis", (STALE_DATA,),
+               "Yao et al., Your efficient RL framework secretly brings you off-policy RL training (2025); "
+               "truncated importance sampling, Ionides 2008",
+               "weight each sample's policy-gradient term by min(π_θ / π_behaviour, C)",
+               {"tis_cap": 2.0}),
+    Stabilizer("m2po", (STALE_DATA,),
+               "Zheng et al., Prosperity before collapse: how far can off-policy RL reach with stale data on "
+               "LLMs? (M2PO), arXiv:2510.01161 (2025)",
+               "mask the tokens with the largest (log r)² until the batch's second moment of log r ≤ τ_M2",
+               {"m2_threshold": 0.04}),
+]}
+
+
+def get_stabilizer(name: str, model: str | None = None) -> Stabilizer:
+    """The registry entry of ``name``; with ``model``, also check it applies to that staleness model."""
+    if name not in STABILIZERS:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(STABILIZERS)}")
+    entry = STABILIZERS[name]
+    if model is not None and model not in entry.models:
+        raise ValueError(f"method {name!r} does not apply to the {model} model (only {', '.join(entry.models)})")
+    return entry
+
+
+def method_params(name: str, **overrides) -> dict:
+    """The method's default parameters updated with ``overrides`` (unknown keys are an error)."""
+    defaults = dict(get_stabilizer(name).defaults)
+    unknown = set(overrides) - set(defaults)
+    if unknown:
+        raise ValueError(f"method {name!r} has no parameter(s) {sorted(unknown)}; it takes {sorted(defaults)}")
+    defaults.update(overrides)
+    return defaults
+
+
+def gac_config(**overrides) -> gac.GACConfig:
+    """The GACConfig of the ``gac`` method (registry defaults updated with ``overrides``)."""
+    return gac.GACConfig(**method_params("gac", **overrides))
+
+
+def lr_scale_factor(staleness: torch.Tensor | int) -> torch.Tensor | float:
+    """Staleness-aware step size factor 1 / (1 + s)."""
+    return 1.0 / (1.0 + staleness)
+
+
+def delay_compensated_gradient(grad: torch.Tensor, params_now: torch.Tensor, params_stale: torch.Tensor,
+                               dc_lambda: float) -> torch.Tensor:
+    """DC-ASGD: g(θ_{t−s}) + λ·g⊙g⊙(θ_t − θ_{t−s}), an estimate of g(θ_t)."""
+    return grad + dc_lambda * grad * grad * (params_now - params_stale)
+
+
+def tis_weights(log_ratio: torch.Tensor, tis_cap: float = 2.0) -> torch.Tensor:
+    """Truncated importance weights min(exp(log r), C), detached (log r = log π_θ − log π_behaviour)."""
+    return log_ratio.detach().exp().clamp(max=tis_cap)
+
+
+def m2po_mask(log_ratio: torch.Tensor, valid: torch.Tensor | None = None, m2_threshold: float = 0.04) -> torch.Tensor:
+    """M2PO's token mask: drop the tokens with the largest (log r)² until mean (log r)² ≤ τ_M2.
+
+    Returns a bool tensor shaped like ``log_ratio`` (True = kept). ``valid`` marks real tokens
+    (padding is neither kept nor counted). The largest kept set is the k smallest (log r)² with the
+    largest k whose prefix mean is ≤ τ_M2 (prefix means of ascending values are nondecreasing).
+    """
+    m2 = log_ratio.detach().square()
+    valid = torch.ones_like(m2, dtype=torch.bool) if valid is None else valid.bool()
+    values = m2[valid]
+    if values.numel() == 0:
+        return valid.clone()
+    ordered, order = torch.sort(values)
+    prefix_mean = ordered.cumsum(0) / torch.arange(1, len(ordered) + 1, dtype=ordered.dtype)
+    keep_count = int((prefix_mean <= m2_threshold).sum())
+    kept = torch.zeros_like(values, dtype=torch.bool)
+    kept[order[:keep_count]] = True
+    mask = torch.zeros_like(valid)
+    mask[valid] = kept
+    return mask
