@@ -56,6 +56,17 @@ class Controlled(NamedTuple):
     parallel_scale: torch.Tensor
 
 
+def pow2_scale(x: torch.Tensor) -> torch.Tensor:
+    """A power of two near max|x| over the last dim (1 where x is 0), shape (..., 1), float64.
+
+    Dividing by a power of two is exact, so scaled sums neither overflow nor underflow and the
+    cosine of extreme finite inputs (float64 near its limits) is still computed correctly.
+    """
+    peak = x.detach().abs().amax(-1, keepdim=True).to(torch.float64)
+    _, exponent = torch.frexp(peak)
+    return torch.ldexp(torch.ones_like(peak), exponent)
+
+
 def alignment_stats(g: torch.Tensor, d: torch.Tensor) -> AlignmentStats:
     """⟨g, d⟩, ‖g‖², ‖d‖² over the last dim, accumulated in float64 (no overflow for finite input)."""
     g64, d64 = g.to(torch.float64), d.to(torch.float64)
@@ -83,7 +94,10 @@ def alignment(g: torch.Tensor, d: torch.Tensor, eps: float = 0.0) -> torch.Tenso
     if g.shape != d.shape:
         raise ValueError(f"alignment needs g and d of the same shape, got {tuple(g.shape)} and {tuple(d.shape)}")
     out_dtype = torch.promote_types(g.dtype, torch.float32)
-    return cosine_from_stats(alignment_stats(g, d), eps).to(out_dtype)
+    if eps > 0:  # eps is an absolute norm level, so the sums must stay in the input's units
+        return cosine_from_stats(alignment_stats(g, d), eps).to(out_dtype)
+    g_scaled, d_scaled = g.to(torch.float64) / pow2_scale(g), d.to(torch.float64) / pow2_scale(d)
+    return cosine_from_stats(alignment_stats(g_scaled, d_scaled)).to(out_dtype)
 
 
 def cap_scale(cosine: torch.Tensor, threshold: torch.Tensor | float) -> torch.Tensor:
@@ -142,8 +156,16 @@ def control(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
     """
     if g.shape != d.shape:
         raise ValueError(f"control needs g and d of the same shape, got {tuple(g.shape)} and {tuple(d.shape)}")
-    decision = decide(alignment_stats(g, d), cfg, threshold)
-    return Controlled(apply_decision(g, d, decision), decision.cosine, decision.regime, decision.parallel_scale)
+    if cfg.eps > 0:  # eps is an absolute norm level: no rescaling
+        decision = decide(alignment_stats(g, d), cfg, threshold)
+        return Controlled(apply_decision(g, d, decision), decision.cosine, decision.regime, decision.parallel_scale)
+    # Work on exactly rescaled copies (powers of two) so extreme finite inputs cannot overflow.
+    g_scale, d_scale = pow2_scale(g), pow2_scale(d)
+    g_scaled, d_scaled = g.to(torch.float64) / g_scale, d.to(torch.float64) / d_scale
+    decision = decide(alignment_stats(g_scaled, d_scaled), cfg, threshold)
+    new = (g_scale * apply_decision(g_scaled, d_scaled, decision)).to(g.dtype)
+    new = torch.where((decision.regime == KEEP).unsqueeze(-1), g, new)
+    return Controlled(new, decision.cosine, decision.regime, decision.parallel_scale)
 
 
 def update_reference(d: torch.Tensor, g: torch.Tensor, cfg: GACConfig) -> torch.Tensor:
@@ -155,6 +177,6 @@ def update_reference(d: torch.Tensor, g: torch.Tensor, cfg: GACConfig) -> torch.
 
 __all__ = [
     "KEEP", "ACT", "SKIP", "AlignmentStats", "Decision", "Controlled", "alignment", "alignment_stats",
-    "cosine_from_stats", "cap_scale", "decide", "apply_decision", "control", "update_reference",
+    "cosine_from_stats", "cap_scale", "pow2_scale", "decide", "apply_decision", "control", "update_reference",
     "regime_name",
 ]

@@ -104,10 +104,9 @@ class GradientAlignmentControl:
 
     def _update_reference(self, index: int, grad: torch.Tensor) -> None:
         ref = self.reference[index]
-        if ref is None:
-            dtype = self.cfg.reference_dtype or grad.dtype
-            self.reference[index] = grad.detach().to(dtype, copy=True)
-        elif self.cfg.reference == "prev":
+        if ref is None:  # the reference starts at zero, as in gac.control.update_reference
+            ref = self.reference[index] = torch.zeros_like(grad, dtype=self.cfg.reference_dtype or grad.dtype)
+        if self.cfg.reference == "prev":
             ref.copy_(grad)
         else:
             ref.lerp_(grad.to(ref.dtype), 1.0 - self.cfg.ema_decay)

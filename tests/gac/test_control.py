@@ -1,0 +1,173 @@
+"""Invariants of the pure GAC core (gac.control), property-based."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gac
+from gac import ACT, KEEP, SKIP
+
+settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True)
+settings.load_profile("ci")
+
+
+@st.composite
+def pairs(draw, max_rows=4, max_dim=24):
+    """Random (g, d) float64 batches with mixed scales, sometimes aligned by construction."""
+    rows = draw(st.integers(1, max_rows))
+    dim = draw(st.integers(2, max_dim))
+    seed = draw(st.integers(0, 2**31 - 1))
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.randn(rows, dim, generator=gen, dtype=torch.float64)
+    d = torch.randn(rows, dim, generator=gen, dtype=torch.float64)
+    mix = draw(st.floats(-3.0, 3.0))
+    d = d + mix * g  # any alignment from strongly anti-aligned to strongly aligned
+    scale_g = 10.0 ** draw(st.integers(-6, 6))
+    scale_d = 10.0 ** draw(st.integers(-6, 6))
+    return g * scale_g, d * scale_d
+
+
+def parallel_part(g, d):
+    d_hat = d / d.norm(dim=-1, keepdim=True)
+    return (g * d_hat).sum(-1, keepdim=True) * d_hat
+
+
+@given(pairs(), st.floats(0.0, 0.95))
+def test_keep_regime_is_bit_identical(gd, tau):
+    g, d = gd
+    out = gac.control(g, d, gac.GACConfig(threshold=tau))
+    keep = out.regime == KEEP
+    assert torch.equal(out.grad[keep], g[keep])
+    assert torch.all(out.cosine[keep] <= tau)
+
+
+@given(pairs(), st.floats(0.0, 0.95))
+def test_project_removes_parallel_part_and_keeps_orthogonal(gd, tau):
+    g, d = gd
+    out = gac.control(g, d, gac.GACConfig(threshold=tau, mode="project"))
+    act = out.regime == ACT
+    if not act.any():
+        return
+    g_a, d_a, new = g[act], d[act], out.grad[act]
+    d_hat = d_a / d_a.norm(dim=-1, keepdim=True)
+    assert torch.allclose((new * d_hat).sum(-1), torch.zeros(len(new), dtype=new.dtype),
+                          atol=1e-9 * g_a.norm(dim=-1).max().item())
+    orthogonal = g_a - parallel_part(g_a, d_a)
+    assert torch.allclose(new, orthogonal, rtol=1e-9, atol=1e-9 * g_a.abs().max().item())
+    assert torch.all(out.parallel_scale[act] == 0)
+
+
+@given(pairs(), st.floats(0.0, 0.95))
+def test_cap_sets_cosine_to_threshold_and_keeps_orthogonal(gd, tau):
+    g, d = gd
+    out = gac.control(g, d, gac.GACConfig(threshold=tau, mode="cap"))
+    act = out.regime == ACT
+    if not act.any():
+        return
+    g_a, d_a, new = g[act], d[act], out.grad[act]
+    # Where g is (numerically) parallel to d there is no orthogonal part to keep the cosine at tau.
+    sin = (1 - out.cosine[act] ** 2).clamp_min(0).sqrt()
+    ok = sin > 1e-6
+    assert torch.allclose(gac.alignment(new, d_a)[ok].double(), torch.full_like(sin[ok], tau), atol=1e-6)
+    ortho_before = g_a - parallel_part(g_a, d_a)
+    ortho_after = new - parallel_part(new, d_a)
+    assert torch.allclose(ortho_after, ortho_before, rtol=1e-8, atol=1e-9 * g_a.abs().max().item())
+    assert torch.all((out.parallel_scale[act] >= 0) & (out.parallel_scale[act] < 1))
+
+
+@given(pairs(), st.floats(0.0, 0.9))
+def test_anti_aligned_and_orthogonal_untouched(gd, tau):
+    g, d = gd
+    for mode in ("project", "cap"):
+        out = gac.control(g, -d.abs() * g.sign(), gac.GACConfig(threshold=tau, mode=mode))
+        assert torch.all(out.cosine <= 0)
+        assert torch.equal(out.grad, g)
+
+
+@given(pairs(max_rows=6), st.floats(0.0, 0.9), st.sampled_from(["project", "cap"]))
+def test_batched_equals_per_row_loop(gd, tau, mode):
+    g, d = gd
+    cfg = gac.GACConfig(threshold=tau, mode=mode, skip_threshold=0.97)
+    batched = gac.control(g, d, cfg)
+    for row in range(len(g)):
+        single = gac.control(g[row], d[row], cfg)
+        assert torch.equal(batched.grad[row], single.grad)
+        assert batched.cosine[row] == single.cosine
+        assert batched.regime[row] == single.regime
+
+
+def test_skip_regime_gives_zero_update():
+    g = torch.tensor([[1.0, 0.01], [1.0, 1.0]])
+    d = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    out = gac.control(g, d, gac.GACConfig(threshold=0.5, skip_threshold=0.99))
+    assert out.regime.tolist() == [SKIP, ACT]
+    assert torch.equal(out.grad[0], torch.zeros(2))
+    assert torch.allclose(out.grad[1], torch.tensor([0.0, 1.0]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_zero_and_tiny_norms_never_nan(dtype):
+    tiny = torch.finfo(dtype).tiny
+    g = torch.tensor([[0.0, 0.0], [tiny, tiny], [1.0, 2.0], [3e38 if dtype != torch.float64 else 1e300, 1.0]],
+                     dtype=dtype)
+    d = torch.tensor([[1.0, 1.0], [tiny, 0.0], [0.0, 0.0], [3e38 if dtype != torch.float64 else 1e300, 1.0]],
+                     dtype=dtype)
+    cos = gac.alignment(g, d)
+    assert not torch.isnan(cos).any()
+    assert cos[0] == 0 and cos[2] == 0
+    assert cos[1] > 0.7  # direction of tiny vectors is still measured
+    assert math.isclose(cos[3].item(), 1.0, abs_tol=1e-3)
+    out = gac.control(g, d, gac.GACConfig(threshold=0.1))
+    assert torch.isfinite(out.grad.double()).all()
+
+
+def test_alignment_matches_cosine_similarity():
+    gen = torch.Generator().manual_seed(0)
+    g, d = torch.randn(3, 5, 100, generator=gen), torch.randn(3, 5, 100, generator=gen)
+    d = d + 0.5 * g
+    assert torch.allclose(gac.alignment(g, d), torch.nn.functional.cosine_similarity(g, d, dim=-1), atol=1e-6)
+
+
+def test_tensor_threshold_per_row():
+    g = torch.tensor([[1.0, 1.0], [1.0, 1.0]])
+    d = torch.tensor([[1.0, 0.0], [1.0, 0.0]])  # cos = 0.707 in both rows
+    out = gac.control(g, d, gac.GACConfig(), threshold=torch.tensor([0.5, 0.8]))
+    assert out.regime.tolist() == [ACT, KEEP]
+
+
+def test_update_reference():
+    d, g = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 2.0])
+    assert torch.equal(gac.update_reference(d, g, gac.GACConfig(reference="prev")), g)
+    ema = gac.update_reference(d, g, gac.GACConfig(reference="ema", ema_decay=0.75))
+    assert torch.allclose(ema, torch.tensor([0.75, 0.5]))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"threshold": 1.0}, "threshold must be in [0, 1)"),
+    ({"threshold": -0.1}, "threshold must be in [0, 1)"),
+    ({"threshold": 0.5, "skip_threshold": 0.5}, "must be greater than threshold"),
+    ({"mode": "clip"}, "mode must be one of"),
+    ({"reference": "momentum"}, "reference must be one of"),
+    ({"ema_decay": 1.0}, "ema_decay must be in [0, 1)"),
+    ({"nonfinite": "ignore"}, "nonfinite must be one of"),
+    ({"reference_dtype": torch.int8}, "reference_dtype"),
+    ({"threshold": "high"}, "threshold must be a float"),
+])
+def test_config_rejects_bad_values_with_one_line(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        gac.GACConfig(**kwargs)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_ema_threshold_rule():
+    rule = gac.EMAThreshold(margin=0.1, decay=0.5, floor=0.0, ceiling=0.9, warmup=2)
+    assert rule.current() == 0.9
+    rule.observe(0.2)
+    rule.observe(0.4)  # mean = 0.5*0.2 + 0.5*0.4 = 0.3
+    assert math.isclose(rule.current(), 0.4)
+    cfg = gac.GACConfig(threshold=rule)
+    assert isinstance(cfg.threshold, gac.ThresholdRule)

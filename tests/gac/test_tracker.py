@@ -1,0 +1,181 @@
+"""GradientAlignmentControl on a model's parameters, and gac.wrap on real optimizers."""
+
+import copy
+
+import pytest
+import torch
+
+import gac
+from tests.gac.helpers import batches, flat_grad, loss_fn, tiny_model
+
+
+@pytest.mark.parametrize("cfg", [
+    gac.GACConfig(threshold=0.0, mode="project"),
+    gac.GACConfig(threshold=0.2, mode="cap", reference="ema", ema_decay=0.5),
+    gac.GACConfig(threshold=0.0, skip_threshold=0.6),
+])
+def test_tracker_equals_pure_control_on_flat_vectors(cfg):
+    model = tiny_model()
+    tracker = gac.GradientAlignmentControl(model.parameters(), cfg)
+    reference = torch.zeros(sum(p.numel() for p in model.parameters()))
+    regimes = set()
+    for batch in batches(12):
+        model.zero_grad()
+        loss_fn(model, batch).backward()
+        raw = flat_grad(model).clone()
+        expected = gac.control(raw.double(), reference.double(), cfg)
+        report = tracker.apply()
+        regimes.add(report.regime)
+        assert report.cosine == pytest.approx(expected.cosine.item(), abs=1e-6)
+        assert report.regime == gac.regime_name(expected.regime.item(), cfg.mode)
+        assert torch.allclose(flat_grad(model), expected.grad.float(), atol=1e-6)
+        assert report.grad_norm_after == pytest.approx(flat_grad(model).norm().item(), rel=1e-5, abs=1e-7)
+        reference = gac.update_reference(reference, raw, cfg)
+        # The reference takes the raw gradient, whatever was applied (exactly for "prev").
+        stored = torch.cat([r.reshape(-1) for r in tracker.reference])
+        if cfg.reference == "prev":
+            assert torch.equal(stored, raw)
+        else:
+            assert torch.allclose(stored, reference, atol=1e-7)
+        # Keep the params fixed: gradients of a fixed model on fresh data make every regime occur.
+    assert len(regimes) >= 2
+
+
+def test_bfloat16_reference_halves_memory_and_tracks_cosine():
+    model = tiny_model()
+    full = gac.GradientAlignmentControl(model.parameters(), gac.GACConfig(threshold=0.9))
+    half = gac.GradientAlignmentControl(model.parameters(), gac.GACConfig(threshold=0.9,
+                                                                           reference_dtype=torch.bfloat16))
+    for batch in batches(5):
+        model.zero_grad()
+        loss_fn(model, batch).backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        cos_full = full.apply().cosine
+        for p, g in zip(model.parameters(), grads, strict=True):
+            p.grad.copy_(g)
+        cos_half = half.apply().cosine
+        assert cos_half == pytest.approx(cos_full, abs=1e-2)
+    assert half.reference_bytes() * 2 == full.reference_bytes()
+    assert all(r.dtype == torch.bfloat16 for r in half.reference)
+
+
+def test_nonfinite_gradient_raises_naming_step_and_changes_nothing():
+    model = tiny_model()
+    tracker = gac.GradientAlignmentControl(model.parameters(), gac.GACConfig())
+    for batch in batches(2):
+        model.zero_grad()
+        loss_fn(model, batch).backward()
+        tracker.apply()
+    reference_before = [r.clone() for r in tracker.reference]
+    model[0].weight.grad[0, 0] = float("nan")
+    grad_before = flat_grad(model).clone()
+    with pytest.raises(gac.NonFiniteGradientError, match="step 2"):
+        tracker.apply()
+    assert all(torch.equal(a, b) for a, b in zip(reference_before, tracker.reference, strict=True))
+    assert torch.equal(flat_grad(model).nan_to_num(7.0), grad_before.nan_to_num(7.0))
+
+
+def test_nonfinite_skip_policy_skips_and_counts_without_touching_params():
+    model = tiny_model()
+    opt = gac.wrap(torch.optim.SGD(model.parameters(), lr=0.1), gac.GACConfig(nonfinite="skip"))
+    params_before = [p.detach().clone() for p in model.parameters()]
+    loss_fn(model, batches(1)[0]).backward()
+    model[2].bias.grad[0] = float("inf")
+    opt.step()
+    assert opt.gac.skipped_nonfinite == 1 and opt.skipped_steps == 1
+    assert opt.last_report.nonfinite and opt.last_report.regime == "skip"
+    assert all(torch.equal(a, b) for a, b in zip(params_before, model.parameters(), strict=True))
+    assert all(r is None for r in opt.gac.reference)  # nothing non-finite ever enters the reference
+
+
+def run_training(optimizer_cls, steps, cfg, state=None, **opt_kwargs):
+    model = tiny_model()
+    opt = gac.wrap(optimizer_cls(model.parameters(), **opt_kwargs), cfg)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        scheduler.load_state_dict(state["sched"])
+    data = batches(steps[1])
+    reports = []
+    for step in range(*steps):
+        opt.zero_grad()
+        loss_fn(model, data[step]).backward()
+        opt.step()
+        scheduler.step()
+        reports.append(opt.last_report)
+    saved = {"model": copy.deepcopy(model.state_dict()), "opt": copy.deepcopy(opt.state_dict()),
+             "sched": scheduler.state_dict()}
+    return model, reports, saved
+
+
+@pytest.mark.parametrize("optimizer_cls, kwargs", [(torch.optim.SGD, {"lr": 0.2, "momentum": 0.9}),
+                                                   (torch.optim.AdamW, {"lr": 0.05})])
+def test_wrap_state_dict_resume_is_bit_identical(optimizer_cls, kwargs):
+    cfg = gac.GACConfig(threshold=0.1, mode="cap", skip_threshold=0.95)
+    straight, straight_reports, _ = run_training(optimizer_cls, (0, 10), cfg, **kwargs)
+    _, first_half, saved = run_training(optimizer_cls, (0, 5), cfg, **kwargs)
+    resumed, second_half, _ = run_training(optimizer_cls, (5, 10), cfg, state=saved, **kwargs)
+    for a, b in zip(straight.parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert [r.cosine for r in straight_reports] == [r.cosine for r in first_half + second_half]
+    assert any(r.regime != "keep" for r in straight_reports)
+
+
+def test_wrap_behaves_like_an_optimizer():
+    model = tiny_model()
+    inner = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    opt = gac.wrap(inner, gac.GACConfig())
+    assert isinstance(opt, torch.optim.Optimizer)
+    assert opt.param_groups is inner.param_groups
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 ** step)
+    calls = []
+    opt.register_step_pre_hook(lambda *_: calls.append("pre"))
+    for batch in batches(3):
+        opt.zero_grad()
+        loss_fn(model, batch).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        scheduler.step()
+    assert inner.param_groups[0]["lr"] == pytest.approx(1e-2 * 0.5 ** 3)
+    assert calls == ["pre"] * 3
+    assert len(inner.state) == len(list(model.parameters()))
+    assert all(p.grad is None for p in model.parameters()) is False
+    opt.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_skip_regime_does_not_step_inner_optimizer():
+    model = tiny_model()
+    opt = gac.wrap(torch.optim.SGD(model.parameters(), lr=0.1), gac.GACConfig(threshold=0.0, skip_threshold=0.5))
+    batch = batches(1)[0]
+    for _ in range(2):  # the same batch twice (after one small step): cosine near 1 > skip_threshold
+        opt.zero_grad()
+        loss_fn(model, batch).backward()
+        before = [p.detach().clone() for p in model.parameters()]
+        opt.step()
+    assert opt.last_report.regime == "skip" and opt.last_report.cosine > 0.99
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_adaptive_threshold_rule_state_resumes():
+    rule = gac.EMAThreshold(margin=0.05, warmup=2)
+    model = tiny_model()
+    tracker = gac.GradientAlignmentControl(model.parameters(), gac.GACConfig(threshold=rule))
+    for batch in batches(4):
+        model.zero_grad()
+        loss_fn(model, batch).backward()
+        tracker.apply()
+    state = copy.deepcopy(tracker.state_dict())
+    other = gac.GradientAlignmentControl(model.parameters(), gac.GACConfig(threshold=gac.EMAThreshold(margin=0.05,
+                                                                                                     warmup=2)))
+    other.load_state_dict(state)
+    assert other.cfg.threshold.current() == rule.current()
+    assert other.step == 4
+
+
+def test_no_gradient_is_a_clear_error():
+    model = tiny_model()
+    tracker = gac.GradientAlignmentControl(model.parameters())
+    with pytest.raises(ValueError, match="no parameter has a gradient"):
+        tracker.apply()
