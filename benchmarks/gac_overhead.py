@@ -3,7 +3,9 @@
 For 1M / 10M / 100M parameters: median time of ``GradientAlignmentControl.apply()`` (in the keep
 and in the project regime) and of ``torch.optim.AdamW(foreach=True).step()`` on the same
 parameters, measured alternately in one run; the ratio GAC / AdamW; the extra memory (the reference
-buffer, fp32 and bf16). Run: ``python -m benchmarks.gac_overhead [--sizes 1 10 100] [--repeats 7]``.
+buffer, fp32 and bf16). ``--sharded`` adds FSDP2 on 2 CPU processes: optimizer step time with and
+without GAC, collectives per step, reference memory against the gradient shard.
+Run: ``python -m benchmarks.gac_overhead [--sizes 1 10 100] [--repeats 7] [--sharded]``.
 """
 
 from __future__ import annotations
@@ -77,11 +79,100 @@ def measure(total_millions: float, repeats: int) -> dict:
             "project_regime": project.last_report.regime}
 
 
+# -- sharded case: FSDP2 on 2 CPU processes (gloo) ---------------------------------------------------
+
+def _sharded_worker(rank: int, init_file: str, world: int, hidden: int, layers: int, repeats: int,
+                    result_file: str) -> None:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+
+    def build():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(hidden, 4 * hidden), torch.nn.GELU(),
+                                                          torch.nn.Linear(4 * hidden, hidden)) for _ in range(layers)])
+        for block in model:
+            fully_shard(block, mesh=mesh)
+        return fully_shard(model, mesh=mesh)
+
+    plain_model, gac_model, half_model = build(), build(), build()
+    plain = torch.optim.AdamW(plain_model.parameters(), lr=1e-4, foreach=True)
+    with_gac = gac.wrap(torch.optim.AdamW(gac_model.parameters(), lr=1e-4, foreach=True), gac.GACConfig(threshold=0.0))
+    with_half = gac.wrap(torch.optim.AdamW(half_model.parameters(), lr=1e-4, foreach=True),
+                         gac.GACConfig(threshold=0.0, reference_dtype=torch.bfloat16))
+    x = torch.randn(32, hidden, generator=torch.Generator().manual_seed(rank))
+
+    collectives = []
+    real_all_reduce = dist.all_reduce
+
+    def counting_all_reduce(tensor, *args, **kwargs):
+        collectives.append(tensor.numel())
+        return real_all_reduce(tensor, *args, **kwargs)
+
+    def step(model, opt):
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        dist.barrier()
+        start = time.perf_counter()
+        opt.step()
+        dist.barrier()
+        return time.perf_counter() - start
+
+    for model, opt in ((plain_model, plain), (gac_model, with_gac), (half_model, with_half)):
+        step(model, opt)  # warm-up: optimizer state and references allocated
+    times = {"plain": [], "gac": [], "gac_bf16": []}
+    for _ in range(repeats):
+        times["plain"].append(step(plain_model, plain))
+        dist.all_reduce = counting_all_reduce
+        times["gac"].append(step(gac_model, with_gac))
+        dist.all_reduce = real_all_reduce
+        times["gac_bf16"].append(step(half_model, with_half))
+    grad_shard_bytes = sum(p.grad._local_tensor.numel() * p.grad._local_tensor.element_size()
+                           for p in gac_model.parameters())
+    result = {key: statistics.median(value) for key, value in times.items()}
+    result.update(collectives_per_step=len(collectives) / repeats, collective_numel=collectives[:1],
+                  grad_shard_MB=grad_shard_bytes / 2**20, ref_MB=with_gac.gac.reference_bytes() / 2**20,
+                  ref_bf16_MB=with_half.gac.reference_bytes() / 2**20,
+                  params_M=sum(p.numel() for p in gac_model.parameters()) / 1e6)
+    if rank == 0:
+        torch.save(result, result_file)
+    dist.destroy_process_group()
+
+
+def sharded(hidden: int = 512, layers: int = 4, repeats: int = 7, world: int = 2) -> dict:
+    """Optimizer step time with / without GAC under FSDP2 (gloo, ``world`` CPU processes), per rank."""
+    import os
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        result_file = os.path.join(tmp, "result.pt")
+        mp.spawn(_sharded_worker, args=(os.path.join(tmp, "init"), world, hidden, layers, repeats, result_file),
+                 nprocs=world, join=True)
+        return torch.load(result_file)
+
+
+def print_sharded(r: dict) -> None:
+    print(f"\nFSDP2, 2 gloo processes, {r['params_M']:.1f}M params, optimizer step incl. GAC (median):")
+    print(f"  AdamW step {r['plain'] * 1e3:.2f} ms | +GAC {r['gac'] * 1e3:.2f} ms (x{r['gac'] / r['plain']:.2f}) | "
+          f"+GAC bf16 ref {r['gac_bf16'] * 1e3:.2f} ms (x{r['gac_bf16'] / r['plain']:.2f})")
+    print(f"  collectives per GAC step: {r['collectives_per_step']:.0f} "
+          f"(all_reduce of {r['collective_numel']} numbers)")
+    print(f"  extra memory per rank: reference {r['ref_MB']:.2f} MB (fp32), {r['ref_bf16_MB']:.2f} MB (bf16); "
+          f"gradient shard {r['grad_shard_MB']:.2f} MB")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 10, 100], help="millions of parameters")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--sharded", action="store_true", help="also measure FSDP2 on 2 CPU processes")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -96,6 +187,8 @@ def main(argv=None) -> None:
               f"{r['project_ms']:>8.2f} {r['project_bf16_ms']:>8.2f} {r['ratio_keep']:>9.2f} "
               f"{r['ratio_project']:>9.2f} {r['ratio_project_bf16']:>9.2f} {r['extra_MB_fp32']:>7.1f} "
               f"{r['extra_MB_bf16']:>7.1f}", flush=True)
+    if args.sharded:
+        print_sharded(sharded(repeats=args.repeats))
 
 
 if __name__ == "__main__":

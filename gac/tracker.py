@@ -17,6 +17,9 @@ from gac.config import GACConfig
 from gac.control import ACT, SKIP, AlignmentStats, decide, regime_name
 from gac.distributed import all_reduce_stats, infer_process_group, local_tensor
 
+CHUNK_NUMEL = 1 << 20
+"""Elements per chunk of the in-place update: the scratch buffer costs at most this much memory."""
+
 
 class NonFiniteGradientError(FloatingPointError):
     """Raised (by default) when a step's gradient has a NaN or infinite entry on any rank."""
@@ -57,6 +60,7 @@ class GradientAlignmentControl:
         self.step = 0
         self.skipped_nonfinite = 0
         self.last_report: GACReport | None = None
+        self._scratch_buffers: dict = {}
 
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -87,29 +91,73 @@ class GradientAlignmentControl:
         rule = self.cfg.threshold
         return rule if isinstance(rule, float) else float(rule.current())
 
+    def _scratch(self, like: torch.Tensor, numel: int) -> torch.Tensor:
+        """A reused flat buffer (dtype/device of ``like``) of at least ``numel`` elements."""
+        key = (like.dtype, like.device)
+        buffer = self._scratch_buffers.get(key)
+        if buffer is None or buffer.numel() < numel:
+            buffer = self._scratch_buffers[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
+        return buffer[:numel]
+
+    def _pieces(self, grad: torch.Tensor, ref: torch.Tensor):
+        """Matching flat chunks (views) of grad and ref; a non-contiguous grad comes as one piece."""
+        if not grad.is_contiguous():
+            yield grad, ref.view(grad.shape)
+            return
+        g_flat, r_flat = grad.view(-1), ref.view(-1)
+        for start in range(0, g_flat.numel(), CHUNK_NUMEL):
+            yield g_flat[start:start + CHUNK_NUMEL], r_flat[start:start + CHUNK_NUMEL]
+
+    def _dot(self, grad: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+        if grad.dtype == ref.dtype and grad.is_contiguous():
+            return torch.dot(grad.view(-1), ref.view(-1)).double()
+        total = torch.zeros((), dtype=torch.float64, device=grad.device)
+        for g_piece, r_piece in self._pieces(grad, ref):
+            if g_piece.dim() != 1:  # non-contiguous: a temporary of the tensor's size
+                total += (g_piece.double() * r_piece.double()).sum()
+                continue
+            r_cast = self._scratch(g_piece, g_piece.numel())
+            r_cast.copy_(r_piece)
+            total += torch.dot(g_piece, r_cast).double()
+        return total
+
     def _local_stats(self, grads, refs) -> torch.Tensor:
         """[⟨g,d⟩, ‖g‖², ‖d‖², non-finite flag] over this rank's tensors, as float64."""
-        device = grads[0].device
-        g_norms = torch._foreach_norm(grads)
-        g_sq = torch.stack([n.double() for n in g_norms]).square().sum()
+        zero = torch.zeros((), dtype=torch.float64, device=grads[0].device)
+        g_sq = torch.stack([n.double() for n in torch._foreach_norm(grads)]).square().sum()
         pairs = [(g, r) for g, r in zip(grads, refs, strict=True) if r is not None]
-        if pairs:
-            dot = torch.stack([torch.dot(g.reshape(-1), r.reshape(-1).to(g.dtype)).double()
-                               for g, r in pairs]).sum()
-            d_sq = torch.stack([n.double() for n in torch._foreach_norm([r for _, r in pairs])]).square().sum()
-        else:
-            dot = d_sq = torch.zeros((), dtype=torch.float64, device=device)
+        dot = torch.stack([self._dot(g, r) for g, r in pairs]).sum() if pairs else zero
+        d_sq = (torch.stack([n.double() for n in torch._foreach_norm([r for _, r in pairs])]).square().sum()
+                if pairs else zero)
         nonfinite = (~torch.isfinite(g_sq)).double()
         return torch.stack([dot, g_sq, d_sq, nonfinite])
 
-    def _update_reference(self, index: int, grad: torch.Tensor) -> None:
-        ref = self.reference[index]
-        if ref is None:  # the reference starts at zero, as in gac.control.update_reference
-            ref = self.reference[index] = torch.zeros_like(grad, dtype=self.cfg.reference_dtype or grad.dtype)
+    def _new_reference(self, grad: torch.Tensor) -> torch.Tensor:
+        # Contiguous whatever the gradient's layout, so that chunked views always work.
+        return torch.zeros(grad.shape, dtype=self.cfg.reference_dtype or grad.dtype, device=grad.device)
+
+    def _update_reference_piece(self, ref: torch.Tensor, grad: torch.Tensor) -> None:
         if self.cfg.reference == "prev":
             ref.copy_(grad)
         else:
             ref.lerp_(grad.to(ref.dtype), 1.0 - self.cfg.ema_decay)
+
+    def _apply_to_tensor(self, index: int, grad: torch.Tensor, regime: int, coef: float) -> None:
+        """g ← s·g − α·d and d ← update(d, raw g) for one tensor, chunk by chunk, with no allocation."""
+        if self.reference[index] is None:  # the reference starts at zero, as in gac.control.update_reference
+            self.reference[index] = self._new_reference(grad)
+        for g_piece, r_piece in self._pieces(grad, self.reference[index]):
+            if regime == ACT:
+                # g' goes to scratch first: the reference must take the raw g, exactly.
+                projected = (self._scratch(g_piece, g_piece.numel()) if g_piece.dim() == 1
+                             else torch.empty_like(g_piece))
+                torch.sub(g_piece, r_piece, alpha=coef, out=projected)
+                self._update_reference_piece(r_piece, g_piece)
+                g_piece.copy_(projected)
+            else:
+                self._update_reference_piece(r_piece, g_piece)
+                if regime == SKIP:
+                    g_piece.zero_()
 
     def apply(self) -> GACReport:
         """Apply GAC to the current ``.grad`` of the parameters (in place) and return the report."""
@@ -136,19 +184,9 @@ class GradientAlignmentControl:
 
         stats = AlignmentStats(*(torch.tensor(v, dtype=torch.float64) for v in (dot, g_sq, d_sq)))
         decision = decide(stats, self.cfg, threshold)
-        regime = int(decision.regime)
-        coef = float(decision.ref_coef)
+        regime, coef = int(decision.regime), float(decision.ref_coef)
         for index, grad in zip(indices, grads, strict=True):
-            ref = self.reference[index]
-            if regime == ACT and ref is not None:
-                # g' goes to a scratch tensor first: the reference must take the raw g, exactly.
-                projected = torch.sub(grad, ref.to(grad.dtype), alpha=coef)
-                self._update_reference(index, grad)
-                grad.copy_(projected)
-            else:
-                self._update_reference(index, grad)
-                if regime == SKIP:
-                    grad.zero_()
+            self._apply_to_tensor(index, grad, regime, coef)
         for index, param in enumerate(self.params):
             if param.grad is None and self.reference[index] is not None:
                 # No gradient this step counts as a zero gradient for the reference.

@@ -179,3 +179,34 @@ def test_no_gradient_is_a_clear_error():
     tracker = gac.GradientAlignmentControl(model.parameters())
     with pytest.raises(ValueError, match="no parameter has a gradient"):
         tracker.apply()
+
+
+@pytest.mark.parametrize("reference_dtype", [None, torch.bfloat16])
+def test_chunked_and_noncontiguous_gradients_match_pure_control(monkeypatch, reference_dtype):
+    import gac.tracker
+
+    monkeypatch.setattr(gac.tracker, "CHUNK_NUMEL", 7)  # many chunks per tensor, ragged last chunk
+    gen = torch.Generator().manual_seed(3)
+    params = [torch.zeros(5, 9, requires_grad=True), torch.zeros(4, 6, requires_grad=True)]
+    cfg = gac.GACConfig(threshold=0.1, mode="cap", reference_dtype=reference_dtype)
+    tracker = gac.GradientAlignmentControl(params, cfg)
+    reference = torch.zeros(45 + 24, dtype=torch.float64)
+    base = torch.randn(45 + 24, generator=gen)
+    acted = 0
+    for _ in range(5):
+        flat = base + 0.5 * torch.randn(45 + 24, generator=gen)
+        params[0].grad = flat[:45].reshape(5, 9).clone()
+        params[1].grad = flat[45:].reshape(6, 4).clone().t()  # non-contiguous gradient
+        assert not params[1].grad.is_contiguous()
+        expected = gac.control(flat.double(), reference, cfg)
+        report = tracker.apply()
+        acted += report.regime == "cap"
+        got = torch.cat([params[0].grad.reshape(-1), params[1].grad.t().reshape(-1)])
+        tol = 1e-6 if reference_dtype is None else 2e-2
+        assert report.cosine == pytest.approx(expected.cosine.item(), abs=tol)
+        if report.regime == gac.regime_name(int(expected.regime), "cap"):
+            assert torch.allclose(got.double(), expected.grad, atol=tol * 10)
+        stored = torch.cat([tracker.reference[0].reshape(-1), tracker.reference[1].t().reshape(-1)])
+        assert torch.equal(stored, flat.to(stored.dtype))  # the raw gradient, whatever was applied
+        reference = flat.to(stored.dtype).double()
+    assert acted >= 3
