@@ -32,13 +32,17 @@ def run_flat_demo(staleness: int, gac_cfg: gac.GACConfig | None = None, steps: i
     x = torch.ones(seeds, dim, dtype=torch.float64)
     history = [x.clone() for _ in range(staleness + 1)]  # ring of past iterates; first s steps use x_0
     prev_grad = torch.zeros_like(x)
+    reference = torch.zeros_like(x)  # GAC's reference direction (previous raw gradient, or their EMA)
     losses, cosines = [], []
     diverged = torch.zeros(seeds, dtype=torch.bool)
     for step in range(steps):
         stale_x = history[step % (staleness + 1)]
         grad = curvature * stale_x + noise * torch.randn(x.shape, generator=gen, dtype=torch.float64)
         cosines.append(gac.alignment(grad, prev_grad))
-        applied = grad if gac_cfg is None else gac.control(grad, prev_grad, gac_cfg).grad
+        applied = grad
+        if gac_cfg is not None:
+            applied = gac.control(grad, reference, gac_cfg).grad
+            reference = gac.update_reference(reference, grad, gac_cfg)
         prev_grad = grad
         x = x - lr * applied
         history[step % (staleness + 1)] = x.clone()
