@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--profile", choices=["quick", "full"], default="quick")
     parser.add_argument("--device", default="cpu", help="torch device for the runs (cpu or cuda)")
     parser.add_argument("--out", type=Path, default=OUT_DIR, help="output folder (default paper_figs/out)")
+    parser.add_argument("--force", action="store_true", help="recompute runs even when cached results exist")
     args = parser.parse_args(argv)
     names = FIGURES if args.names == ["all"] else args.names
     unknown = [n for n in names if n not in FIGURES]
@@ -31,6 +33,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.force:
+        os.environ["GAC_LAB_FORCE"] = "1"  # read by paper_figs.cache.cached
     for name in args.names:
         start = time.perf_counter()
         print(f"[paper_figs] {name} ({args.profile}) ...", flush=True)
