@@ -27,6 +27,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = [n for n in names if n not in FIGURES]
     if unknown:
         parser.error(f"unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURES)} or 'all'")
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error(f"--device {args.device} requested but torch sees no CUDA device on this machine")
+    elif args.device != "cpu":
+        parser.error(f"--device must be cpu or cuda[:N], got {args.device!r}")
     args.names = names
     return args
 
