@@ -67,7 +67,7 @@ def plot_cosine(ax, rows: list[dict], title: str) -> None:
         label = "sync" if s == 0 else f"s={s}"
         ax.plot(steps, toy.smooth(values, 10), color=STALENESS_COLORS.get(s, "#7f7f7f"), label=label)
     ax.axhline(0.0, color="#999999", lw=0.6)
-    ax.set(title=title, xlabel="step", ylabel="cos(g_t, g_{t-1}) (median over seeds)", ylim=(-1.0, 1.05))
+    ax.set(title=title, xlabel="step", ylabel="cos(g_t, g_{t-1}), median", ylim=(-1.0, 1.05))
 
 
 PANELS = [
