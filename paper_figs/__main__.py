@@ -8,10 +8,12 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from paper_figs.common import OUT_DIR
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = run order for "all".
-FIGURES = ["demo_flat"]
+FIGURES = ["fig1_cosine", "fig3_divergence", "fig4_stability_region", "fig6_ablation", "figs1_bandit_snr"]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -31,6 +33,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    torch.set_num_threads(1)  # toy runs are small; shared machines run several jobs at once
     for name in args.names:
         start = time.perf_counter()
         print(f"[paper_figs] {name} ({args.profile}) ...", flush=True)

@@ -22,13 +22,13 @@ STALENESS = (0, 1, 2, 3, 4, 6, 8, 12, 16)
 
 
 def step_sizes(profile: str) -> list[float]:
-    count = 16 if profile == "quick" else 40
+    count = {"smoke": 4, "quick": 16}.get(profile, 40)
     return torch.logspace(-1.7, 0.4, count, dtype=torch.float64).tolist()  # η·λ_max from 0.02 to 2.5
 
 
 def run_map(profile: str, device: str = "cpu") -> list[dict]:
-    steps = 600 if profile == "quick" else 2000
-    seeds = 2 if profile == "quick" else 8
+    steps = {"smoke": 30, "quick": 600}.get(profile, 2000)
+    seeds = {"smoke": 1, "quick": 2}.get(profile, 8)
     etas = step_sizes(profile)
     lam = toy.QUADRATIC.curvature_max
     settings = [setting(method, s, eta / lam) for method in ("none", "gac") for s in STALENESS for eta in etas]

@@ -40,7 +40,11 @@ class Profile:
     record_every: int
 
 
-PROFILES = {"quick": Profile(quad_steps=1000, bandit_steps=400, seeds=4, record_every=5),
+# "smoke" is for tests only (tiny runs, numbers meaningless); the CLI offers quick and full.
+
+
+PROFILES = {"smoke": Profile(quad_steps=40, bandit_steps=30, seeds=2, record_every=5),
+            "quick": Profile(quad_steps=1000, bandit_steps=400, seeds=4, record_every=5),
             "full": Profile(quad_steps=3000, bandit_steps=1500, seeds=16, record_every=5)}
 
 
