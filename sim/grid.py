@@ -201,7 +201,7 @@ class GridUpdater:
             direction = self._apply_gac("update", direction, info)
             moving = active & (info["regime"] != gac.SKIP)
         lr = torch.where(self.lr_scale, self.lr / (1.0 + staleness.to(dtype)), self.lr)
-        applied = torch.where(moving[:, None], direction, torch.zeros_like(direction))
+        applied = direction * moving[:, None].to(dtype)  # frozen or skipped rows apply nothing
         info["cos_applied"] = gac.alignment(applied, self.prev_applied)
         info["lr"] = lr
         self.prev_applied = applied
