@@ -9,10 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from paper_figs.common import OUT_DIR
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = run order for "all".
-FIGURES = ["demo_flat"]
+FIGURES = ["fig1_cosine", "fig3_divergence", "fig4_stability_region", "fig6_ablation", "figs1_bandit_snr"]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -28,8 +30,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURES)} or 'all'")
     if args.device.startswith("cuda"):
-        import torch
-
         if not torch.cuda.is_available():
             parser.error(f"--device {args.device} requested but torch sees no CUDA device on this machine")
     elif args.device != "cpu":

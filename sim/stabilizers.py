@@ -35,7 +35,9 @@ STABILIZERS: dict[str, Stabilizer] = {s.name: s for s in [
                "Xu et al., GAC: Stabilizing Asynchronous RL Training for LLMs via Gradient Alignment Control, "
                "arXiv:2603.01501 (2026)",
                "project (or cap, or skip) the gradient's part along the previous gradient when cos > τ",
-               {"threshold": 0.0, "mode": "project", "skip_threshold": None, "reference": "prev", "ema_decay": 0.9}),
+               {"threshold": 0.0, "mode": "project", "skip_threshold": None, "reference": "prev", "ema_decay": 0.9,
+                "threshold_rule": None, "rule_margin": 0.2, "rule_floor": 0.1, "rule_ceiling": 0.9,
+                "space": "gradient"}),
     Stabilizer("lr_scale", (STALE_GRADIENT, STALE_DATA),
                "Zhang, Gupta, Lian, Liu, Staleness-aware async-SGD for distributed deep learning, IJCAI 2016",
                "divide the step size by 1 + s_t"),
@@ -76,9 +78,52 @@ def method_params(name: str, **overrides) -> dict:
     return defaults
 
 
+GAC_RUN_KEYS = ("threshold_rule", "rule_margin", "rule_floor", "rule_ceiling", "space")
+"""Parameters of the ``gac`` entry that are not GACConfig fields: the adaptive-threshold rule
+(``threshold_rule="ema"`` → ``gac.EMAThreshold(margin, floor, ceiling)``) and where GAC acts
+(``space="gradient"``: the raw gradient; ``"update"``: the optimizer's proposed step, e.g. Adam's
+m̂/(√v̂+ε), with the reference built from past proposed steps)."""
+GAC_SPACES = ("gradient", "update")
+
+
 def gac_config(**overrides) -> gac.GACConfig:
     """The GACConfig of the ``gac`` method (registry defaults updated with ``overrides``)."""
-    return gac.GACConfig(**method_params("gac", **overrides))
+    params = method_params("gac", **overrides)
+    if params["space"] not in GAC_SPACES:
+        raise ValueError(f"gac space must be one of {GAC_SPACES}, got {params['space']!r}")
+    rule = params["threshold_rule"]
+    if rule not in (None, "ema"):
+        raise ValueError(f"gac threshold_rule must be None or 'ema', got {rule!r}")
+    fields = {k: v for k, v in params.items() if k not in GAC_RUN_KEYS}
+    if rule == "ema":
+        fields["threshold"] = gac.EMAThreshold(margin=params["rule_margin"], floor=params["rule_floor"],
+                                               ceiling=params["rule_ceiling"])
+    return gac.GACConfig(**fields)
+
+
+class BatchedEMAThreshold:
+    """``gac.EMAThreshold`` for a batch of independent runs: one τ_t per row, same arithmetic.
+
+    τ_t = clip(m_t + margin, floor, ceiling) with m_t the EMA of the row's past cosines; ``ceiling``
+    until ``warmup`` cosines were seen. Lets a vectorized simulator pass a tensor threshold to
+    ``gac.control`` instead of looping over per-run rule objects.
+    """
+
+    def __init__(self, rule: gac.EMAThreshold, rows: int, dtype: torch.dtype = torch.float64):
+        self.rule = rule
+        self.mean = torch.full((rows,), float(rule.mean), dtype=dtype)
+        self.count = torch.full((rows,), int(rule.count), dtype=torch.int64)
+
+    def current(self) -> torch.Tensor:
+        r = self.rule
+        adaptive = (self.mean + r.margin).clamp(r.floor, r.ceiling)
+        return torch.where(self.count < r.warmup, torch.full_like(self.mean, r.ceiling), adaptive)
+
+    def observe(self, cosine: torch.Tensor) -> None:
+        cosine = cosine.to(self.mean.dtype)
+        decayed = self.rule.decay * self.mean + (1.0 - self.rule.decay) * cosine
+        self.mean = torch.where(self.count == 0, cosine, decayed)
+        self.count = self.count + 1
 
 
 def lr_scale_factor(staleness: torch.Tensor | int) -> torch.Tensor | float:
@@ -117,3 +162,20 @@ def m2po_mask(log_ratio: torch.Tensor, valid: torch.Tensor | None = None, m2_thr
     mask = torch.zeros_like(valid)
     mask[valid] = kept
     return mask
+
+
+def m2po_mask_rows(log_ratio: torch.Tensor, m2_threshold: float | torch.Tensor = 0.04) -> torch.Tensor:
+    """``m2po_mask`` applied independently to each row of ``log_ratio`` (shape (R, N)): one batch per row.
+
+    ``m2_threshold`` may be a float or a tensor of shape (R,). Same rule as ``m2po_mask``: per row,
+    keep the k smallest (log r)² with the largest k whose prefix mean is ≤ τ_M2.
+    """
+    m2 = log_ratio.detach().square()
+    ordered, order = torch.sort(m2, dim=-1)
+    counts = torch.arange(1, m2.shape[-1] + 1, dtype=m2.dtype, device=m2.device)
+    prefix_mean = ordered.cumsum(-1) / counts
+    tau = torch.as_tensor(m2_threshold, dtype=m2.dtype, device=m2.device).reshape(-1, 1)
+    keep_count = (prefix_mean <= tau).sum(-1, keepdim=True)
+    rank = torch.empty_like(order)
+    rank.scatter_(-1, order, torch.arange(m2.shape[-1], device=m2.device).expand_as(order).contiguous())
+    return rank < keep_count

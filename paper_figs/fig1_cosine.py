@@ -1,0 +1,117 @@
+"""fig1_cosine: consecutive-gradient cosine cos(g_t, g_{t−1}) over training, sync vs s ∈ {1, 2, 4, 8, 16}.
+
+A list of panels (``PANELS``), one simulator each; every panel returns per-step record rows with a
+``sim`` column, so more panels (the LLM run) are appended without touching these. Also writes
+``fig1_cosine_table.csv``: the mean cosine after warm-up per (sim, staleness), over seeds (NaN for
+runs that diverged before warm-up; the column ``mean_cos_prev_before_divergence`` covers them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from paper_figs import toy
+from paper_figs.common import apply_style, save_figure, write_csv
+from sim.bandit import run_bandit
+from sim.grid import setting
+from sim.quadratic import run_quadratic
+
+NAME = "fig1_cosine"
+STALENESS_COLORS = {0: "#000000", 1: "#fdd49e", 2: "#fdbb84", 4: "#fc8d59", 8: "#e34a33", 16: "#b30000"}
+
+
+def _async_settings(lr: float) -> list:
+    return [setting("none", s, lr) for s in toy.STALENESS]
+
+
+def _rows_with_summary(result) -> list[dict]:
+    """Per-step rows, each carrying its run's mean cosine after warm-up (for the table)."""
+    summary = {(r["label"], r["staleness"], r["seed"]): r for r in result.summary_rows()}
+    rows = result.records(extras=())
+    for row in rows:
+        s = summary[(row["label"], row["staleness"], row["seed"])]
+        row["run_mean_cos_prev"] = s["mean_cos_prev"]
+        row["run_mean_cos_prev_alive"] = s["mean_cos_prev_alive"]
+        row["run_diverged"] = s["diverged"]
+    return rows
+
+
+def quadratic_panel(profile: str, device: str = "cpu") -> list[dict]:
+    p = toy.profile_of(profile)
+    result = run_quadratic(toy.QUADRATIC, _async_settings(toy.QUADRATIC_LR), p.quad_steps, p.seeds, seed=0,
+                           record_every=p.record_every, progress=True, device=device)
+    return _rows_with_summary(result)
+
+
+def gaussian_bandit_panel(profile: str, device: str = "cpu") -> list[dict]:
+    p = toy.profile_of(profile)
+    result = run_bandit(toy.GAUSSIAN, _async_settings(toy.GAUSSIAN_LR), p.bandit_steps, p.seeds, seed=0,
+                        groups=toy.BANDIT_GROUPS, group_size=toy.BANDIT_GROUP_SIZE, record_every=p.record_every,
+                        progress=True)
+    return _rows_with_summary(result)
+
+
+def softmax_bandit_panel(profile: str, device: str = "cpu") -> list[dict]:
+    p = toy.profile_of(profile)
+    result = run_bandit(toy.KARMED, _async_settings(toy.SOFTMAX_LR), p.bandit_steps, p.seeds, seed=0,
+                        groups=toy.BANDIT_GROUPS, group_size=toy.BANDIT_GROUP_SIZE, record_every=p.record_every,
+                        progress=True)
+    return _rows_with_summary(result)
+
+
+def plot_cosine(ax, rows: list[dict], title: str) -> None:
+    for s in sorted({r["staleness"] for r in rows}):
+        steps, values = toy.seed_median(rows, "cos_prev", staleness=s)
+        label = "sync" if s == 0 else f"s={s}"
+        ax.plot(steps, toy.smooth(values, 10), color=STALENESS_COLORS.get(s, "#7f7f7f"), label=label)
+    ax.axhline(0.0, color="#999999", lw=0.6)
+    ax.set(title=title, xlabel="step", ylabel="cos(g_t, g_{t-1}), median", ylim=(-1.0, 1.05))
+
+
+PANELS = [
+    toy.Panel("quadratic", quadratic_panel,
+              lambda ax, rows: plot_cosine(ax, rows, f"noisy quadratic, η·λ_max = {toy.QUADRATIC_LR}")),
+    toy.Panel("bandit_gaussian", gaussian_bandit_panel,
+              lambda ax, rows: plot_cosine(ax, rows, "Gaussian-policy bandit (GRPO, B=4, G=16)")),
+    toy.Panel("bandit_softmax", softmax_bandit_panel,
+              lambda ax, rows: plot_cosine(ax, rows, "10-armed softmax bandit (GRPO, B=4, G=16)")),
+]
+
+
+def cosine_table(rows: list[dict]) -> list[dict]:
+    """Mean over seeds of each run's mean cosine after warm-up, per (sim, staleness), + diverged count."""
+    runs = {(r["sim"], r["staleness"], r["seed"]): (r["run_mean_cos_prev"], r["run_diverged"],
+                                                     r["run_mean_cos_prev_alive"]) for r in rows}
+    table = []
+    for sim, staleness in sorted({(k[0], k[1]) for k in runs}):
+        vals = [v for k, v in runs.items() if k[0] == sim and k[1] == staleness]
+        cos = [c for c, _, _ in vals]
+        alive = [a for _, _, a in vals]
+        table.append({"sim": sim, "staleness": staleness, "mean_cos_prev": sum(cos) / len(cos),
+                      "min_seed": min(cos), "max_seed": max(cos),
+                      "mean_cos_prev_before_divergence": sum(alive) / len(alive),
+                      "diverged": sum(d for _, d, _ in vals), "seeds": len(vals)})
+    return table
+
+
+def main(profile: str, out_dir: Path, device: str = "cpu", panels=None) -> list[dict]:
+    panels = PANELS if panels is None else panels
+    apply_style()
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.3 * len(panels), 2.6), squeeze=False)
+    all_rows = []
+    for ax, panel in zip(axes[0], panels, strict=True):
+        rows = panel.run(profile, device)
+        panel.plot(ax, rows)
+        all_rows.extend(rows)
+    axes[0][0].legend(ncol=2)
+    table = cosine_table(all_rows)
+    for row in table:
+        print(f"  {row['sim']:<16} s={row['staleness']:>2}  mean cos {row['mean_cos_prev']:+.3f} "
+              f"[{row['min_seed']:+.3f}, {row['max_seed']:+.3f}]  (all steps before divergence "
+              f"{row['mean_cos_prev_before_divergence']:+.3f})  diverged {row['diverged']}/{row['seeds']}")
+    write_csv(all_rows, out_dir / f"{NAME}.csv")
+    write_csv(table, out_dir / f"{NAME}_table.csv")
+    save_figure(fig, out_dir, NAME)
+    return table

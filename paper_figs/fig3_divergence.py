@@ -1,0 +1,94 @@
+"""fig3_divergence: objective and gradient norm over training — sync vs naive async vs async + GAC at s = 16.
+
+A list of panels (``PANELS``) like fig1; each returns per-step record rows with a ``sim`` column. GAC
+is the registry's default configuration (``sim.stabilizers``; chosen in fig6_ablation). The quadratic
+objective is the loss (lower is better); the bandit's is the exact expected reward J (higher is better).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from paper_figs import toy
+from paper_figs.common import apply_style, method_color, save_figure, write_csv
+from sim.bandit import run_bandit
+from sim.grid import setting
+from sim.quadratic import run_quadratic
+
+NAME = "fig3_divergence"
+STALENESS = 16
+
+
+def _settings(lr: float) -> list:
+    return [setting("none", 0, lr), setting("none", STALENESS, lr), setting("gac", STALENESS, lr)]
+
+
+def quadratic_panel(profile: str, device: str = "cpu") -> list[dict]:
+    p = toy.profile_of(profile)
+    return run_quadratic(toy.QUADRATIC, _settings(toy.QUADRATIC_LR), p.quad_steps, p.seeds,
+                         record_every=p.record_every, progress=True, device=device).records()
+
+
+def gaussian_bandit_panel(profile: str, device: str = "cpu") -> list[dict]:
+    p = toy.profile_of(profile)
+    return run_bandit(toy.GAUSSIAN, _settings(toy.GAUSSIAN_LR), p.bandit_steps, p.seeds,
+                      groups=toy.BANDIT_GROUPS, group_size=toy.BANDIT_GROUP_SIZE, record_every=p.record_every,
+                      progress=True).records(extras=("reward_gap",))
+
+
+def plot_panel(axes, rows: list[dict], title: str, objective: str, objective_label: str, log: bool) -> None:
+    ax_obj, ax_norm = axes
+    for label in dict.fromkeys(r["label"] for r in rows):
+        staleness = next(r["staleness"] for r in rows if r["label"] == label)
+        legend = f"{label} (s={staleness})"
+        steps, values = toy.seed_median(rows, objective, label=label)
+        ax_obj.plot(steps, [min(v, 1e8) for v in values], color=method_color(label), label=legend)
+        steps, values = toy.seed_median(rows, "grad_norm", label=label)
+        ax_norm.plot(steps, [min(v, 1e8) for v in values], color=method_color(label), label=legend)
+    ax_obj.set(title=title, xlabel="step", ylabel=objective_label, yscale="log" if log else "linear")
+    ax_norm.set(xlabel="step", ylabel="‖g_t‖ (median over seeds)", yscale="log")
+
+
+PANELS = [
+    toy.Panel("quadratic", quadratic_panel,
+              lambda axes, rows: plot_panel(axes, rows, f"noisy quadratic, η·λ_max = {toy.QUADRATIC_LR}",
+                                            "objective", "loss f(x) (median; capped 1e8)", True)),
+    toy.Panel("bandit_gaussian", gaussian_bandit_panel,
+              lambda axes, rows: plot_panel(axes, rows, "Gaussian-policy bandit (GRPO)", "reward_gap",
+                                            "reward gap J* − J (median)", True)),
+]
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Final objective (last recorded step, median over seeds) and diverged seeds per (sim, label)."""
+    out = []
+    for sim, label in dict.fromkeys((r["sim"], r["label"]) for r in rows):
+        mine = [r for r in rows if r["sim"] == sim and r["label"] == label]
+        last = max(r["step"] for r in mine)
+        finals = sorted(r["objective"] for r in mine if r["step"] == last)
+        out.append({"sim": sim, "label": label, "staleness": mine[0]["staleness"], "final_step": last,
+                    "median_final_objective": finals[len(finals) // 2],
+                    "diverged_seeds": sum(r["diverged"] for r in mine if r["step"] == last), "seeds": len(finals)})
+    return out
+
+
+def main(profile: str, out_dir: Path, device: str = "cpu", panels=None) -> list[dict]:
+    panels = PANELS if panels is None else panels
+    apply_style()
+    fig, axes = plt.subplots(2, len(panels), figsize=(3.3 * len(panels), 4.6), squeeze=False)
+    all_rows = []
+    for k, panel in enumerate(panels):
+        rows = panel.run(profile, device)
+        panel.plot((axes[0][k], axes[1][k]), rows)
+        all_rows.extend(rows)
+    axes[0][0].legend()
+    summary = summarize(all_rows)
+    for row in summary:
+        print(f"  {row['sim']:<16} {row['label']:<6} s={row['staleness']:>2} final objective "
+              f"{row['median_final_objective']:.4g}  diverged {row['diverged_seeds']}/{row['seeds']}")
+    write_csv(all_rows, out_dir / f"{NAME}.csv")
+    write_csv(summary, out_dir / f"{NAME}_summary.csv")
+    save_figure(fig, out_dir, NAME)
+    return summary

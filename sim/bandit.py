@@ -1,0 +1,283 @@
+"""Policy-gradient bandits in the stale-data model, GRPO-style, vectorized over seeds and settings.
+
+At step t the learner holds θ_t; the B·G actions of the batch (B groups of G) were sampled from the
+behaviour policy π_{θ_{t−s_t}}, and the gradient is taken at θ_t on those samples:
+    ĝ = −1/(BG) Σ_i w_i A_i ∇_θ log π_θ(a_i),   A_i = (r_i − mean_group r) / (std_group r + ε)  (GRPO)
+with w_i = 1 ("none", "gac", "lr_scale"), min(π_θ/π_b, C) ("tis"), or the M2PO mask times π_θ/π_b
+("m2po"). ĝ is the gradient of the loss −J, so every run steps θ ← θ − η·ĝ'. The expected reward J(θ)
+is exact (closed form), recorded as the objective (higher is better).
+
+Two policies: (a) ``GaussianBandit`` — a ~ N(μ, σ_π² I), reward −½ Σ h_i (a_i − a*_i)²; with the
+group-mean baseline the (μ_{t−s} − μ_t) part of the score cancels exactly, so its gradient is the
+stale-gradient model's ∇J(μ_{t−s}) (up to the std normalization), tying the RL setting to the
+quadratic. (b) ``SoftmaxBandit`` — logits x_cᵀθ over K arms, Bernoulli rewards p_{c,k}; C = 1 is the
+K-armed bandit, one-hot x_c the tabular contextual bandit, Gaussian x_c a linear contextual one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+from tqdm import tqdm
+
+from sim.grid import GridResult, GridUpdater, Recorder, Setting, check_models
+from sim.stabilizers import STALE_DATA, m2po_mask_rows, tis_weights
+from sim.staleness import TensorVersionBuffer
+
+ADVANTAGES = ("grpo", "mean")
+DIVERGENCE_FACTOR = 1e6
+"""Gaussian bandit: diverged when the reward gap exceeds DIVERGENCE_FACTOR × the initial gap (or is not finite)."""
+ADVANTAGE_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class GaussianBandit:
+    """Continuous actions a ~ N(μ, σ_π² I) in R^d, reward r(a) = −½ Σ h_i (a_i − a*_i)² + noise.
+
+    J(μ) = −½ Σ h_i (μ_i − a*_i)² − ½ σ_π² Σ h_i; the optimum −½ σ_π² Σ h_i is at μ = a* = target·1.
+    """
+
+    dim: int = 10
+    condition_number: float = 10.0
+    curvature_max: float = 1.0
+    policy_std: float = 0.5
+    target: float = 1.0
+    reward_noise: float = 0.0
+
+    kind = "gaussian"
+
+    @property
+    def param_dim(self) -> int:
+        return self.dim
+
+    def curvatures(self, dtype=torch.float64) -> torch.Tensor:
+        low = math.log10(self.curvature_max / self.condition_number)
+        return torch.logspace(low, math.log10(self.curvature_max), self.dim, dtype=dtype)
+
+    def initial_params(self, dtype=torch.float64) -> torch.Tensor:
+        return torch.zeros(self.dim, dtype=dtype)
+
+    def optimal_reward(self) -> float:
+        return float(-0.5 * self.policy_std ** 2 * self.curvatures().sum())
+
+    def expected_reward(self, mu: torch.Tensor) -> torch.Tensor:
+        h = self.curvatures(mu.dtype)
+        return -0.5 * (h * (mu - self.target) ** 2).sum(-1) + self.optimal_reward()
+
+    def kl(self, behaviour: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
+        """KL(π_b ‖ π_θ) = ‖μ_b − μ‖² / (2σ_π²)."""
+        return ((behaviour - current) ** 2).sum(-1) / (2 * self.policy_std ** 2)
+
+    def entropy(self, mu: torch.Tensor) -> torch.Tensor:
+        const = 0.5 * self.dim * (1.0 + math.log(2 * math.pi * self.policy_std ** 2))
+        return torch.full(mu.shape[:-1], const, dtype=mu.dtype)
+
+
+@dataclass(frozen=True)
+class SoftmaxBandit:
+    """π(k|c) = softmax(x_cᵀθ)_k over ``arms``; reward Bernoulli(p_{c,k}), p drawn once from ``problem_seed``.
+
+    ``contexts`` = 1: K-armed bandit. ``features`` = "tabular": x_c one-hot (θ is a C×K table);
+    "linear": x_c ~ N(0, I/F) in R^F shared by all contexts (gradients of contexts interfere).
+    """
+
+    arms: int = 10
+    contexts: int = 1
+    features: str = "tabular"
+    feature_dim: int = 8
+    problem_seed: int = 1234
+
+    kind = "softmax"
+
+    def __post_init__(self) -> None:
+        if self.features not in ("tabular", "linear") or self.arms < 2 or self.contexts < 1:
+            raise ValueError(f"bad SoftmaxBandit {self}")
+
+    @property
+    def n_features(self) -> int:
+        return self.contexts if self.features == "tabular" else self.feature_dim
+
+    @property
+    def param_dim(self) -> int:
+        return self.n_features * self.arms
+
+    def tables(self, dtype=torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+        """(features x of shape (C, F), reward probabilities p of shape (C, K))."""
+        gen = torch.Generator().manual_seed(self.problem_seed)
+        probs = torch.rand(self.contexts, self.arms, generator=gen, dtype=dtype)
+        if self.features == "tabular":
+            feats = torch.eye(self.contexts, dtype=dtype)
+        else:
+            feats = torch.randn(self.contexts, self.feature_dim, generator=gen, dtype=dtype)
+            feats = feats / math.sqrt(self.feature_dim)
+        return feats, probs
+
+    def initial_params(self, dtype=torch.float64) -> torch.Tensor:
+        return torch.zeros(self.param_dim, dtype=dtype)
+
+    def logits(self, theta: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
+        """All contexts' logits, (R, C, K)."""
+        return torch.einsum("cf,rfk->rck", feats, theta.reshape(-1, self.n_features, self.arms))
+
+    def optimal_reward(self) -> float:
+        return float(self.tables()[1].max(-1).values.mean())
+
+    def expected_reward(self, theta: torch.Tensor, feats=None, probs=None) -> torch.Tensor:
+        if feats is None:
+            feats, probs = self.tables(theta.dtype)
+        return (self.logits(theta, feats).softmax(-1) * probs).sum(-1).mean(-1)
+
+    def kl(self, behaviour: torch.Tensor, current: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
+        """KL(π_b ‖ π_θ) averaged over all contexts."""
+        log_b = self.logits(behaviour, feats).log_softmax(-1)
+        log_t = self.logits(current, feats).log_softmax(-1)
+        return (log_b.exp() * (log_b - log_t)).sum(-1).mean(-1)
+
+    def entropy(self, theta: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
+        logp = self.logits(theta, feats).log_softmax(-1)
+        return -(logp.exp() * logp).sum(-1).mean(-1)
+
+
+def group_advantages(rewards: torch.Tensor, advantage: str = "grpo") -> torch.Tensor:
+    """GRPO advantages over the last dim (the group): (r − mean)/(std + ε), or r − mean for "mean"."""
+    centred = rewards - rewards.mean(-1, keepdim=True)
+    if advantage == "mean":
+        return centred
+    return centred / (rewards.std(-1, unbiased=False, keepdim=True) + ADVANTAGE_EPS)
+
+
+class _SampleWeights:
+    """Per-row sample weights of the stale-data methods, from the log-ratio log π_θ(a) − log π_b(a)."""
+
+    def __init__(self, updater: GridUpdater):
+        settings, seeds = updater.settings, updater.seeds
+        rep = lambda values, dt: torch.tensor(values, dtype=dt).repeat_interleave(seeds)
+        self.tis = rep([s.method == "tis" for s in settings], torch.bool)
+        self.m2po = rep([s.method == "m2po" for s in settings], torch.bool)
+        self.tis_cap = rep([s.method_params().get("tis_cap", 1.0) if s.method == "tis" else 1.0
+                            for s in settings], torch.float64)
+        self.m2_threshold = rep([s.method_params().get("m2_threshold", 1.0) if s.method == "m2po" else 1.0
+                                 for s in settings], torch.float64)
+        self.any = bool(self.tis.any() or self.m2po.any())
+
+    def __call__(self, log_ratio: torch.Tensor) -> torch.Tensor:
+        """Weights of shape (R, N) for a log-ratio of shape (R, N)."""
+        ones = torch.ones_like(log_ratio)
+        if not self.any:
+            return ones
+        weights = torch.where(self.tis[:, None], tis_weights(log_ratio, self.tis_cap[:, None]), ones)
+        if self.m2po.any():
+            kept = m2po_mask_rows(log_ratio, self.m2_threshold)
+            weights = torch.where(self.m2po[:, None], kept * log_ratio.exp(), weights)
+        return weights
+
+
+def run_bandit(problem: GaussianBandit | SoftmaxBandit, settings: list[Setting], steps: int, seeds: int = 4,
+               seed: int = 0, groups: int = 8, group_size: int = 16, advantage: str = "grpo",
+               record_every: int = 1, warmup: int | None = None, tail: int | None = None,
+               progress: bool = False) -> GridResult:
+    """Run every setting × seed; one tensor update per step for all runs (sim name "bandit_<kind>").
+
+    ``groups`` B and ``group_size`` G set the signal-to-noise of the gradient (B·G samples per step).
+    Extras recorded: kl (KL(π_b ‖ π_θ)), entropy, reward_gap (J* − J), mean_weight (mean sample weight).
+    """
+    if steps < 1 or seeds < 1 or groups < 1 or group_size < 2:
+        raise ValueError(f"need steps, seeds, groups >= 1 and group_size >= 2, got {steps}, {seeds}, {groups}, "
+                         f"{group_size}")
+    if advantage not in ADVANTAGES:
+        raise ValueError(f"advantage must be one of {ADVANTAGES}, got {advantage!r}")
+    check_models(settings, STALE_DATA)
+    dtype = torch.float64
+    updater = GridUpdater(settings, seeds, problem.param_dim, dtype)
+    weigh = _SampleWeights(updater)
+    rows, seed_index = updater.rows, updater.seed_index
+    theta = problem.initial_params(dtype).expand(rows, -1).clone()
+    buffer = TensorVersionBuffer(theta, int(updater.max_staleness.max()) + 1)
+    gen = torch.Generator().manual_seed(int(seed))
+    optimum = problem.optimal_reward()
+    extras = ("kl", "entropy", "reward_gap", "mean_weight")
+    recorder = Recorder(rows, steps, record_every, steps // 5 if warmup is None else warmup,
+                        max(1, steps // 10) if tail is None else tail, extras=extras, dtype=dtype,
+                        higher_is_better=True)
+    if problem.kind == "softmax":
+        feats, probs = problem.tables(dtype)
+        reward_of = lambda th: problem.expected_reward(th, feats, probs)
+    else:
+        reward_of = problem.expected_reward
+    initial_gap = optimum - float(reward_of(theta[:1])[0])
+    diverged = torch.zeros(rows, dtype=torch.bool)
+    for step in tqdm(range(steps), desc=f"bandit_{problem.kind}", disable=not progress, leave=False):
+        uniform = torch.rand(seeds, generator=gen, dtype=dtype)
+        staleness = updater.staleness(uniform)
+        behaviour = buffer.get((step - staleness).clamp_min(0))
+        if problem.kind == "gaussian":
+            grad, log_ratio, weights = _gaussian_gradient(problem, theta, behaviour, gen, seeds, seed_index,
+                                                          groups, group_size, advantage, weigh)
+            kl, entropy = problem.kl(behaviour, theta), problem.entropy(theta)
+        else:
+            grad, log_ratio, weights = _softmax_gradient(problem, feats, probs, theta, behaviour, gen, seeds,
+                                                         seed_index, groups, group_size, advantage, weigh)
+            kl, entropy = problem.kl(behaviour, theta, feats), problem.entropy(theta, feats)
+        theta_new, info = updater.update(theta, grad, behaviour, staleness, ~diverged)
+        reward = reward_of(theta_new)
+        gap = optimum - reward
+        bad = ~torch.isfinite(theta_new).all(-1) | ~torch.isfinite(reward)
+        if problem.kind == "gaussian":
+            bad |= gap > DIVERGENCE_FACTOR * max(initial_gap, 1e-12)
+        diverged = diverged | bad
+        theta = torch.where(diverged[:, None], theta, theta_new)
+        buffer.push(step + 1, theta)
+        info.update(objective=reward, diverged=diverged, kl=kl, entropy=entropy, reward_gap=gap,
+                    mean_weight=weights.mean(-1))
+        recorder.observe(step, info)
+    meta = {"problem": {"kind": problem.kind, **asdict(problem)}, "steps": steps, "groups": groups,
+            "group_size": group_size, "advantage": advantage, "optimal_reward": optimum,
+            "initial_reward": optimum - initial_gap}
+    return recorder.result(f"bandit_{problem.kind}", settings, seeds, seed, meta)
+
+
+def _gaussian_gradient(problem: GaussianBandit, mu, behaviour, gen, seeds, seed_index, groups, group_size,
+                       advantage, weigh):
+    sigma = problem.policy_std
+    h = problem.curvatures(mu.dtype)
+    eps = torch.randn(seeds, groups, group_size, problem.dim, generator=gen, dtype=mu.dtype)[seed_index]
+    noise = torch.randn(seeds, groups, group_size, generator=gen, dtype=mu.dtype)[seed_index]
+    actions = behaviour[:, None, None, :] + sigma * eps  # sampled from the stale policy
+    rewards = -0.5 * (h * (actions - problem.target) ** 2).sum(-1) + problem.reward_noise * noise
+    adv = group_advantages(rewards, advantage)  # (R, B, G)
+    diff_now = actions - mu[:, None, None, :]
+    log_ratio = (-(diff_now ** 2).sum(-1) + (sigma * eps) .pow(2).sum(-1)) / (2 * sigma ** 2)
+    weights = weigh(log_ratio.reshape(len(mu), -1)).reshape(adv.shape)
+    score = diff_now / sigma ** 2  # ∇_μ log π_θ(a) at the current μ
+    grad = -((weights * adv)[..., None] * score).mean(dim=(1, 2))
+    return grad, log_ratio, weights.reshape(len(mu), -1)
+
+
+def _softmax_gradient(problem: SoftmaxBandit, feats, probs, theta, behaviour, gen, seeds, seed_index, groups,
+                      group_size, advantage, weigh):
+    rows, arms = len(theta), problem.arms
+    ctx = torch.randint(0, problem.contexts, (seeds, groups), generator=gen)[seed_index]  # (R, B)
+    uniform = torch.rand(seeds, groups, group_size, arms, generator=gen, dtype=theta.dtype)[seed_index]
+    coin = torch.rand(seeds, groups, group_size, generator=gen, dtype=theta.dtype)[seed_index]
+    gumbel = -(-uniform.clamp_min(1e-300).log()).log()
+    phi = feats[ctx]  # (R, B, F)
+    nf = problem.n_features
+    logits_b = torch.einsum("rbf,rfk->rbk", phi, behaviour.reshape(rows, nf, arms))
+    logits_t = torch.einsum("rbf,rfk->rbk", phi, theta.reshape(rows, nf, arms))
+    actions = (logits_b[:, :, None, :] + gumbel).argmax(-1)  # (R, B, G): Gumbel-max sample from π_b
+    p_taken = probs[ctx[:, :, None], actions]
+    rewards = (coin < p_taken).to(theta.dtype)
+    adv = group_advantages(rewards, advantage)
+    logp_t, logp_b = logits_t.log_softmax(-1), logits_b.log_softmax(-1)
+    log_ratio = (logp_t.gather(-1, actions) - logp_b.gather(-1, actions))  # (R, B, G)
+    weights = weigh(log_ratio.reshape(rows, -1)).reshape(adv.shape)
+    onehot = torch.nn.functional.one_hot(actions, arms).to(theta.dtype)
+    # ∇_θ log π_θ(a|c) = x_c ⊗ (e_a − π_θ(·|c)); sum over the group first, then over the batch.
+    coef = ((weights * adv)[..., None] * (onehot - logp_t.exp()[:, :, None, :])).sum(2)  # (R, B, K)
+    grad = -torch.einsum("rbf,rbk->rfk", phi, coef).reshape(rows, -1) / (groups * group_size)
+    return grad, log_ratio, weights.reshape(rows, -1)
+
+
+__all__ = ["GaussianBandit", "SoftmaxBandit", "group_advantages", "run_bandit", "ADVANTAGES"]

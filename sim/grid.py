@@ -1,0 +1,349 @@
+"""A grid of runs (settings × seeds) advanced by one tensor update per step, shared by the simulators.
+
+Each simulator only computes the raw gradients of all runs, shape (R, P); ``GridUpdater`` turns them
+into parameter updates with each row's method (``sim.stabilizers``): GAC through ``gac.control`` once
+per group of rows that share a GAC configuration, the staleness-aware step size, SGD or Adam. Rows are
+ordered setting-major: row = setting_index · seeds + seed_index. ``GridResult`` holds what was
+recorded and turns it into the per-step record of ``sim.record``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+import gac
+from sim import stabilizers
+from sim.record import NO_REGIME, make_row
+from sim.staleness import KINDS
+
+OPTIMIZERS = ("sgd", "adam")
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
+NO_GAC = -1  # regime code of rows without a GAC decision
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point of the grid: method (registry name) with its parameters, staleness, step size, optimizer."""
+
+    method: str = "none"
+    """Registry name in ``sim.stabilizers`` ("none", "gac", "lr_scale", "dc", "tis", "m2po")."""
+    staleness: int = 0
+    """s (fixed) or s_max (random); sync is s = 0."""
+    lr: float = 0.1
+    """Step size η."""
+    staleness_kind: str = "fixed"
+    """"fixed" s every step, or "random" s_t ~ U{0..s}."""
+    optimizer: str = "sgd"
+    """"sgd" (x −= η·u) or "adam" (x −= η·m̂/(√v̂+ε))."""
+    params: tuple[tuple[str, Any], ...] = ()
+    """Method parameters as sorted (name, value) pairs (see ``setting``)."""
+    label: str | None = None
+    """Name in figures and records' ``label`` column; default: "sync" for s = 0 "none", else the method."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.staleness, bool) or not isinstance(self.staleness, int) or self.staleness < 0:
+            raise ValueError(f"staleness must be an integer >= 0, got {self.staleness!r}")
+        if self.staleness_kind not in KINDS:
+            raise ValueError(f"staleness kind must be one of {KINDS}, got {self.staleness_kind!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        self.method_params()  # unknown method or parameter fails here, before any work
+        if self.method == "gac":
+            cfg_params = self.method_params()
+            stabilizers.gac_config(**cfg_params)
+            if cfg_params["space"] == "update" and self.optimizer != "adam":
+                raise ValueError("gac space='update' needs optimizer='adam' (SGD's update is the gradient)")
+
+    def method_params(self) -> dict:
+        return stabilizers.method_params(self.method, **dict(self.params))
+
+    @property
+    def name(self) -> str:
+        if self.label is not None:
+            return self.label
+        return "sync" if self.method == "none" and self.staleness == 0 else self.method
+
+
+def setting(method: str = "none", staleness: int = 0, lr: float = 0.1, *, staleness_kind: str = "fixed",
+            optimizer: str = "sgd", label: str | None = None, **params) -> Setting:
+    """Build a ``Setting``; keyword ``params`` are the method's parameters (checked against the registry)."""
+    return Setting(method, staleness, lr, staleness_kind, optimizer, tuple(sorted(params.items())), label)
+
+
+def check_models(settings, model: str) -> None:
+    """Fail before any work if a method does not apply to this staleness model."""
+    for s in settings:
+        stabilizers.get_stabilizer(s.method, model)
+
+
+@dataclass
+class _GacGroup:
+    rows: torch.Tensor
+    cfg: gac.GACConfig
+    space: str
+    rule: stabilizers.BatchedEMAThreshold | None
+    fixed_threshold: torch.Tensor
+
+
+class GridUpdater:
+    """Per-row methods and optimizer state of a grid; ``update`` maps raw gradients to new parameters."""
+
+    def __init__(self, settings: list[Setting], seeds: int, dim: int, dtype: torch.dtype = torch.float64,
+                 device: str | torch.device = "cpu"):
+        self.settings, self.seeds, self.rows = list(settings), int(seeds), len(settings) * int(seeds)
+        rep = lambda values, dt: torch.tensor(values, dtype=dt, device=device).repeat_interleave(self.seeds)
+        self.setting_index = rep(list(range(len(settings))), torch.int64)
+        self.seed_index = torch.arange(self.seeds, device=device).repeat(len(settings))
+        self.lr = rep([s.lr for s in settings], dtype)
+        self.max_staleness = rep([s.staleness for s in settings], torch.int64)
+        self.random_staleness = rep([s.staleness_kind == "random" for s in settings], torch.bool)
+        self.adam = rep([s.optimizer == "adam" for s in settings], torch.bool)
+        self.lr_scale = rep([s.method == "lr_scale" for s in settings], torch.bool)
+        self.dc = rep([s.method == "dc" for s in settings], torch.bool)
+        self.dc_lambda = rep([s.method_params().get("dc_lambda", 0.0) if s.method == "dc" else 0.0
+                              for s in settings], dtype)
+        self.any_adam, self.any_dc = bool(self.adam.any()), bool(self.dc.any())
+        self.groups = self._gac_groups(dtype, device)
+        shape = (self.rows, dim)
+        self.reference = torch.zeros(shape, dtype=dtype, device=device)
+        self.prev_raw = torch.zeros(shape, dtype=dtype, device=device)
+        self.prev_applied = torch.zeros(shape, dtype=dtype, device=device)
+        self.exp_avg = torch.zeros(shape, dtype=dtype, device=device) if self.any_adam else None
+        self.exp_avg_sq = torch.zeros(shape, dtype=dtype, device=device) if self.any_adam else None
+        self.adam_steps = torch.zeros(self.rows, dtype=torch.int64, device=device)
+
+    def _gac_groups(self, dtype, device) -> list[_GacGroup]:
+        """Rows grouped by everything of their GAC setting except a fixed threshold (a per-row tensor)."""
+        keyed: dict[tuple, list[int]] = {}
+        for index, s in enumerate(self.settings):
+            if s.method != "gac":
+                continue
+            params = s.method_params()
+            key = tuple(sorted((k, v) for k, v in params.items() if k != "threshold" or params["threshold_rule"]))
+            keyed.setdefault(key, []).append(index)
+        groups = []
+        for indices in keyed.values():
+            rows = torch.cat([torch.arange(i * self.seeds, (i + 1) * self.seeds) for i in indices]).to(device)
+            params = self.settings[indices[0]].method_params()
+            cfg = stabilizers.gac_config(**params)  # per-row thresholds were validated in Setting
+            rule = (stabilizers.BatchedEMAThreshold(cfg.threshold, len(rows), dtype)
+                    if params["threshold_rule"] == "ema" else None)
+            threshold = torch.tensor([self.settings[i].method_params()["threshold"] for i in indices],
+                                     dtype=dtype, device=device).repeat_interleave(self.seeds)
+            groups.append(_GacGroup(rows, cfg, params["space"], rule, threshold))
+        return groups
+
+    def staleness(self, uniform_per_seed: torch.Tensor) -> torch.Tensor:
+        """s_t per row: s for fixed rows, ⌊u·(s_max+1)⌋ for random rows (u ~ U[0,1) drawn per seed)."""
+        u = uniform_per_seed[self.seed_index]
+        drawn = (u * (self.max_staleness + 1).to(u.dtype)).floor().long().clamp_max(self.max_staleness)
+        return torch.where(self.random_staleness, drawn, self.max_staleness)
+
+    def _apply_gac(self, space: str, vectors: torch.Tensor, info: dict) -> torch.Tensor:
+        out = vectors
+        for group in self.groups:
+            if group.space != space:
+                continue
+            rows = group.rows
+            threshold = group.rule.current() if group.rule is not None else group.fixed_threshold
+            raw = vectors[rows]
+            result = gac.control(raw, self.reference[rows], group.cfg, threshold=threshold)
+            if out is vectors:
+                out = vectors.clone()
+            out[rows] = result.grad
+            info["regime"][rows] = result.regime.to(torch.int64)
+            info["parallel_scale"][rows] = result.parallel_scale.to(info["parallel_scale"].dtype)
+            info["threshold"][rows] = torch.as_tensor(threshold, dtype=info["threshold"].dtype).expand(len(rows))
+            self.reference[rows] = gac.update_reference(self.reference[rows], raw, group.cfg)
+            if group.rule is not None:
+                group.rule.observe(result.cosine)
+        return out
+
+    def update(self, params: torch.Tensor, grad: torch.Tensor, stale_params: torch.Tensor,
+               staleness: torch.Tensor, active: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """New parameters of all rows from their raw gradients; rows with ``active`` False stay put.
+
+        Order per row: DC correction (dc rows), GAC in gradient space, Adam moments (adam rows), GAC in
+        update space, step size η (÷(1+s_t) for lr_scale rows). A GAC "skip" leaves the row unchanged,
+        optimizer state included (as ``gac.wrap`` does).
+        """
+        dtype = grad.dtype
+        info = {"regime": torch.full((self.rows,), NO_GAC, dtype=torch.int64),
+                "parallel_scale": torch.ones(self.rows, dtype=dtype),
+                "threshold": torch.full((self.rows,), float("nan"), dtype=dtype),
+                "grad_norm": grad.norm(dim=-1),
+                "cos_prev": gac.alignment(grad, self.prev_raw)}
+        self.prev_raw = grad
+        direction = grad
+        if self.any_dc:
+            corrected = stabilizers.delay_compensated_gradient(grad, params, stale_params, self.dc_lambda[:, None])
+            direction = torch.where(self.dc[:, None], corrected, grad)
+        direction = self._apply_gac("gradient", direction, info)
+        moving = active & (info["regime"] != gac.SKIP)
+        if self.any_adam:
+            beta1, beta2 = ADAM_BETAS
+            steps = self.adam_steps + 1
+            exp_avg = torch.lerp(self.exp_avg, direction, 1 - beta1)
+            exp_avg_sq = beta2 * self.exp_avg_sq + (1 - beta2) * direction * direction
+            corr1 = (1 - beta1 ** steps.to(dtype))[:, None]
+            corr2 = (1 - beta2 ** steps.to(dtype))[:, None]
+            proposed = (exp_avg / corr1) / ((exp_avg_sq / corr2).sqrt() + ADAM_EPS)
+            adam_moving = (moving & self.adam)[:, None]
+            self.exp_avg = torch.where(adam_moving, exp_avg, self.exp_avg)
+            self.exp_avg_sq = torch.where(adam_moving, exp_avg_sq, self.exp_avg_sq)
+            self.adam_steps = torch.where(adam_moving[:, 0], steps, self.adam_steps)
+            direction = torch.where(self.adam[:, None], proposed, direction)
+            direction = self._apply_gac("update", direction, info)
+            moving = active & (info["regime"] != gac.SKIP)
+        lr = torch.where(self.lr_scale, self.lr / (1.0 + staleness.to(dtype)), self.lr)
+        applied = direction * moving[:, None].to(dtype)  # frozen or skipped rows apply nothing
+        info["cos_applied"] = gac.alignment(applied, self.prev_applied)
+        info["lr"] = lr
+        self.prev_applied = applied
+        return params - lr[:, None] * applied, info
+
+
+@dataclass
+class GridResult:
+    """Recorded traces of a grid: ``traces[name]`` has shape (recorded steps, R); ``summary[name]`` (R,)."""
+
+    sim: str
+    settings: list[Setting]
+    seeds: int
+    seed: int
+    steps: torch.Tensor
+    traces: dict[str, torch.Tensor]
+    summary: dict[str, torch.Tensor]
+    meta: dict = field(default_factory=dict)
+
+    def row_of(self, setting_index: int, seed_index: int) -> int:
+        return setting_index * self.seeds + seed_index
+
+    def rows_of(self, setting_index: int) -> slice:
+        return slice(setting_index * self.seeds, (setting_index + 1) * self.seeds)
+
+    def find(self, **match) -> list[int]:
+        """Indices of settings whose fields (or ``name``) equal ``match``."""
+        return [i for i, s in enumerate(self.settings)
+                if all((s.name if k == "name" else getattr(s, k)) == v for k, v in match.items())]
+
+    def regime_names(self, codes: torch.Tensor, setting_index: int) -> list[str]:
+        s = self.settings[setting_index]
+        mode = s.method_params()["mode"] if s.method == "gac" else ""
+        return [NO_REGIME if c < 0 else gac.regime_name(c, mode) for c in codes.tolist()]
+
+    def records(self, extras: tuple[str, ...] = ()) -> list[dict]:
+        """The per-step record rows (sim.record columns, then label, lr, diverged and ``extras``)."""
+        rows = []
+        t = self.traces
+        for si, s in enumerate(self.settings):
+            for k in range(self.seeds):
+                r = self.row_of(si, k)
+                names = self.regime_names(t["regime"][:, r], si)
+                for j, step in enumerate(self.steps.tolist()):
+                    extra = {"label": s.name, "lr": float(t["lr"][j, r]), "diverged": bool(t["diverged"][j, r])}
+                    extra.update({name: float(t[name][j, r]) for name in extras})
+                    rows.append(make_row(self.sim, step, k, s.method, s.staleness, float(t["objective"][j, r]),
+                                         float(t["grad_norm"][j, r]), float(t["cos_prev"][j, r]),
+                                         float(t["cos_applied"][j, r]), names[j], float(t["parallel_scale"][j, r]),
+                                         **extra))
+        return rows
+
+    def summary_rows(self) -> list[dict]:
+        """One row per run: the setting, its seed and every summary value."""
+        rows = []
+        for si, s in enumerate(self.settings):
+            for k in range(self.seeds):
+                r = self.row_of(si, k)
+                row = {"sim": self.sim, "label": s.name, "method": s.method, "staleness": s.staleness,
+                       "staleness_kind": s.staleness_kind, "lr": s.lr, "optimizer": s.optimizer, "seed": k,
+                       "params": ";".join(f"{a}={b}" for a, b in s.params)}
+                row.update({name: _scalar(v[r]) for name, v in self.summary.items()})
+                rows.append(row)
+        return rows
+
+
+def _scalar(value: torch.Tensor):
+    return bool(value) if value.dtype == torch.bool else (int(value) if not value.is_floating_point()
+                                                           else float(value))
+
+
+class Recorder:
+    """Keeps every ``every``-th step's values of all rows, and running summaries per row.
+
+    Summaries: ``mean_cos_prev`` / ``mean_cos_applied`` over steps ≥ ``warmup`` before divergence (NaN
+    if it diverged before warm-up); ``mean_cos_prev_alive`` over all steps ≥ 1 before divergence; ``final_objective``
+    = mean objective over the last ``tail`` steps (inf, or −inf for rewards, if the run diverged); ``diverged`` and
+    ``diverged_step`` (−1 if never); ``act_fraction`` / ``skip_fraction`` of GAC steps ≥ warmup.
+    After a run diverges its cosines are recorded as NaN (it is frozen, nothing is compared any more).
+    """
+
+    FIELDS = ("objective", "grad_norm", "cos_prev", "cos_applied", "regime", "parallel_scale", "lr", "diverged")
+
+    def __init__(self, rows: int, steps: int, every: int = 1, warmup: int = 0, tail: int = 1,
+                 extras: tuple[str, ...] = (), dtype=torch.float64, higher_is_better: bool = False):
+        self.higher_is_better = higher_is_better
+        self.every, self.warmup, self.steps, self.tail = max(1, every), warmup, steps, max(1, tail)
+        self.names = (*self.FIELDS, *extras)
+        self.kept: dict[str, list[torch.Tensor]] = {n: [] for n in self.names}
+        self.kept_steps: list[int] = []
+        zeros = lambda: torch.zeros(rows, dtype=dtype)
+        self.sums = {"cos_prev": zeros(), "cos_applied": zeros(), "objective": zeros(), "act": zeros(),
+                     "skip": zeros(), "cos_prev_alive": zeros()}
+        self.alive_counts = zeros()
+        self.counts, self.tail_counted = zeros(), 0
+        self.diverged_step = torch.full((rows,), -1, dtype=torch.int64)
+
+    def observe(self, step: int, values: dict[str, torch.Tensor]) -> None:
+        diverged = values["diverged"]
+        fresh = diverged & (self.diverged_step < 0)
+        self.diverged_step = torch.where(fresh, step, self.diverged_step)
+        # A frozen (diverged) run has no more gradients to compare: its cosines read NaN from then on.
+        frozen = diverged & ~fresh
+        nan = torch.full_like(values["cos_prev"], float("nan"))
+        values = dict(values, cos_prev=torch.where(frozen, nan, values["cos_prev"]),
+                      cos_applied=torch.where(frozen, nan, values["cos_applied"]))
+        if step % self.every == 0 or step == self.steps - 1:
+            self.kept_steps.append(step)
+            for n in self.names:
+                self.kept[n].append(values[n].detach().clone())
+        live = (~diverged).to(self.sums["act"].dtype)
+        if step >= 1:  # step 0 has no previous gradient
+            self.alive_counts += live
+            self.sums["cos_prev_alive"] += live * values["cos_prev"].nan_to_num()
+        if step >= self.warmup:
+            self.counts += live
+            self.sums["cos_prev"] += live * values["cos_prev"].nan_to_num()
+            self.sums["cos_applied"] += live * values["cos_applied"].nan_to_num()
+            self.sums["act"] += live * (values["regime"] == gac.ACT).to(live.dtype)
+            self.sums["skip"] += live * (values["regime"] == gac.SKIP).to(live.dtype)
+        if step >= self.steps - self.tail:
+            self.tail_counted += 1
+            self.sums["objective"] += values["objective"]
+
+    def result(self, sim: str, settings, seeds: int, seed: int, meta: dict | None = None) -> GridResult:
+        traces = {n: torch.stack(v) for n, v in self.kept.items()}
+        count = torch.where(self.counts > 0, self.counts, torch.nan)  # steps ≥ warmup before divergence
+        diverged = self.diverged_step >= 0
+        final = self.sums["objective"] / max(self.tail_counted, 1)
+        bad = float("-inf") if self.higher_is_better else float("inf")
+        summary = {
+            "mean_cos_prev": self.sums["cos_prev"] / count,
+            "mean_cos_applied": self.sums["cos_applied"] / count,
+            "mean_cos_prev_alive": self.sums["cos_prev_alive"] / self.alive_counts.clamp_min(1),
+            "final_objective": torch.where(diverged, torch.full_like(final, bad), final),
+            "diverged": diverged,
+            "diverged_step": self.diverged_step,
+            "act_fraction": self.sums["act"] / count,
+            "skip_fraction": self.sums["skip"] / count,
+        }
+        return GridResult(sim, list(settings), seeds, seed, torch.tensor(self.kept_steps), traces, summary,
+                          meta or {})
+
+
+__all__ = ["Setting", "setting", "check_models", "GridUpdater", "GridResult", "Recorder", "OPTIMIZERS", "NO_GAC"]
