@@ -150,6 +150,12 @@ def check_cosine_against_simulation(settings, dim: int = 1000, steps: int = 2000
     return rows
 
 
+MC_SETTINGS = [(0.5, "log", 0), (0.3, "uniform", 1), (0.32, "random", 2), (0.9, "spiked", 1), (0.9, "spiked", 4),
+               (0.85, "spiked", 8), (0.9, "uniform", 2), (0.95, "log", 4), (0.97, "uniform", 1)]
+"""(fraction of a*(s) taken by the top ηλ, spectrum name, staleness) of the Monte-Carlo check, far to close to
+the boundary; used by the tests and by ``python -m theory.tables cosine``."""
+
+
 def spectrum(name: str, dim: int) -> np.ndarray:
     """Named test spectra with λ_max = 1: "log" (log-spaced 1e-2..1), "uniform" (0.05..1), "spiked"
     (90% at 0.05, 10% at 1), "random" (fixed-seed uniform(0, 1) with λ_max set to 1)."""

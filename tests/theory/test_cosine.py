@@ -7,13 +7,9 @@ import sympy as sp
 from theory import cosine
 from theory.stability import stability_boundary_closed_form
 
-# (fraction of a*(s) taken by the top eta*lambda, spectrum, staleness): from far to close to the boundary
-MC_SETTINGS = [(0.5, "log", 0), (0.3, "uniform", 1), (0.32, "random", 2), (0.9, "spiked", 1), (0.9, "spiked", 4),
-               (0.85, "spiked", 8), (0.9, "uniform", 2), (0.95, "log", 4), (0.97, "uniform", 1)]
-
 
 def test_predicted_cosine_matches_monte_carlo():
-    settings = [(frac * float(stability_boundary_closed_form(s)), name, s, 1.0) for frac, name, s in MC_SETTINGS]
+    settings = [(frac * float(stability_boundary_closed_form(s)), name, s, 1.0) for frac, name, s in cosine.MC_SETTINGS]
     rows = cosine.check_cosine_against_simulation(settings, dim=1000, steps=3000, burn_in=1000, seed=0)
     errors = [row["abs_error"] for row in rows]
     assert max(errors) < 0.03, rows
