@@ -1,0 +1,6 @@
+"""theory: closed-form and numeric predictions beside every simulated curve (see theory/README.md).
+
+stability (delayed-update stability, fig4), cosine (stationary consecutive-gradient cosine, fig2),
+convergence (GAC-SGD bound under bounded staleness, fig7), momentum (staleness as implicit momentum).
+Each result is a function with its statement in the docstring and a ``check_*`` run by tests/theory.
+"""

@@ -1,0 +1,51 @@
+"""Checks of theory.stability: closed-form boundary (exact and numeric) and random-staleness mean-square boundary."""
+
+import numpy as np
+import pytest
+
+from theory import stability
+
+
+def test_characteristic_polynomial_and_boundary_exact():
+    result = stability.check_boundary_symbolic(max_staleness=4)
+    assert result["polynomial_ok"]
+    assert result["identities_ok"]
+    assert result["residual_max"] == 0.0
+
+
+def test_boundary_numeric_matches_closed_form_up_to_64():
+    result = stability.check_boundary_numeric(max_staleness=64)
+    assert result["max_error"] < 1e-8
+    assert result["sides_ok"]
+
+
+def test_stability_map_methods_agree_off_boundary():
+    a_grid = np.linspace(0.01, 2.2, 97)
+    s_grid = np.arange(0, 13)
+    closed = stability.stability_map(a_grid, s_grid)
+    roots = stability.stability_map(a_grid, s_grid, method="roots")
+    boundary = stability.stability_boundary_closed_form(s_grid)[:, None]
+    away = np.abs(a_grid[None, :] - boundary) > 1e-6
+    assert closed.shape == (13, 97)
+    assert np.array_equal(closed[away], roots[away])
+    assert closed[:, 0].all() and not closed[:, -1].any()
+
+
+@pytest.mark.parametrize("max_staleness", [1, 2, 4, 8])
+def test_mean_square_boundary_random_against_simulation(max_staleness):
+    result = stability.check_mean_square_random(max_staleness, paths=20000, steps=24, seed=0)
+    # random delays are milder than always taking the worst one, never milder than no delay
+    assert result["a_star_fixed"] < result["boundary"] < 2.0
+    for side in ("below", "above"):
+        assert result[side]["max_z"] < 5.0, (side, result)
+    assert result["below"]["predicted_growth"] < 1.0 and result["below"]["measured_growth"] < 1.0
+    assert result["above"]["predicted_growth"] > 1.0 and result["above"]["measured_growth"] > 1.0
+
+
+def test_mean_square_boundary_without_delay_is_two():
+    assert abs(stability.mean_square_boundary_random(0) - 2.0) < 1e-6
+
+
+def test_negative_staleness_rejected():
+    with pytest.raises(ValueError):
+        stability.characteristic_polynomial(-1)
