@@ -1,12 +1,14 @@
-"""Run cache: results keyed by a hash of their configuration, so figures that share runs compute them once.
+"""Run cache: results keyed by a hash of their configuration, so a re-run with nothing changed is fast.
 
 ``cached(kind, config, compute)`` returns ``compute()``'s JSON-able result, stored under
-``paper_figs/.cache/KIND-HASH.json`` (atomically). A changed config gives a new hash; ``force``
-(or ``GAC_LAB_FORCE=1``) recomputes. The hash also covers the package version.
+``paper_figs/.cache/KIND-HASH.json`` (atomically). ``cached_runs`` adds the profile, the device and a
+fingerprint of the package's source (gac/, sim/, theory/, paper_figs/) to the config, so editing any
+code that could change a number recomputes. ``--force`` (``GAC_LAB_FORCE=1``) always recomputes.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -15,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import gac
-from paper_figs.common import _atomic_write_bytes
+from sim.record import atomic_write_bytes
 
-CACHE_DIR = Path(os.environ.get("GAC_LAB_CACHE", Path(__file__).resolve().parent / ".cache"))
+ROOT = Path(__file__).resolve().parents[1]
+CACHE_DIR = Path(os.environ.get("GAC_LAB_CACHE", ROOT / "paper_figs" / ".cache"))
+SOURCE_DIRS = ("gac", "sim", "theory", "paper_figs")
 
 
 def config_hash(config: dict) -> str:
@@ -26,12 +30,32 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """Hash of every .py file under the source folders (path and content)."""
+    digest = hashlib.sha256()
+    for folder in SOURCE_DIRS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            digest.update(str(path.relative_to(ROOT)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def cached(kind: str, config: dict, compute: Callable[[], Any], force: bool = False) -> Any:
-    """``compute()`` once per (kind, config); later calls read the stored JSON result."""
-    path = CACHE_DIR / f"{kind}-{config_hash(config)}.json"
+    """``compute()`` once per (kind, config); later calls read the stored JSON result.
+
+    The result always goes through JSON, so a fresh and a cached call return the same types.
+    """
+    path = CACHE_DIR / f"{kind.replace('/', '__')}-{config_hash(config)}.json"
     force = force or os.environ.get("GAC_LAB_FORCE") == "1"
     if path.exists() and not force:
         return json.loads(path.read_text())["result"]
-    result = compute()
-    _atomic_write_bytes(path, json.dumps({"kind": kind, "config": config, "result": result}).encode())
-    return result
+    text = json.dumps({"kind": kind, "config": config, "result": compute()})
+    atomic_write_bytes(path, text.encode())
+    return json.loads(text)["result"]
+
+
+def cached_runs(kind: str, profile: str, device: str, compute: Callable[[], Any], **config) -> Any:
+    """``cached`` with the profile, the device and the source fingerprint in the key."""
+    key = {"profile": profile, "device": device, "code": code_fingerprint(), **config}
+    return cached(kind, key, compute)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import matplotlib
+
+from sim.record import atomic_write_bytes
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -60,18 +60,6 @@ def apply_style() -> None:
     plt.rcParams.update(STYLE)
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_csv(rows: Sequence[dict], path: Path, columns: Iterable[str] | None = None) -> Path:
     """Write rows (dicts) as CSV atomically; columns default to the union of keys, in first-seen order."""
     if columns is None:
@@ -80,7 +68,7 @@ def write_csv(rows: Sequence[dict], path: Path, columns: Iterable[str] | None = 
     writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    _atomic_write_bytes(Path(path), buffer.getvalue().encode())
+    atomic_write_bytes(Path(path), buffer.getvalue().encode())
     return Path(path)
 
 
@@ -91,7 +79,7 @@ def save_figure(fig, out_dir: Path, name: str) -> list[Path]:
         buffer = io.BytesIO()
         fig.savefig(buffer, format=ext)
         path = Path(out_dir) / f"{name}.{ext}"
-        _atomic_write_bytes(path, buffer.getvalue())
+        atomic_write_bytes(path, buffer.getvalue())
         paths.append(path)
     plt.close(fig)
     return paths

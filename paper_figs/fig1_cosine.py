@@ -13,6 +13,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from paper_figs import toy
+from paper_figs.cache import cached_runs
 from paper_figs.common import apply_style, save_figure, write_csv
 from sim.bandit import run_bandit
 from sim.grid import setting
@@ -102,7 +103,7 @@ def main(profile: str, out_dir: Path, device: str = "cpu", panels=None) -> list[
     fig, axes = plt.subplots(1, len(panels), figsize=(3.3 * len(panels), 2.6), squeeze=False)
     all_rows = []
     for ax, panel in zip(axes[0], panels, strict=True):
-        rows = panel.run(profile, device)
+        rows = cached_runs(f"{NAME}/{panel.name}", profile, device, lambda p=panel: p.run(profile, device))
         panel.plot(ax, rows)
         all_rows.extend(rows)
     axes[0][0].legend(ncol=2)

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from paper_figs import toy
+from paper_figs.cache import cached_runs
 from paper_figs.common import apply_style, save_figure, write_csv
 from sim.grid import setting
 from sim.quadratic import run_quadratic
@@ -55,7 +56,7 @@ def agreement(rows: list[dict]) -> dict:
 
 
 def main(profile: str, out_dir: Path, device: str = "cpu") -> dict:
-    rows = run_map(profile, device)
+    rows = cached_runs(NAME, profile, device, lambda: run_map(profile, device))
     etas = sorted({r["eta_lambda_max"] for r in rows})
     apply_style()
     fig, axes = plt.subplots(1, 2, figsize=(6.6, 2.8), sharey=True)

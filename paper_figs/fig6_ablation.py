@@ -15,6 +15,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from paper_figs import toy
+from paper_figs.cache import cached_runs
 from paper_figs.common import apply_style, method_color, save_figure, write_csv
 from sim.bandit import run_bandit
 from sim.grid import setting
@@ -154,7 +155,7 @@ def write_readme(table: list[dict], best: str, scores: dict, out_dir: Path) -> P
 
 
 def main(profile: str, out_dir: Path, device: str = "cpu") -> dict:
-    table = run_tables(profile, device)
+    table = cached_runs(NAME, profile, device, lambda: run_tables(profile, device))
     best, scores = pick_default(table)
     write_csv(table, out_dir / f"{NAME}.csv")
     write_readme(table, best, scores, out_dir)

@@ -12,6 +12,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from paper_figs import toy
+from paper_figs.cache import cached_runs
 from paper_figs.common import apply_style, method_color, save_figure, write_csv
 from sim.bandit import run_bandit
 from sim.grid import setting
@@ -49,7 +50,7 @@ def run_table(profile: str) -> list[dict]:
 
 
 def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
-    table = run_table(profile)
+    table = cached_runs(NAME, profile, device, lambda: run_table(profile))
     write_csv(table, out_dir / f"{NAME}.csv")
     apply_style()
     fig, axes = plt.subplots(2, len(PROBLEMS), figsize=(3.3 * len(PROBLEMS), 4.8), squeeze=False)

@@ -1,0 +1,11 @@
+"""Test-wide settings: figure runs cache into a temporary folder, never into the checkout."""
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_run_cache(tmp_path_factory, monkeypatch):
+    import paper_figs.cache
+
+    monkeypatch.setattr(paper_figs.cache, "CACHE_DIR", tmp_path_factory.mktemp("run-cache"))
+    monkeypatch.delenv("GAC_LAB_FORCE", raising=False)
