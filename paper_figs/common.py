@@ -74,6 +74,8 @@ def write_csv(rows: Sequence[dict], path: Path, columns: Iterable[str] | None = 
 
 def save_figure(fig, out_dir: Path, name: str) -> list[Path]:
     """Save ``fig`` as NAME.png and NAME.pdf in ``out_dir`` (atomically) and close it."""
+    if fig.get_layout_engine() is None:
+        fig.set_layout_engine("constrained")  # keeps labels of neighbouring panels from overlapping
     paths = []
     for ext in ("png", "pdf"):
         buffer = io.BytesIO()
