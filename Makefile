@@ -9,7 +9,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# CPU build of torch (on this project's machines it lies on local disk); any torch>=2.4 works.
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[research,trl,dev]"
+	$(BIN)/pip install -q -e ".[research,trl,tensorboard,dev]"
 	touch $@
 
 .PHONY: install figures test lint

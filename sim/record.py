@@ -80,10 +80,42 @@ def read_records(path: Path | str) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+RUN_KEYS = ("sim", "method", "label", "staleness", "seed")
+"""Columns that name a run (its TensorBoard sub-folder); the numeric others become scalars."""
+
+
+def write_tensorboard(rows: Sequence[dict], log_dir: Path | str) -> list[Path]:
+    """Write record rows as TensorBoard scalars, one sub-folder per run, tags = the record's column names.
+
+    Needs the optional ``tensorboard`` package (``pip install 'gac-lab[tensorboard]'``). Booleans
+    (e.g. ``diverged``) are written as 0/1; strings (``regime``) are skipped.
+    """
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as error:
+        raise ImportError("write_tensorboard needs the tensorboard package: "
+                          "pip install 'gac-lab[tensorboard]'") from error
+    runs: dict[tuple, list[dict]] = {}
+    for row in rows:
+        runs.setdefault(tuple((k, row[k]) for k in RUN_KEYS if k in row), []).append(row)
+    folders = []
+    for key, run_rows in runs.items():
+        folder = Path(log_dir) / "_".join(f"{k}={v}" for k, v in key)
+        with SummaryWriter(log_dir=str(folder)) as writer:
+            for row in run_rows:
+                for name, value in row.items():
+                    if name in RUN_KEYS or name == "step" or isinstance(value, str) or value is None:
+                        continue
+                    writer.add_scalar(name, float(value), global_step=int(row["step"]))
+        folders.append(folder)
+    return folders
+
+
 def _json_safe(value):
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
 
 
-__all__ = ["COLUMNS", "NO_REGIME", "make_row", "columns_of", "atomic_write_bytes", "write_records", "read_records"]
+__all__ = ["COLUMNS", "NO_REGIME", "make_row", "columns_of", "atomic_write_bytes", "write_records", "read_records",
+           "write_tensorboard", "RUN_KEYS"]
