@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from paper_figs import toy
-from paper_figs.common import apply_style, save_figure, write_csv
+from paper_figs.common import apply_style, save_figure, single_thread, write_csv
 from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.quadratic import run_quadratic
@@ -146,7 +146,8 @@ def _as_key(key: str):
 
 
 def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
-    rows = quadratic_rows(profile, device) + bandit_rows(profile)
+    with single_thread():  # (72, 100) CPU tensors: one thread is as fast, and robust to a busy core
+        rows = quadratic_rows(profile, device) + bandit_rows(profile)
     apply_style()
     fig, axes = plt.subplots(1, 3, figsize=(9.9, 3.0), sharey=True)
     symlog = dict(xscale="symlog", xlim=(-0.3, 20))

@@ -14,7 +14,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from paper_figs.common import apply_style, method_color, save_figure, write_csv
+from paper_figs.common import apply_style, method_color, save_figure, single_thread, write_csv
 from theory import convergence
 
 NAME = "fig7_bound"
@@ -67,7 +67,8 @@ def tightness_summary(rows: list[dict]) -> list[dict]:
 
 
 def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
-    rows = run_rows(profile)  # check_bound runs on CPU (small batched tensors); device is not used
+    with single_thread():  # check_bound runs on CPU on (seeds, 50) tensors; device is not used
+        rows = run_rows(profile)
     noises = sorted({r["noise_std"] for r in rows})
     apply_style()
     fig, axes = plt.subplots(1, len(noises), figsize=(3.3 * len(noises), 3.0), squeeze=False)

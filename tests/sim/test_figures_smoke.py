@@ -51,3 +51,15 @@ def test_fig7_bound_smoke(tmp_path):
 def test_figures_registry_order():
     assert FIGURES == ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region",
                        "fig6_ablation", "fig7_bound", "figs1_bandit_snr"]
+
+
+def test_single_thread_restores_thread_count():
+    import torch
+
+    from paper_figs.common import single_thread
+
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError), single_thread():
+        assert torch.get_num_threads() == 1
+        raise RuntimeError("restored even on error")
+    assert torch.get_num_threads() == before
