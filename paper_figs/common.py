@@ -6,9 +6,10 @@ each through a temp file and a rename, so an interrupted run never leaves a half
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -17,6 +18,7 @@ from sim.record import atomic_write_bytes
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
 
 OUT_DIR = Path(__file__).resolve().parent / "out"
 
@@ -85,3 +87,19 @@ def save_figure(fig, out_dir: Path, name: str) -> list[Path]:
         paths.append(path)
     plt.close(fig)
     return paths
+
+
+@contextlib.contextmanager
+def single_thread() -> Iterator[None]:
+    """Run torch on one intra-op thread inside the block, then restore the previous count.
+
+    For figures whose tensors are tiny (tens of rows × ~100 columns): a second thread brings nothing there,
+    and when another process holds a core it costs a lot (fig7_bound quick: 196 s with torch's default 2
+    threads next to a busy process on a 2-core machine, 8.4 s with 1 thread).
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

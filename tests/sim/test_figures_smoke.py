@@ -19,3 +19,47 @@ def test_figure_smoke(module, tmp_path):
 def test_cli_rejects_unknown_figure():
     with pytest.raises(SystemExit):
         parse_args(["fig99"])
+
+
+def test_fig2_cosine_vs_staleness_smoke(tmp_path):
+    """Tiny run; the transient window and the theory column are filled whatever the profile."""
+    from paper_figs import fig2_cosine_vs_staleness
+
+    rows = fig2_cosine_vs_staleness.main("smoke", tmp_path)
+    for ext in ("csv", "png", "pdf"):
+        assert (tmp_path / f"{fig2_cosine_vs_staleness.NAME}.{ext}").stat().st_size > 0
+    stationary = [r for r in rows if r["panel"] == "stationary"]
+    assert {r["staleness"] for r in stationary} == set(fig2_cosine_vs_staleness.STALENESS)
+    # every step size of the figure is inside the stability region, so the theory value exists (not nan)
+    assert all(-1.0 <= r["predicted"] <= 1.0 for r in stationary)
+    assert {r["panel"] for r in rows} == {"stationary", "transient", "bandit_gaussian"}
+    assert fig2_cosine_vs_staleness.NAME in FIGURES
+
+
+def test_fig7_bound_smoke(tmp_path):
+    from paper_figs import fig7_bound
+
+    rows = fig7_bound.main("smoke", tmp_path)
+    for ext in ("csv", "png", "pdf"):
+        assert (tmp_path / f"{fig7_bound.NAME}.{ext}").stat().st_size > 0
+    assert (tmp_path / f"{fig7_bound.NAME}_tightness.csv").stat().st_size > 0
+    assert len(rows) == len(fig7_bound.SMOKE_SETTINGS)
+    assert all(r["measured_min"] <= r["measured_avg"] <= r["bound"] for r in rows)  # the theorem, at tiny size
+    assert fig7_bound.NAME in FIGURES
+
+
+def test_figures_registry_order():
+    assert FIGURES == ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region",
+                       "fig6_ablation", "fig7_bound", "figs1_bandit_snr"]
+
+
+def test_single_thread_restores_thread_count():
+    import torch
+
+    from paper_figs.common import single_thread
+
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError), single_thread():
+        assert torch.get_num_threads() == 1
+        raise RuntimeError("restored even on error")
+    assert torch.get_num_threads() == before
