@@ -19,7 +19,9 @@ from sim.stabilizers import STALE_GRADIENT
 from sim.staleness import TensorVersionBuffer
 
 DIVERGENCE_FACTOR = 1e6
-"""A run is marked diverged when f(x) > DIVERGENCE_FACTOR · f(x_0) or is not finite; it is then frozen."""
+"""A run is marked diverged when f(x) > DIVERGENCE_FACTOR · max(f(x_0), σ²·d/2) or is not finite; it is
+then frozen. The σ²·d/2 floor (the loss a single noisy step from the optimum can reach) keeps a run
+started at or near the optimum from counting its own noise floor as divergence."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ def run_quadratic(problem: QuadraticProblem, settings: list[Setting], steps: int
     buffer = TensorVersionBuffer(x, int(updater.max_staleness.max()) + 1)
     noise = NoiseStream(seed, seeds, problem.dim, dtype)
     initial = problem.objective(x[:1], curvatures)[0]
-    limit = DIVERGENCE_FACTOR * max(float(initial), 1e-12)
+    limit = DIVERGENCE_FACTOR * max(float(initial), 0.5 * problem.noise**2 * problem.dim, 1e-12)
     diverged = torch.zeros(rows, dtype=torch.bool, device=device)
     recorder = Recorder(rows, steps, record_every, steps // 5 if warmup is None else warmup,
                         max(1, steps // 10) if tail is None else tail, dtype=dtype)

@@ -82,3 +82,15 @@ def test_gac_skip_leaves_params_and_adam_state():
     result = run_quadratic(problem, [setting("gac", 5, 0.1, threshold=0.5, skip_threshold=0.9)], 10, seeds=1)
     assert result.traces["regime"][1:, 0].eq(gac.SKIP).all()
     assert torch.allclose(result.traces["objective"][1:, 0], result.traces["objective"][0, 0].expand(9))
+
+
+def test_run_started_at_the_optimum_is_not_marked_diverged():
+    # Regression: the divergence limit was 1e6 * f(x_0), i.e. 0 when x_0 = 0, so noise alone "diverged".
+    from sim.grid import setting
+    from sim.quadratic import QuadraticProblem, run_quadratic
+
+    problem = QuadraticProblem(dim=20, condition_number=10.0, noise=0.1, init_scale=0.0)
+    stable = run_quadratic(problem, [setting("none", 0, 0.3)], steps=50, seeds=2)
+    assert not any(stable.summary["diverged"].tolist())
+    unstable = run_quadratic(problem, [setting("none", 8, 1.0)], steps=400, seeds=2)  # a = 1 > a*(8)
+    assert all(unstable.summary["diverged"].tolist())
