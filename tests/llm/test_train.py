@@ -101,7 +101,8 @@ def test_invalid_configuration_fails_with_one_line(argv, needle, capsys):
 def test_cli_writes_records(tiny_checkpoint, tmp_path):
     out = tmp_path / "cli"
     code = train_module.main(["--size", "tiny", "--model", str(tiny_checkpoint), "--digits", "1", "--steps", "2",
-                              "--prompts-per-step", "2", "--group-size", "4", "--eval-problems", "8", "--progress", "false",
+                              "--prompts-per-step", "2", "--group-size", "4", "--eval-problems", "8",
+                              "--progress", "false",
                               "--out-dir", str(out), "--method", "gac", "--staleness", "1"])
     assert code == 0
     header = (out / "records.csv").read_text().splitlines()[0].split(",")
