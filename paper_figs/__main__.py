@@ -11,7 +11,7 @@ from pathlib import Path
 from paper_figs.common import OUT_DIR
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = run order for "all".
-FIGURES = ["demo_flat"]
+FIGURES = ["demo_flat", "fig5_llm_grpo"]
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -36,6 +36,7 @@ from sim.staleness import KINDS, Staleness, VersionRing
 RECORD_COLUMNS = ["sim", "step", "seed", "method", "staleness", "objective", "grad_norm", "cos_prev", "cos_applied",
                   "regime", "parallel_scale", "accuracy", "kl_behaviour", "entropy", "response_length", "lr",
                   "clip_frac", "diverged"]
+EXTRA_COLUMNS = ["train_accuracy", "behaviour_version", "cos_prev_step", "ratio_to"]
 
 
 @dataclass
@@ -66,6 +67,8 @@ class Args:
     """optimizer updates per RL step (the P prompt groups are split into this many, one pass)"""
     clip_eps: float = 0.2
     """ε of the clipped ratio"""
+    ratio_to: str = "behaviour"
+    """clip-ratio denominator (none/gac/lr_scale): behaviour = π_b; proximal = π_θ at the step's start (as if fresh)"""
     kl_coef: float = 0.0
     """β of the KL penalty to the reference (warm-start) policy; 0 disables it"""
     temperature: float = 1.0
@@ -126,6 +129,8 @@ class Args:
         if self.kl_coef < 0 or self.m2_threshold <= 0 or self.checkpoint_every < 0 or self.threads < 1:
             raise ValueError("kl_coef >= 0, m2_threshold > 0, checkpoint_every >= 0, threads >= 1 required")
         self.gac_cfg()  # τ in [0, 1), mode known
+        if self.ratio_to not in ("behaviour", "proximal"):
+            raise ValueError(f"ratio_to must be behaviour or proximal, got {self.ratio_to!r}")
         if self.on_nonfinite not in ("raise", "mark"):
             raise ValueError(f"on_nonfinite must be raise or mark, got {self.on_nonfinite!r}")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
@@ -199,7 +204,7 @@ def run(args: Args, hooks: dict | None = None, log=print) -> dict:
         args.steps, generator=torch.Generator().manual_seed(args.seed + 7))
     ring = VersionRing(args.staleness + 1)
     generator = torch.Generator().manual_seed(args.seed)
-    records, prev_raw, start = [], None, 0
+    records, prev_raw, prev_step_grad, start = [], None, None, 0
     timing = {"step_s": 0.0, "gac_s": 0.0, "sample_s": 0.0, "tokens": 0, "steps": 0}
 
     if args.resume:
@@ -211,6 +216,7 @@ def run(args: Args, hooks: dict | None = None, log=print) -> dict:
         ring.load_state_dict(ckpt["ring"])
         generator.set_state(ckpt["generator"])
         records, prev_raw, start = ckpt["records"], ckpt["prev_raw"], ckpt["step"]
+        prev_step_grad = ckpt["prev_step_grad"]
         log(f"[train] resumed from {out_dir / 'checkpoint.pt'} at step {start}")
 
     from tqdm.auto import tqdm
@@ -237,9 +243,11 @@ def run(args: Args, hooks: dict | None = None, log=print) -> dict:
         reward, correct, _ = task.reward(operands, responses.cpu())
         advantages = grpo.group_advantages(reward, args.group_size).to(device)
         prox_logp = None
-        if method == "tis":
+        if method == "tis" or args.ratio_to == "proximal":
             with torch.no_grad():
                 prox_logp, _ = token_logprobs(policy, prompts, responses, args.temperature)
+        # The clip's denominator: π_b (default) or, with ratio_to=proximal, π_θ at the step's start.
+        old_logp = prox_logp if args.ratio_to == "proximal" and method not in ("tis", "m2po") else behaviour_logp
 
         # 3. Minibatch updates: loss → backward → GAC → clip → step.
         lr = args.lr / (1 + int(schedule[step])) if method == "lr_scale" else args.lr
@@ -249,11 +257,11 @@ def run(args: Args, hooks: dict | None = None, log=print) -> dict:
         # see different prompts, so their gradients share no samples.
         groups = torch.randperm(args.prompts_per_step, generator=generator)
         order = (groups[:, None] * args.group_size + torch.arange(args.group_size)).reshape(-1).to(device)
-        updates = []
+        updates, step_grad = [], None
         try:
             for k, idx in enumerate(order.chunk(args.minibatches)):
                 logp, entropy = token_logprobs(policy, prompts[idx], responses[idx], args.temperature)
-                loss, stats = grpo.policy_loss(method, logp, behaviour_logp[idx], advantages[idx], mask[idx],
+                loss, stats = grpo.policy_loss(method, logp, old_logp[idx], advantages[idx], mask[idx],
                                                args.clip_eps, params_m, None if prox_logp is None else prox_logp[idx])
                 if args.kl_coef > 0:
                     with torch.no_grad():
@@ -281,6 +289,7 @@ def run(args: Args, hooks: dict | None = None, log=print) -> dict:
                 if "after_update" in hooks:
                     hooks["after_update"](step, k, raw, applied)
                 prev_raw = raw
+                step_grad = raw.clone() if step_grad is None else step_grad.add_(raw)
                 torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
                 if regime != "skip":
                     optimizer.step()
@@ -309,7 +318,11 @@ def run(args: Args, hooks: dict | None = None, log=print) -> dict:
             "kl_behaviour": updates[0]["kl_behaviour"], "entropy": updates[0]["entropy"],
             "response_length": float(mask.sum(1).float().mean()), "lr": lr, "clip_frac": mean("clip_frac"),
             "diverged": False, "train_accuracy": float(correct.mean()), "behaviour_version": version,
+            # The rollout-level view: cosine of the summed raw gradients of consecutive RL steps.
+            "cos_prev_step": None if prev_step_grad is None else cosine(step_grad, prev_step_grad),
+            "ratio_to": args.ratio_to,
         })
+        prev_step_grad = step_grad
         bar.set_postfix(reward=f"{records[-1]['objective']:.2f}", cos=f"{records[-1]['cos_prev'] or 0:.2f}")
         if "after_step" in hooks:
             hooks["after_step"](step)
@@ -317,7 +330,8 @@ def run(args: Args, hooks: dict | None = None, log=print) -> dict:
             save_checkpoint(out_dir, {"policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
                                       "gac": None if controller is None else controller.state_dict(),
                                       "ring": ring.state_dict(), "generator": generator.get_state(),
-                                      "records": records, "prev_raw": prev_raw, "step": step + 1,
+                                      "records": records, "prev_raw": prev_raw, "prev_step_grad": prev_step_grad,
+                                      "step": step + 1,
                                       "args": asdict(args)})
     bar.close()
     final_accuracy = heldout_accuracy(policy, task, heldout)
@@ -349,7 +363,7 @@ def main(argv=None) -> int:
         print(f"error: {err} (nothing written to the checkpoint)", file=sys.stderr)
         return 3
     out_dir = Path(args.out_dir)
-    write_csv(result["records"], out_dir / "records.csv", RECORD_COLUMNS + ["train_accuracy", "behaviour_version"])
+    write_csv(result["records"], out_dir / "records.csv", RECORD_COLUMNS + EXTRA_COLUMNS)
     (out_dir / "summary.json").write_text(json.dumps(result["summary"], indent=1))
     print(f"[train] {args.label} s={args.staleness}: final held-out accuracy {result['summary']['final_accuracy']:.3f}"
           f" -> {out_dir}/records.csv")
