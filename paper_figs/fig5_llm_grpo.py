@@ -35,10 +35,10 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
     records = [dict(r, lr=item.args.lr) for item, res in results for r in res["records"]]
     runs = summary_rows(results)
     table = sorted(aggregate(runs), key=lambda r: (r["lr"], r["staleness"], r["method"]))
-    high, main_lr, small_lr = p["high_staleness"], p["main_lr"], p["small_lr"]
+    high, main_lr, small_lr = p["high_staleness"], p["main_lr"], p["small_lrs"][0]
 
     apply_style()
-    fig, axes = plt.subplots(2, 2, figsize=(7.0, 5.6))
+    fig, axes = plt.subplots(2, 2, figsize=(7.0, 6.2), layout="constrained")
     ax_curve, ax_table, ax_map, ax_cos = axes.ravel()
 
     # (a) reward over steps: every method at high staleness, sync, and the two controls.
@@ -53,28 +53,30 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
             label += " π_b ratio" if ratio_to == "behaviour" else ""
             ax_curve.plot(steps, smooth(mean, 15), color=method_color(method), ls=style, label=label)
     ax_curve.set(xlabel="RL step", ylabel="mean reward (seed mean, smoothed)", title=f"lr={main_lr:g}")
-    ax_curve.legend(ncol=2)
+    ax_curve.legend(ncol=2, fontsize=6)
 
     # (b) final held-out accuracy by method (bars: mean, whiskers: min..max over seeds).
     bars = [r for r in table if (r["lr"] == main_lr and r["staleness"] in (0, high) and r["method"] != "lr_scale")
             or ("control_small_step" in r["roles"])]
     bars = sorted(bars, key=lambda r: (r["method"] != "sync", r["staleness"], r["method"], r["ratio_to"], r["lr"]))
+    names = []
     for i, r in enumerate(bars):
-        ax_table.bar(i, r["final_mean"], color=method_color(r["method"]), alpha=0.8)
         whisker = [[r["final_mean"] - r["final_min"]], [r["final_max"] - r["final_mean"]]]
-        ax_table.errorbar(i, r["final_mean"], yerr=whisker, color="black", capsize=2, lw=0.8)
+        ax_table.barh(i, r["final_mean"], color=method_color(r["method"]), alpha=0.8)
+        ax_table.errorbar(r["final_mean"], i, xerr=whisker, color="black", capsize=2, lw=0.8)
+        names.append(("sync" if r["method"] == "sync" else f"{r['method']} s={r['staleness']}")
+                     + ("" if r["lr"] == main_lr else f" lr={r['lr']:g}")
+                     + (" π_b ratio" if r["ratio_to"] == "behaviour" else ""))
     start = np.nanmean([r["start_accuracy"] for r in runs])
-    ax_table.axhline(start, color="grey", ls="--", lw=0.8, label="warm start")
-    ax_table.set_xticks(range(len(bars)), [("sync" if r["method"] == "sync" else f"{r['method']}\ns={r['staleness']}")
-                                           + ("" if r["lr"] == main_lr else f"\nlr={r['lr']:g}")
-                                           + ("\nπ_b" if r["ratio_to"] == "behaviour" else "") for r in bars],
-                        fontsize=6)
-    ax_table.set(ylabel="final held-out accuracy", title="mean, min..max over seeds")
-    ax_table.legend()
+    ax_table.axvline(start, color="grey", ls="--", lw=0.8, label="warm start")
+    ax_table.set_yticks(range(len(bars)), names)
+    ax_table.invert_yaxis()
+    ax_table.set(xlabel="final held-out accuracy (bar: seed mean, whisker: min..max)",
+                 title=f"lr={main_lr:g} unless noted")
+    ax_table.legend(loc="lower right")
 
     # (c) regime map of naive async: Δ held-out accuracy (final − start) over step size × staleness.
-    grid = [r for r in table if "regime" in r["roles"] and r["method"] in ("sync", "none")
-            and r["ratio_to"] == "proximal"]
+    grid = [r for r in table if r["method"] in ("sync", "none") and r["ratio_to"] == "proximal"]
     lrs = sorted({r["lr"] for r in grid})
     stal = sorted({r["staleness"] for r in grid})
     delta = np.full((len(lrs), len(stal)), np.nan)
@@ -83,10 +85,12 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
     image = ax_map.imshow(delta, cmap="RdBu", vmin=-0.4, vmax=0.4, origin="lower", aspect="auto")
     for i in range(len(lrs)):
         for j in range(len(stal)):
-            ax_map.text(j, i, f"{delta[i, j]:+.2f}", ha="center", va="center", fontsize=7)
+            text = "not run" if np.isnan(delta[i, j]) else f"{delta[i, j]:+.2f}"
+            ax_map.text(j, i, text, ha="center", va="center", fontsize=7)
     ax_map.set_xticks(range(len(stal)), [str(s) for s in stal])
     ax_map.set_yticks(range(len(lrs)), [f"{lr:g}" for lr in lrs])
-    ax_map.set(xlabel="staleness s", ylabel="step size (AdamW lr)", title="naive async: Δ held-out accuracy")
+    ax_map.set(xlabel="staleness s", ylabel="step size (AdamW lr)",
+               title="naive async: Δ held-out accuracy (final − start)")
     fig.colorbar(image, ax=ax_map, fraction=0.05)
 
     # (d) does the cosine predict trouble? per run: mean cosine (first half) vs Δ accuracy.
@@ -96,7 +100,7 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
     async_runs = [r for r in runs if r["method"] == "none" and r["ratio_to"] == "proximal"]
     rho = rank_correlation([r["cos_prev_first_half"] for r in async_runs], [r["delta_accuracy"] for r in async_runs])
     ax_cos.set(xlabel="mean cos(g_k, g_{k-1}), first half of the run", ylabel="Δ held-out accuracy",
-               title=f"naive async runs: Spearman ρ = {rho:+.2f} (size = s)")
+               title=f"all runs (dot size = s); naive async: ρ = {rho:+.2f}")
 
     write_csv(records, out_dir / f"{NAME}.csv")
     write_csv(runs, out_dir / f"{NAME}_runs.csv")

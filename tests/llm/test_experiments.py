@@ -10,8 +10,8 @@ def test_sweep_feeds_fig1_fig3_fig5(tiny_checkpoint, tmp_path, monkeypatch):
     monkeypatch.setitem(experiments.PROFILES, "test", dict(
         base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=3, prompts_per_step=4, group_size=4,
                   minibatches=2, eval_every=2, eval_problems=8, temperature=0.5, ratio_to="proximal"),
-        seeds=(0,), main_lr=3e-3, small_lr=1e-3, large_lr=1e-2, grid_staleness=(0, 2), line_staleness=(0, 2),
-        high_staleness=2))
+        seeds=(0,), main_lr=3e-3, small_lrs=(1e-3,), grid={1e-3: (0, 2), 3e-3: (0, 2), 1e-2: (0,)},
+        line_staleness=(0, 2), high_staleness=2))
     runs = experiments.sweep("test")
     assert len({(r.args.method, r.args.staleness, r.args.lr, r.args.ratio_to) for r in runs}) == len(runs)
     cosine_rows = experiments.llm_cosine_rows("test")
