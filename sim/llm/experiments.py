@@ -110,7 +110,19 @@ def sweep_results(profile: str, device: str = "cpu", log=print) -> list[tuple[Ru
 
 
 def _rows(results, role: str) -> list[dict]:
-    return [dict(r, lr_base=item.args.lr) for item, res in results if role in item.roles for r in res["records"]]
+    """Per-step records of the runs in ``role``, plus one row per run at step = steps holding only the
+    held-out accuracy of the final policy (``final_eval`` True), so accuracy curves reach the end."""
+    rows = []
+    for item, res in results:
+        if role not in item.roles:
+            continue
+        rows += [dict(r, final_eval=False) for r in res["records"]]
+        a = item.args
+        if not any(r.get("diverged") for r in res["records"]):
+            rows.append({"sim": "llm", "step": a.steps, "seed": a.seed, "method": a.label, "staleness": a.staleness,
+                         "lr": a.lr, "ratio_to": a.ratio_to, "accuracy": res["summary"]["final_accuracy"],
+                         "diverged": False, "final_eval": True})
+    return rows
 
 
 def llm_cosine_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:

@@ -18,6 +18,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from sim.llm.task import EOS, PAD, VOCAB
 
 transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
 
 # transformers 5 renamed the KV-cache argument `past_key_values` to `cache`; support both.
 _CACHE_ARG = "cache" if "cache" in inspect.signature(Qwen3ForCausalLM.forward).parameters else "past_key_values"
