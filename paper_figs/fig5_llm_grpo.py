@@ -38,26 +38,30 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
     high, main_lr, small_lr = p["high_staleness"], p["main_lr"], p["small_lrs"][0]
 
     apply_style()
-    fig, axes = plt.subplots(2, 2, figsize=(7.0, 6.2), layout="constrained")
-    ax_curve, ax_table, ax_map, ax_cos = axes.ravel()
+    fig, axes = plt.subplots(2, 3, figsize=(10.5, 6.2), layout="constrained")
+    ax_curve, ax_small, ax_table, ax_map, ax_cosmap, ax_cos = axes.ravel()
 
     # (a) reward over steps: every method at high staleness, sync, and the two controls.
     shown = [("sync", 0, main_lr, "-", "proximal"), ("none", high, main_lr, "-", "proximal"),
              ("gac", high, main_lr, "-", "proximal"), ("tis", high, main_lr, "-", "proximal"),
              ("m2po", high, main_lr, "-", "proximal"), ("gac", 0, main_lr, "--", "proximal"),
-             ("none", high, small_lr, ":", "proximal"), ("none", high, main_lr, "-.", "behaviour")]
-    for method, s, lr, style, ratio_to in shown:
-        steps, mean, _ = curve(records, "objective", method=method, staleness=s, lr=lr, ratio_to=ratio_to)
-        if len(steps):
-            label = "sync" if method == "sync" else f"{method} s={s}" + ("" if lr == main_lr else f" lr={lr:g}")
-            label += " π_b ratio" if ratio_to == "behaviour" else ""
-            ax_curve.plot(steps, smooth(mean, 15), color=method_color(method), ls=style, label=label)
-    ax_curve.set(xlabel="RL step", ylabel="mean reward (seed mean, smoothed)", title=f"lr={main_lr:g}")
-    ax_curve.legend(ncol=2, fontsize=6)
+             ("none", high, main_lr, "-.", "behaviour")]
+    tiny_lr = p["small_lrs"][-1]
+    shown_small = [("sync", 0, tiny_lr, "-", "proximal"), ("none", high, tiny_lr, "-", "proximal"),
+                   ("gac", high, tiny_lr, "-", "proximal"), ("none", high, small_lr, ":", "proximal")]
+    for ax, lines, lr_title in ((ax_curve, shown, main_lr), (ax_small, shown_small, tiny_lr)):
+        for method, s, lr, style, ratio_to in lines:
+            steps, mean, _ = curve(records, "objective", method=method, staleness=s, lr=lr, ratio_to=ratio_to)
+            if len(steps):
+                label = "sync" if method == "sync" else f"{method} s={s}" + ("" if lr == lr_title else f" lr={lr:g}")
+                label += " π_b ratio" if ratio_to == "behaviour" else ""
+                ax.plot(steps, smooth(mean, 15), color=method_color(method), ls=style, label=label)
+        ax.set(xlabel="RL step", ylabel="mean reward (seed mean, smoothed)", title=f"lr={lr_title:g}")
+        ax.legend(ncol=2, fontsize=6)
 
     # (b) final held-out accuracy by method (bars: mean, whiskers: min..max over seeds).
     bars = [r for r in table if (r["lr"] == main_lr and r["staleness"] in (0, high) and r["method"] != "lr_scale")
-            or ("control_small_step" in r["roles"])]
+            or ("control_small_step" in r["roles"]) or ("gac_small_step" in r["roles"])]
     bars = sorted(bars, key=lambda r: (r["method"] != "sync", r["staleness"], r["method"], r["ratio_to"], r["lr"]))
     names = []
     for i, r in enumerate(bars):
@@ -75,23 +79,25 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
                  title=f"lr={main_lr:g} unless noted")
     ax_table.legend(loc="lower right")
 
-    # (c) regime map of naive async: Δ held-out accuracy (final − start) over step size × staleness.
+    # (c, d) regime maps of naive async over step size × staleness: Δ held-out accuracy, mean cosine.
     grid = [r for r in table if r["method"] in ("sync", "none") and r["ratio_to"] == "proximal"]
     lrs = sorted({r["lr"] for r in grid})
     stal = sorted({r["staleness"] for r in grid})
-    delta = np.full((len(lrs), len(stal)), np.nan)
-    for r in grid:
-        delta[lrs.index(r["lr"]), stal.index(r["staleness"])] = r["delta_mean"]
-    image = ax_map.imshow(delta, cmap="RdBu", vmin=-0.4, vmax=0.4, origin="lower", aspect="auto")
-    for i in range(len(lrs)):
-        for j in range(len(stal)):
-            text = "not run" if np.isnan(delta[i, j]) else f"{delta[i, j]:+.2f}"
-            ax_map.text(j, i, text, ha="center", va="center", fontsize=7)
-    ax_map.set_xticks(range(len(stal)), [str(s) for s in stal])
-    ax_map.set_yticks(range(len(lrs)), [f"{lr:g}" for lr in lrs])
-    ax_map.set(xlabel="staleness s", ylabel="step size (AdamW lr)",
-               title="naive async: Δ held-out accuracy (final − start)")
-    fig.colorbar(image, ax=ax_map, fraction=0.05)
+    for ax, key, vmax, title in ((ax_map, "delta_mean", 0.4, "naive async: Δ held-out accuracy (final − start)"),
+                                 (ax_cosmap, "cos_prev_mean", 0.2, "naive async: mean cos(g_k, g_{k-1})")):
+        values = np.full((len(lrs), len(stal)), np.nan)
+        for r in grid:
+            values[lrs.index(r["lr"]), stal.index(r["staleness"])] = r[key]
+        image = ax.imshow(values, cmap="RdBu" if key == "delta_mean" else "PuOr_r", vmin=-vmax, vmax=vmax,
+                          origin="lower", aspect="auto")
+        for i in range(len(lrs)):
+            for j in range(len(stal)):
+                text = "not run" if np.isnan(values[i, j]) else f"{values[i, j]:+.2f}"
+                ax.text(j, i, text, ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(len(stal)), [str(s) for s in stal])
+        ax.set_yticks(range(len(lrs)), [f"{lr:g}" for lr in lrs])
+        ax.set(xlabel="staleness s", ylabel="step size (AdamW lr)", title=title)
+        fig.colorbar(image, ax=ax, fraction=0.05)
 
     # (d) does the cosine predict trouble? per run: mean cosine (first half) vs Δ accuracy.
     for r in runs:

@@ -6,7 +6,8 @@ separate a staleness fix from damping (sync + GAC; naive async at a smaller step
 grid holds), the peers TIS and M2PO, and naive async with the clip ratio taken against the behaviour
 policy (``ratio_to="behaviour"``, the CLI default). The sweep's naive/GAC runs use ``ratio_to="proximal"``:
 the learner recomputes the old log-probs, i.e. stale data used as if fresh (the registry's "none"),
-which TIS then corrects. Every run goes through ``paper_figs.cache.cached``, so the
+which TIS then corrects. GAC also runs at the small step size, where naive async's cosine is highest.
+Every run goes through ``paper_figs.cache.cached``, so the
 figures share them. The ``*_rows`` functions return per-step records (DESIGN.md columns);
 the ``plot_*`` helpers draw one panel on a given Axes.
 """
@@ -29,12 +30,13 @@ PROFILES = {
                   # step size -> staleness values of the regime map (the line adds s = 2, 8 at 3e-4); at the
                   # small-step edge 0 and 16 suffice, and at 1e-3 sync alone (it collapses there): 48 runs
                   grid={3e-5: (0, 16), 1e-4: (0, 4, 16), 3e-4: (0, 4, 16), 1e-3: (0,)},
-                  line_staleness=(0, 2, 4, 8, 16), high_staleness=16),
+                  line_staleness=(0, 2, 4, 8, 16), high_staleness=16, gac_small_lrs=(3e-5,)),
     "full": dict(base=dict(size="cpu", steps=300, prompts_per_step=16, group_size=8, minibatches=2,
                            eval_every=20, eval_problems=512, ratio_to="proximal"),
                  seeds=(0, 1, 2, 3, 4), main_lr=3e-4, small_lrs=(1e-4, 3e-5),
                  grid={lr: (0, 2, 4, 8, 16) for lr in (3e-5, 1e-4, 3e-4, 1e-3)},
-                 line_staleness=(0, 2, 4, 8, 16), high_staleness=16),
+                 line_staleness=(0, 2, 4, 8, 16), high_staleness=16, gac_small_lrs=(1e-4, 3e-5),
+                 sync_gac_small_lrs=(1e-4, 3e-5)),
 }
 KEY_EXCLUDE = ("progress", "out_dir", "threads", "resume", "checkpoint_every")
 
@@ -74,6 +76,10 @@ def sweep(profile: str, device: str = "cpu") -> list[Run]:
     for lr in p["small_lrs"]:
         add("control_small_step", "none", high, lr)
     add("behaviour_ratio", "none", high, main, ratio_to="behaviour")
+    for lr in p.get("gac_small_lrs", ()):
+        add("gac_small_step", "gac", high, lr)
+    for lr in p.get("sync_gac_small_lrs", ()):
+        add("control_sync_gac", "gac", 0, lr)
     return [Run(replace(base, method=m, staleness=s, lr=lr, seed=seed, ratio_to=ratio), tuple(dict.fromkeys(roles)))
             for (m, s, lr, seed, ratio), roles in runs.items()]
 
