@@ -214,7 +214,7 @@ def run(args: Args, hooks: dict | None = None, log=print) -> dict:
         if controller is not None:
             controller.load_state_dict(ckpt["gac"])
         ring.load_state_dict(ckpt["ring"])
-        generator.set_state(ckpt["generator"])
+        generator.set_state(ckpt["generator"].cpu())  # map_location moved it; the generator lives on the CPU
         records, prev_raw, start = ckpt["records"], ckpt["prev_raw"], ckpt["step"]
         prev_step_grad = ckpt["prev_step_grad"]
         log(f"[train] resumed from {out_dir / 'checkpoint.pt'} at step {start}")
