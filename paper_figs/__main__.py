@@ -14,8 +14,8 @@ import torch
 from paper_figs.common import OUT_DIR
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = run order for "all".
-FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region", "fig6_ablation",
-           "fig7_bound", "figs1_bandit_snr"]
+FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region", "fig5_llm_grpo",
+           "fig6_ablation", "fig7_bound", "figs1_bandit_snr"]
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -1,0 +1,116 @@
+"""fig5_llm_grpo: GRPO on a small Qwen3 model with stale rollouts — reward curves of every method, the
+final held-out accuracy table (mean ± std over seeds), the step size × staleness regime map of naive
+async, and whether the consecutive-gradient cosine predicts the outcome. Runs come from the shared
+LLM sweep (sim/llm/experiments.py), cached with fig1/fig3's LLM panels.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from paper_figs.common import apply_style, method_color, save_figure, write_csv
+from sim.llm.experiments import PROFILES, aggregate, curve, rank_correlation, smooth, summary_rows, sweep_results
+
+NAME = "fig5_llm_grpo"
+
+
+def _markdown(table: list[dict]) -> str:
+    lines = ["| method | s | lr | ratio to | seeds | final held-out acc (mean ± std) | min..max | Δ vs start "
+             "| cos_prev "
+             "| diverged |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in table:
+        lines.append(f"| {r['method']} | {r['staleness']} | {r['lr']:g} | {r['ratio_to']} | {r['seeds']} | "
+                     f"{r['final_mean']:.3f} ± {r['final_std']:.3f} | {r['final_min']:.3f}..{r['final_max']:.3f} | "
+                     f"{r['delta_mean']:+.3f} | {r['cos_prev_mean']:.3f} | {r['diverged']} |")
+    return "\n".join(lines)
+
+
+def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
+    p = PROFILES[profile]
+    results = sweep_results(profile, device)
+    records = [dict(r, lr=item.args.lr) for item, res in results for r in res["records"]]
+    runs = summary_rows(results)
+    table = sorted(aggregate(runs), key=lambda r: (r["lr"], r["staleness"], r["method"]))
+    high, main_lr, small_lr = p["high_staleness"], p["main_lr"], p["small_lrs"][0]
+
+    apply_style()
+    fig, axes = plt.subplots(2, 3, figsize=(10.5, 6.2), layout="constrained")
+    ax_curve, ax_small, ax_table, ax_map, ax_cosmap, ax_cos = axes.ravel()
+
+    # (a) reward over steps: every method at high staleness, sync, and the two controls.
+    shown = [("sync", 0, main_lr, "-", "proximal"), ("none", high, main_lr, "-", "proximal"),
+             ("gac", high, main_lr, "-", "proximal"), ("tis", high, main_lr, "-", "proximal"),
+             ("m2po", high, main_lr, "-", "proximal"), ("gac", 0, main_lr, "--", "proximal"),
+             ("none", high, main_lr, "-.", "behaviour")]
+    tiny_lr = p["small_lrs"][-1]
+    shown_small = [("sync", 0, tiny_lr, "-", "proximal"), ("none", high, tiny_lr, "-", "proximal"),
+                   ("gac", high, tiny_lr, "-", "proximal"), ("none", high, small_lr, ":", "proximal")]
+    for ax, lines, lr_title in ((ax_curve, shown, main_lr), (ax_small, shown_small, tiny_lr)):
+        for method, s, lr, style, ratio_to in lines:
+            steps, mean, _ = curve(records, "objective", method=method, staleness=s, lr=lr, ratio_to=ratio_to)
+            if len(steps):
+                label = "sync" if method == "sync" else f"{method} s={s}" + ("" if lr == lr_title else f" lr={lr:g}")
+                label += " π_b ratio" if ratio_to == "behaviour" else ""
+                ax.plot(steps, smooth(mean, 15), color=method_color(method), ls=style, label=label)
+        ax.set(xlabel="RL step", ylabel="mean reward (seed mean, smoothed)", title=f"lr={lr_title:g}")
+        ax.legend(ncol=2, fontsize=6)
+
+    # (b) final held-out accuracy by method (bars: mean, whiskers: min..max over seeds).
+    bars = [r for r in table if (r["lr"] == main_lr and r["staleness"] in (0, high) and r["method"] != "lr_scale")
+            or ("control_small_step" in r["roles"]) or ("gac_small_step" in r["roles"])]
+    bars = sorted(bars, key=lambda r: (r["method"] != "sync", r["staleness"], r["method"], r["ratio_to"], r["lr"]))
+    names = []
+    for i, r in enumerate(bars):
+        whisker = [[r["final_mean"] - r["final_min"]], [r["final_max"] - r["final_mean"]]]
+        ax_table.barh(i, r["final_mean"], color=method_color(r["method"]), alpha=0.8)
+        ax_table.errorbar(r["final_mean"], i, xerr=whisker, color="black", capsize=2, lw=0.8)
+        names.append(("sync" if r["method"] == "sync" else f"{r['method']} s={r['staleness']}")
+                     + ("" if r["lr"] == main_lr else f" lr={r['lr']:g}")
+                     + (" π_b ratio" if r["ratio_to"] == "behaviour" else ""))
+    start = np.nanmean([r["start_accuracy"] for r in runs])
+    ax_table.axvline(start, color="grey", ls="--", lw=0.8, label="warm start")
+    ax_table.set_yticks(range(len(bars)), names)
+    ax_table.invert_yaxis()
+    ax_table.set(xlabel="final held-out accuracy (bar: seed mean, whisker: min..max)",
+                 title=f"lr={main_lr:g} unless noted")
+    ax_table.legend(loc="lower right")
+
+    # (c, d) regime maps of naive async over step size × staleness: Δ held-out accuracy, mean cosine.
+    grid = [r for r in table if r["method"] in ("sync", "none") and r["ratio_to"] == "proximal"]
+    lrs = sorted({r["lr"] for r in grid})
+    stal = sorted({r["staleness"] for r in grid})
+    for ax, key, vmax, title in ((ax_map, "delta_mean", 0.4, "naive async: Δ held-out accuracy (final − start)"),
+                                 (ax_cosmap, "cos_prev_mean", 0.2, "naive async: mean cos(g_k, g_{k-1})")):
+        values = np.full((len(lrs), len(stal)), np.nan)
+        for r in grid:
+            values[lrs.index(r["lr"]), stal.index(r["staleness"])] = r[key]
+        image = ax.imshow(values, cmap="RdBu" if key == "delta_mean" else "PuOr_r", vmin=-vmax, vmax=vmax,
+                          origin="lower", aspect="auto")
+        for i in range(len(lrs)):
+            for j in range(len(stal)):
+                text = "not run" if np.isnan(values[i, j]) else f"{values[i, j]:+.2f}"
+                ax.text(j, i, text, ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(len(stal)), [str(s) for s in stal])
+        ax.set_yticks(range(len(lrs)), [f"{lr:g}" for lr in lrs])
+        ax.set(xlabel="staleness s", ylabel="step size (AdamW lr)", title=title)
+        fig.colorbar(image, ax=ax, fraction=0.05)
+
+    # (d) does the cosine predict trouble? per run: mean cosine (first half) vs Δ accuracy.
+    for r in runs:
+        ax_cos.scatter(r["cos_prev_first_half"], r["delta_accuracy"], color=method_color(r["method"]),
+                       s=8 + r["staleness"], marker="x" if r["diverged"] else "o", alpha=0.7)
+    async_runs = [r for r in runs if r["method"] == "none" and r["ratio_to"] == "proximal"]
+    rho = rank_correlation([r["cos_prev_first_half"] for r in async_runs], [r["delta_accuracy"] for r in async_runs])
+    ax_cos.set(xlabel="mean cos(g_k, g_{k-1}), first half of the run", ylabel="Δ held-out accuracy",
+               title=f"all runs (dot size = s); naive async: ρ = {rho:+.2f}")
+
+    write_csv(records, out_dir / f"{NAME}.csv")
+    write_csv(runs, out_dir / f"{NAME}_runs.csv")
+    write_csv(table, out_dir / f"{NAME}_table.csv")
+    save_figure(fig, out_dir, NAME)
+    print(_markdown(table))
+    print(f"cosine (first half) vs Δ accuracy over naive async runs: Spearman ρ = {rho:+.2f}")

@@ -1,0 +1,256 @@
+"""The LLM sweep behind fig1 (LLM panel), fig3 (LLM panel) and fig5: one cached set of GRPO runs.
+
+``sweep(profile)`` lists the runs: naive async on a step size × staleness grid (the regime map),
+the cosine-vs-staleness line at the main step size, GAC at high staleness and the controls that
+separate a staleness fix from damping (sync + GAC; naive async at a smaller step size, which the
+grid holds), the peers TIS and M2PO, and naive async with the clip ratio taken against the behaviour
+policy (``ratio_to="behaviour"``, the CLI default). The sweep's naive/GAC runs use ``ratio_to="proximal"``:
+the learner recomputes the old log-probs, i.e. stale data used as if fresh (the registry's "none"),
+which TIS then corrects. GAC also runs at the small step size, where naive async's cosine is highest.
+Every run goes through ``paper_figs.cache.cached``, so the
+figures share them. The ``*_rows`` functions return per-step records (DESIGN.md columns);
+the ``plot_*`` helpers draw one panel on a given Axes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from sim.llm.train import Args, run
+
+# What each profile runs. quick: the "small" 0.6M model, fits about 15 minutes on 2 CPU cores.
+PROFILES = {
+    "quick": dict(base=dict(size="small", steps=80, prompts_per_step=16, group_size=8, minibatches=2,
+                            eval_every=20, eval_problems=256, ratio_to="proximal"),
+                  seeds=(0, 1, 2), main_lr=3e-4, small_lrs=(1e-4, 3e-5),
+                  # step size -> staleness values of the regime map (the line adds s = 2, 8 at 3e-4); at the
+                  # small-step edge 0 and 16 suffice, and at 1e-3 sync alone (it collapses there): 48 runs
+                  grid={3e-5: (0, 16), 1e-4: (0, 4, 16), 3e-4: (0, 4, 16), 1e-3: (0,)},
+                  line_staleness=(0, 2, 4, 8, 16), high_staleness=16, gac_small_lrs=(3e-5,)),
+    "full": dict(base=dict(size="cpu", steps=300, prompts_per_step=16, group_size=8, minibatches=2,
+                           eval_every=20, eval_problems=512, ratio_to="proximal"),
+                 seeds=(0, 1, 2, 3, 4), main_lr=3e-4, small_lrs=(1e-4, 3e-5),
+                 grid={lr: (0, 2, 4, 8, 16) for lr in (3e-5, 1e-4, 3e-4, 1e-3)},
+                 line_staleness=(0, 2, 4, 8, 16), high_staleness=16, gac_small_lrs=(1e-4, 3e-5),
+                 sync_gac_small_lrs=(1e-4, 3e-5)),
+}
+KEY_EXCLUDE = ("progress", "out_dir", "threads", "resume", "checkpoint_every")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of the sweep and the roles it plays in the figures."""
+
+    args: Args
+    roles: tuple[str, ...]
+
+
+def sweep(profile: str, device: str = "cpu") -> list[Run]:
+    """The runs of ``profile`` (deduplicated: a run in several roles is listed once)."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
+    p = PROFILES[profile]
+    base = Args(**p["base"], device=device, progress=False, on_nonfinite="mark")
+    if profile == "full" and device.startswith("cuda"):
+        base = replace(base, size="gpu")  # the 25M-parameter model on one GPU
+    runs: dict[tuple, list[str]] = {}
+
+    def add(role, method, staleness, lr, ratio_to="proximal"):
+        for seed in p["seeds"]:
+            runs.setdefault((method, staleness, lr, seed, ratio_to), []).append(role)
+
+    high, main = p["high_staleness"], p["main_lr"]
+    for lr, stalenesses in p["grid"].items():
+        for s in stalenesses:
+            add("regime", "none", s, lr)
+    for s in p["line_staleness"]:
+        add("cosine", "none", s, main)
+    for method in ("none", "gac", "tis", "m2po"):
+        add("methods", method, high, main)
+    add("methods", "none", 0, main)
+    add("control_sync_gac", "gac", 0, main)
+    for lr in p["small_lrs"]:
+        add("control_small_step", "none", high, lr)
+    add("behaviour_ratio", "none", high, main, ratio_to="behaviour")
+    for lr in p.get("gac_small_lrs", ()):
+        add("gac_small_step", "gac", high, lr)
+    for lr in p.get("sync_gac_small_lrs", ()):
+        add("control_sync_gac", "gac", 0, lr)
+    return [Run(replace(base, method=m, staleness=s, lr=lr, seed=seed, ratio_to=ratio), tuple(dict.fromkeys(roles)))
+            for (m, s, lr, seed, ratio), roles in runs.items()]
+
+
+def run_key(args: Args) -> dict:
+    return {k: v for k, v in asdict(args).items() if k not in KEY_EXCLUDE}
+
+
+def run_cached(args: Args, force: bool = False) -> dict:
+    """The run's {"records", "summary"} from the figure cache (computed on first use)."""
+    from paper_figs.cache import cached
+
+    def compute():
+        start = time.perf_counter()
+        result = run(args, log=lambda *a: None)
+        result["summary"]["wall_s"] = time.perf_counter() - start
+        return result
+
+    return cached("llm_grpo", run_key(args), compute, force=force)
+
+
+def sweep_results(profile: str, device: str = "cpu", log=print) -> list[tuple[Run, dict]]:
+    """Every run of the sweep with its result (cached; the first call computes them one at a time)."""
+    runs = sweep(profile, device)
+    out = []
+    for index, item in enumerate(runs):
+        start = time.perf_counter()
+        result = run_cached(item.args)
+        a = item.args
+        log(f"[llm sweep {index + 1}/{len(runs)}] {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: "
+            f"final acc {result['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.1f} s)")
+        out.append((item, result))
+    return out
+
+
+def _rows(results, role: str) -> list[dict]:
+    """Per-step records of the runs in ``role``, plus one row per run at step = steps holding only the
+    held-out accuracy of the final policy (``final_eval`` True), so accuracy curves reach the end."""
+    rows = []
+    for item, res in results:
+        if role not in item.roles:
+            continue
+        rows += [dict(r, final_eval=False) for r in res["records"]]
+        a = item.args
+        if not any(r.get("diverged") for r in res["records"]):
+            rows.append({"sim": "llm", "step": a.steps, "seed": a.seed, "method": a.label, "staleness": a.staleness,
+                         "lr": a.lr, "ratio_to": a.ratio_to, "accuracy": res["summary"]["final_accuracy"],
+                         "diverged": False, "final_eval": True})
+    return rows
+
+
+def llm_cosine_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:
+    """fig1 LLM panel: per-step records of sync and naive async at each s of the line (main step size)."""
+    return _rows(sweep_results(profile, device), "cosine")
+
+
+def llm_divergence_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:
+    """fig3 LLM panel: per-step records of sync, naive async and async+GAC at high staleness (main step size)."""
+    rows = _rows(sweep_results(profile, device), "methods")
+    return [r for r in rows if r["method"] in ("sync", "none", "gac") and r["ratio_to"] == "proximal"]
+
+
+def smooth(values: np.ndarray, window: int = 9) -> np.ndarray:
+    """Centered moving average that ignores NaN (for noisy per-step curves)."""
+    values = np.asarray(values, dtype=float)
+    if len(values) == 0:
+        return values
+    ok = np.isfinite(values)
+    kernel = np.ones(min(window, len(values)))
+    num = np.convolve(np.where(ok, values, 0.0), kernel, mode="same")
+    den = np.convolve(ok.astype(float), kernel, mode="same")
+    return np.where(den > 0, num / np.maximum(den, 1), np.nan)
+
+
+def curve(rows: list[dict], key: str, **match) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, mean over seeds, spread = std over seeds) of ``key`` for rows matching ``match``."""
+    sel = [r for r in rows if all(r.get(k) == v for k, v in match.items()) and r.get(key) is not None
+           and not r.get("diverged")]
+    if not sel:
+        return np.array([]), np.array([]), np.array([])
+    steps = np.array(sorted({r["step"] for r in sel}))
+    seeds = sorted({r["seed"] for r in sel})
+    table = np.full((len(seeds), len(steps)), np.nan)
+    index = {s: i for i, s in enumerate(steps)}
+    for r in sel:
+        table[seeds.index(r["seed"]), index[r["step"]]] = float(r[key])
+    return steps, np.nanmean(table, 0), np.nanstd(table, 0)
+
+
+def _label(method: str, staleness: int) -> str:
+    return "sync" if method == "sync" else f"{method} (s={staleness})"
+
+
+def plot_llm_cosine(ax, rows: list[dict]) -> None:
+    """cos(g_k, g_{k−1}) over RL steps (seed mean, smoothed), one line per staleness."""
+    import matplotlib.pyplot as plt
+
+    stalenesses = sorted({r["staleness"] for r in rows})
+    cmap = plt.get_cmap("viridis")
+    for i, s in enumerate(stalenesses):
+        steps, mean, _ = curve(rows, "cos_prev", staleness=s)
+        color = "black" if s == 0 else cmap(i / max(1, len(stalenesses) - 1))
+        ax.plot(steps, smooth(mean), color=color, label="sync" if s == 0 else f"async s={s}")
+    ax.axhline(0, color="grey", lw=0.6)
+    ax.set(xlabel="RL step", ylabel="cos(g_k, g_{k-1}) (seed mean, smoothed)", title="LLM GRPO")
+    ax.legend()
+
+
+def plot_llm_divergence(axes, rows: list[dict]) -> None:
+    """Three panels: reward, held-out accuracy, gradient norm over steps (mean ± std over seeds)."""
+    from paper_figs.common import method_color
+
+    runs = sorted({(r["method"], r["staleness"]) for r in rows}, key=lambda m: (m[0] != "sync", m[0]))
+    for method, s in runs:
+        color = method_color(method)
+        for ax, key, sm in zip(axes, ("objective", "accuracy", "grad_norm"), (True, False, True), strict=True):
+            steps, mean, spread = curve(rows, key, method=method, staleness=s)
+            if sm:
+                mean, spread = smooth(mean), smooth(spread)
+            ax.plot(steps, mean, color=color, label=_label(method, s), marker=None if sm else "o", ms=2)
+            ax.fill_between(steps, mean - spread, mean + spread, color=color, alpha=0.12, lw=0)
+    axes[0].set(xlabel="RL step", ylabel="mean reward (train batch)")
+    axes[1].set(xlabel="RL step", ylabel="held-out accuracy")
+    axes[2].set(xlabel="RL step", ylabel="raw gradient norm")
+    axes[0].legend()
+
+
+def summary_rows(results) -> list[dict]:
+    """One row per run: its setting, start/final held-out accuracy, mean cosine, failure flags."""
+    rows = []
+    for item, res in results:
+        a, records = item.args, res["records"]
+        ok = [r for r in records if not r.get("diverged")]
+        start_acc = next((r["accuracy"] for r in ok if r.get("accuracy") is not None), math.nan)
+        half = [r["cos_prev"] for r in ok[: max(1, len(ok) // 2)] if r.get("cos_prev") is not None]
+        rows.append({
+            "method": a.label, "staleness": a.staleness, "lr": a.lr, "ratio_to": a.ratio_to, "seed": a.seed,
+            "roles": "+".join(item.roles),
+            "start_accuracy": start_acc, "final_accuracy": res["summary"]["final_accuracy"],
+            "delta_accuracy": res["summary"]["final_accuracy"] - start_acc,
+            "cos_prev_first_half": float(np.mean(half)) if half else math.nan,
+            "cos_prev_mean": float(np.mean([r["cos_prev"] for r in ok if r.get("cos_prev") is not None] or [np.nan])),
+            "kl_behaviour_mean": float(np.mean([r["kl_behaviour"] for r in ok] or [np.nan])),
+            "clip_frac_mean": float(np.mean([r["clip_frac"] for r in ok] or [np.nan])),
+            "diverged": any(r.get("diverged") for r in records), "wall_s": res["summary"].get("wall_s"),
+        })
+    return rows
+
+
+def aggregate(rows: list[dict], keys=("method", "staleness", "lr", "ratio_to")) -> list[dict]:
+    """Mean and spread (std over seeds, and min..max) of final accuracy per setting."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+    out = []
+    for key, rs in groups.items():
+        final = np.array([r["final_accuracy"] for r in rs])
+        delta = np.array([r["delta_accuracy"] for r in rs])
+        out.append({**dict(zip(keys, key, strict=True)), "seeds": len(rs), "final_mean": float(final.mean()),
+                    "final_std": float(final.std()), "final_min": float(final.min()), "final_max": float(final.max()),
+                    "delta_mean": float(delta.mean()),
+                    "cos_prev_mean": float(np.mean([r["cos_prev_mean"] for r in rs])),
+                    "diverged": int(sum(r["diverged"] for r in rs)), "roles": rs[0]["roles"]})
+    return out
+
+
+def rank_correlation(x, y) -> float:
+    """Spearman rank correlation (ties broken by order; enough for a report)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 3:
+        return math.nan
+    rx, ry = np.argsort(np.argsort(x[ok])), np.argsort(np.argsort(y[ok]))
+    return float(np.corrcoef(rx, ry)[0, 1])
