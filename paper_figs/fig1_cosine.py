@@ -71,6 +71,34 @@ def plot_cosine(ax, rows: list[dict], title: str) -> None:
     ax.set(title=title, xlabel="step", ylabel="cos(g_t, g_{t-1}), median", ylim=(-1.0, 1.05))
 
 
+def llm_panel(profile: str, device: str = "cpu") -> list[dict]:
+    """The small-LLM GRPO runs (sim.llm; shared, cached sweep) with the per-run columns of the table.
+
+    The run's mean cosine is taken over the steps after the first fifth, as in the toy panels.
+    """
+    from sim.llm.experiments import llm_cosine_rows
+
+    rows = [dict(r, label=r["method"]) for r in llm_cosine_rows(profile, device) if not r.get("final_eval")]
+    for key in {(r["staleness"], r["seed"]) for r in rows}:
+        run = [r for r in rows if (r["staleness"], r["seed"]) == key]
+        warmup = max(r["step"] for r in run) // 5
+        alive = [r["cos_prev"] for r in run if not r.get("diverged") and r["cos_prev"] == r["cos_prev"]]
+        late = [r["cos_prev"] for r in run if r["step"] >= warmup and not r.get("diverged")]
+        diverged = any(r.get("diverged") for r in run)
+        for r in run:
+            r.update(run_mean_cos_prev=sum(late) / len(late) if late and not diverged else float("nan"),
+                     run_mean_cos_prev_alive=sum(alive) / len(alive) if alive else float("nan"),
+                     run_diverged=diverged)
+    return rows
+
+
+def plot_llm(ax, rows: list[dict]) -> None:
+    from sim.llm.experiments import plot_llm_cosine
+
+    plot_llm_cosine(ax, rows)
+    ax.set(ylim=(-1.0, 1.05), title="small LLM, GRPO on addition")
+
+
 PANELS = [
     toy.Panel("quadratic", quadratic_panel,
               lambda ax, rows: plot_cosine(ax, rows, f"noisy quadratic, η·λ_max = {toy.QUADRATIC_LR}")),
@@ -78,6 +106,7 @@ PANELS = [
               lambda ax, rows: plot_cosine(ax, rows, "Gaussian-policy bandit (GRPO, B=4, G=16)")),
     toy.Panel("bandit_softmax", softmax_bandit_panel,
               lambda ax, rows: plot_cosine(ax, rows, "10-armed softmax bandit (GRPO, B=4, G=16)")),
+    toy.Panel("llm", llm_panel, plot_llm),
 ]
 
 

@@ -52,6 +52,20 @@ def plot_panel(axes, rows: list[dict], title: str, objective: str, objective_lab
     ax_norm.set(xlabel="step", ylabel="‖g_t‖ (median over seeds)", yscale="log")
 
 
+def llm_panel(profile: str, device: str = "cpu") -> list[dict]:
+    """Small-LLM GRPO runs (sync, naive async, async+GAC at high staleness) from the shared cached sweep."""
+    from sim.llm.experiments import llm_divergence_rows
+
+    return [dict(r, label=r["method"]) for r in llm_divergence_rows(profile, device)]
+
+
+def plot_llm(axes, rows: list[dict]) -> None:
+    from sim.llm.experiments import plot_llm_divergence
+
+    plot_llm_divergence(axes, rows)
+    axes[0].set_title("small LLM, GRPO on addition")
+
+
 PANELS = [
     toy.Panel("quadratic", quadratic_panel,
               lambda axes, rows: plot_panel(axes, rows, f"noisy quadratic, η·λ_max = {toy.QUADRATIC_LR}",
@@ -59,12 +73,14 @@ PANELS = [
     toy.Panel("bandit_gaussian", gaussian_bandit_panel,
               lambda axes, rows: plot_panel(axes, rows, "Gaussian-policy bandit (GRPO)", "reward_gap",
                                             "reward gap J* − J (median)", True)),
+    toy.Panel("llm", llm_panel, plot_llm, n_axes=3),
 ]
 
 
 def summarize(rows: list[dict]) -> list[dict]:
     """Final objective (last recorded step, median over seeds) and diverged seeds per (sim, label)."""
     out = []
+    rows = [r for r in rows if not r.get("final_eval")]  # LLM rows that carry only the final accuracy
     for sim, label in dict.fromkeys((r["sim"], r["label"]) for r in rows):
         mine = [r for r in rows if r["sim"] == sim and r["label"] == label]
         last = max(r["step"] for r in mine)
@@ -78,11 +94,15 @@ def summarize(rows: list[dict]) -> list[dict]:
 def main(profile: str, out_dir: Path, device: str = "cpu", panels=None) -> list[dict]:
     panels = PANELS if panels is None else panels
     apply_style()
-    fig, axes = plt.subplots(2, len(panels), figsize=(3.3 * len(panels), 4.6), squeeze=False)
+    n_rows = max(panel.n_axes or 2 for panel in panels)
+    fig, axes = plt.subplots(n_rows, len(panels), figsize=(3.3 * len(panels), 2.3 * n_rows), squeeze=False)
     all_rows = []
     for k, panel in enumerate(panels):
         rows = cached_runs(f"{NAME}/{panel.name}", profile, device, lambda p=panel: p.run(profile, device))
-        panel.plot((axes[0][k], axes[1][k]), rows)
+        used = panel.n_axes or 2
+        panel.plot(tuple(axes[r][k] for r in range(used)), rows)
+        for r in range(used, n_rows):
+            axes[r][k].axis("off")
         all_rows.extend(rows)
     axes[0][0].legend()
     summary = summarize(all_rows)

@@ -61,6 +61,8 @@ class Panel:
     name: str
     run: Callable[[str, str], list[dict]]
     plot: Callable[..., None]
+    n_axes: int = 0
+    """How many stacked axes ``plot`` draws on (0: the figure's default)."""
 
 
 def stability_boundary(staleness: int) -> float:

@@ -1,0 +1,24 @@
+"""The LLM panels of fig1 and fig3 draw from the shared LLM sweep (tiny profile, cache in tmp)."""
+
+import csv
+
+import paper_figs.cache
+from paper_figs import fig1_cosine, fig3_divergence
+from sim.llm import experiments
+
+
+def test_llm_panels_of_fig1_and_fig3(tiny_checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setattr(paper_figs.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setitem(experiments.PROFILES, "test", dict(
+        base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=3, prompts_per_step=4, group_size=4,
+                  minibatches=2, eval_every=2, eval_problems=8, temperature=0.5, ratio_to="proximal"),
+        seeds=(0,), main_lr=3e-3, small_lrs=(1e-3,), grid={3e-3: (0, 2)}, line_staleness=(0, 2), high_staleness=2))
+    llm = [p for p in fig1_cosine.PANELS if p.name == "llm"]
+    table = fig1_cosine.main("test", tmp_path, panels=llm)
+    assert {(row["sim"], row["staleness"]) for row in table} == {("llm", 0), ("llm", 2)}
+    assert all(-1.0 <= row["mean_cos_prev_before_divergence"] <= 1.0 for row in table)
+    summary = fig3_divergence.main("test", tmp_path, panels=[p for p in fig3_divergence.PANELS if p.name == "llm"])
+    assert {row["label"] for row in summary} == {"sync", "none", "gac"}
+    with open(tmp_path / "fig3_divergence.csv") as handle:
+        assert {row["sim"] for row in csv.DictReader(handle)} == {"llm"}
+    assert (tmp_path / "fig1_cosine.png").stat().st_size > 0 and (tmp_path / "fig3_divergence.png").exists()
