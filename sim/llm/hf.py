@@ -1,0 +1,42 @@
+"""Bridges from the package's task to Hugging Face trainers (TRL): tokenizer, dataset, reward.
+
+``hf_tokenizer()`` is a ``PreTrainedTokenizerFast`` with exactly the task's character vocabulary
+(same ids as ``sim.llm.task``, so models from ``sim.llm.model`` work with it); ``grpo_dataset`` is an
+in-memory ``datasets.Dataset`` of prompts with their answers; ``exact_match_reward`` is a TRL reward
+function. Used by ``gac.integrations.trl``'s test and the README; needs the ``trl`` extra.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sim.llm.task import BOS, EOS, PAD, VOCAB, AdditionTask
+
+
+def hf_tokenizer():
+    """A character-level ``PreTrainedTokenizerFast`` over the task's vocabulary (ids as in sim.llm.task)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel({token: i for i, token in enumerate(VOCAB)}, unk_token=VOCAB[PAD]))
+    backend.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    backend.decoder = decoders.Fuse()  # characters join without spaces
+    # Prompts start with <bos>, as in sim.llm.task.AdditionTask.prompts.
+    backend.post_processor = processors.TemplateProcessing(single=f"{VOCAB[BOS]} $A",
+                                                           special_tokens=[(VOCAB[BOS], BOS)])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=VOCAB[PAD], bos_token=VOCAB[BOS],
+                                   eos_token=VOCAB[EOS])
+
+
+def grpo_dataset(task: AdditionTask, n: int, seed: int = 0):
+    """``n`` training-split problems as a ``datasets.Dataset`` with columns prompt ("ab+cd=") and answer."""
+    from datasets import Dataset
+
+    operands = task.sample_operands(n, torch.Generator().manual_seed(seed))
+    return Dataset.from_list([{"prompt": f"{a:0{task.digits}d}+{b:0{task.digits}d}=", "answer": str(a + b)}
+                              for a, b in operands.tolist()])
+
+
+def exact_match_reward(completions: list[str], answer: list[str], **kwargs) -> list[float]:
+    """TRL reward function: 1.0 where the completion (special tokens stripped) is exactly the sum."""
+    return [float(completion.strip() == target) for completion, target in zip(completions, answer, strict=True)]
