@@ -41,12 +41,23 @@ def code_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
+def cache_path(kind: str, config: dict) -> Path:
+    """Where the result of (kind, config) is stored."""
+    return CACHE_DIR / f"{kind.replace('/', '__')}-{config_hash(config)}.json"
+
+
+def lookup(kind: str, config: dict) -> Any | None:
+    """The stored result of (kind, config), or None when it has not been computed (never computes)."""
+    path = cache_path(kind, config)
+    return json.loads(path.read_text())["result"] if path.exists() else None
+
+
 def cached(kind: str, config: dict, compute: Callable[[], Any], force: bool = False) -> Any:
     """``compute()`` once per (kind, config); later calls read the stored JSON result.
 
     The result always goes through JSON, so a fresh and a cached call return the same types.
     """
-    path = CACHE_DIR / f"{kind.replace('/', '__')}-{config_hash(config)}.json"
+    path = cache_path(kind, config)
     force = force or os.environ.get("GAC_LAB_FORCE") == "1"
     if path.exists() and not force:
         return json.loads(path.read_text())["result"]

@@ -33,3 +33,9 @@ def test_cached_runs_key_includes_code_fingerprint(monkeypatch):
     monkeypatch.setattr(cache, "code_fingerprint", lambda: "edited-source")
     cache.cached_runs("unit", "quick", "cpu", lambda: calls.append(1) or 1)
     assert len(calls) == 2
+
+
+def test_lookup_never_computes():
+    assert cache.lookup("unit-lookup", {"a": 1}) is None
+    cache.cached("unit-lookup", {"a": 1}, lambda: {"x": 1})
+    assert cache.lookup("unit-lookup", {"a": 1}) == {"x": 1}
