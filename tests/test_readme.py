@@ -30,17 +30,20 @@ def test_readme_block_runs(how, code, tmp_path):
         command = [sys.executable, str(script)]
     elif how.startswith("torchrun"):
         nproc = how.split()[1]
+        # Each rank's stdout goes to its own file (a shared pipe can interleave the ranks' lines).
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                   str(script)]
+                   "--log-dir", str(tmp_path / "logs"), "--redirects", "1", str(script)]
     else:
         raise AssertionError(f"unknown readme-test kind {how!r}")
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     if how.startswith("torchrun"):
-        lines = [line for line in result.stdout.splitlines() if line.startswith("rank")]
         by_rank = {}
-        for line in lines:
-            rank, rest = line.split(" step ", 1)
-            by_rank.setdefault(rank, []).append(rest)
+        for log in sorted((tmp_path / "logs").rglob("stdout.log")):
+            for line in log.read_text().splitlines():
+                if line.startswith("rank"):
+                    rank, rest = line.split(" step ", 1)
+                    by_rank.setdefault(rank, []).append(rest)
         assert len(by_rank) == int(how.split()[1])
+        assert all(len(v) == 4 for v in by_rank.values())
         assert len({tuple(v) for v in by_rank.values()}) == 1  # every rank reports the same cosines and regimes
