@@ -9,3 +9,4 @@ def _isolated_run_cache(tmp_path_factory, monkeypatch):
 
     monkeypatch.setattr(paper_figs.cache, "CACHE_DIR", tmp_path_factory.mktemp("run-cache"))
     monkeypatch.delenv("GAC_LAB_FORCE", raising=False)
+    monkeypatch.setenv("GAC_LAB_JOBS", "1")  # the LLM sweep's parallel path has its own test

@@ -14,9 +14,14 @@ the ``plot_*`` helpers draw one panel on a given Axes.
 
 from __future__ import annotations
 
+import functools
 import math
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -101,18 +106,63 @@ def run_cached(args: Args, force: bool = False) -> dict:
     return cached("llm_grpo", run_key(args), compute, force=force)
 
 
-def sweep_results(profile: str, device: str = "cpu", log=print) -> list[tuple[Run, dict]]:
-    """Every run of the sweep with its result (cached; the first call computes them one at a time)."""
+_print_now = functools.partial(print, flush=True)
+
+
+def default_jobs(device: str) -> int:
+    """Runs computed at once: one per CPU core on the CPU (each run uses one thread), one on a GPU.
+
+    ``GAC_LAB_JOBS`` overrides. Every run is seeded on its own, so the results do not depend on it.
+    """
+    if os.environ.get("GAC_LAB_JOBS"):
+        return max(1, int(os.environ["GAC_LAB_JOBS"]))
+    return 1 if device.startswith("cuda") else max(1, min(2, os.cpu_count() or 1))
+
+
+def _compute_in_worker(args: Args, cache_dir: str, force: bool) -> dict:
+    """Worker entry (a fresh process): the run through the same cache folder as the parent."""
+    import paper_figs.cache
+
+    paper_figs.cache.CACHE_DIR = Path(cache_dir)
+    return run_cached(args, force=force)
+
+
+def sweep_results(profile: str, device: str = "cpu", log=_print_now, jobs: int | None = None) -> list[tuple[Run, dict]]:
+    """Every run of the sweep with its result (cached; missing runs are computed ``jobs`` at a time)."""
+    import paper_figs.cache
+    from paper_figs.cache import lookup
+
     runs = sweep(profile, device)
-    out = []
-    for index, item in enumerate(runs):
-        start = time.perf_counter()
-        result = run_cached(item.args)
-        a = item.args
-        log(f"[llm sweep {index + 1}/{len(runs)}] {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: "
-            f"final acc {result['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.1f} s)")
-        out.append((item, result))
-    return out
+    jobs = default_jobs(device) if jobs is None else jobs
+    force = os.environ.get("GAC_LAB_FORCE") == "1"
+    results = {} if force else {i: lookup("llm_grpo", run_key(item.args)) for i, item in enumerate(runs)}
+    pending = [i for i in range(len(runs)) if results.get(i) is None]
+    start, done = time.perf_counter(), len(runs) - len(pending)
+
+    def report(index: int, result: dict) -> None:
+        nonlocal done
+        done += 1
+        a = runs[index].args
+        log(f"[llm sweep {done}/{len(runs)}] {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
+            f"{result['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.0f} s elapsed)")
+
+    if pending:  # the first run also trains and caches the warm start, before any parallel worker needs it
+        results[pending[0]] = run_cached(runs[pending[0]].args, force=force)
+        report(pending[0], results[pending[0]])
+    rest = pending[1:]
+    if jobs > 1 and len(rest) > 1:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            futures = {pool.submit(_compute_in_worker, runs[i].args, str(paper_figs.cache.CACHE_DIR), force): i
+                       for i in rest}
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                report(futures[future], results[futures[future]])
+    else:
+        for i in rest:
+            results[i] = run_cached(runs[i].args, force=force)
+            report(i, results[i])
+    return [(item, results[i]) for i, item in enumerate(runs)]
 
 
 def _rows(results, role: str) -> list[dict]:

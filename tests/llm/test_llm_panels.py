@@ -22,3 +22,18 @@ def test_llm_panels_of_fig1_and_fig3(tiny_checkpoint, tmp_path, monkeypatch):
     with open(tmp_path / "fig3_divergence.csv") as handle:
         assert {row["sim"] for row in csv.DictReader(handle)} == {"llm"}
     assert (tmp_path / "fig1_cosine.png").stat().st_size > 0 and (tmp_path / "fig3_divergence.png").exists()
+
+
+def test_parallel_sweep_equals_serial(tiny_checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setitem(experiments.PROFILES, "test", dict(
+        base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=3, prompts_per_step=4, group_size=4,
+                  minibatches=2, eval_every=2, eval_problems=8, temperature=0.5, ratio_to="proximal"),
+        seeds=(0, 1), main_lr=3e-3, small_lrs=(), grid={3e-3: (0, 2)}, line_staleness=(0, 2), high_staleness=2))
+    outcomes = []
+    for jobs in (1, 2):
+        monkeypatch.setattr(paper_figs.cache, "CACHE_DIR", tmp_path / f"cache{jobs}")
+        results = experiments.sweep_results("test", log=lambda *a: None, jobs=jobs)
+        outcomes.append([(item.args.label, item.args.staleness, item.args.seed, res["records"])
+                         for item, res in results])
+        assert len(list((tmp_path / f"cache{jobs}").glob("llm_grpo-*.json"))) == len(results)  # workers used it
+    assert outcomes[0] == outcomes[1]
