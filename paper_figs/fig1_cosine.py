@@ -46,20 +46,19 @@ def quadratic_panel(profile: str, device: str = "cpu") -> list[dict]:
     return _rows_with_summary(result)
 
 
-def gaussian_bandit_panel(profile: str, device: str = "cpu") -> list[dict]:
+def _bandit_panel(problem, lr: float, profile: str) -> list[dict]:
     p = toy.profile_of(profile)
-    result = run_bandit(toy.GAUSSIAN, _async_settings(toy.GAUSSIAN_LR), p.bandit_steps, p.seeds, seed=0,
-                        groups=toy.BANDIT_GROUPS, group_size=toy.BANDIT_GROUP_SIZE, record_every=p.record_every,
-                        progress=True)
+    result = run_bandit(problem, _async_settings(lr), p.bandit_steps, p.seeds, seed=0, groups=toy.BANDIT_GROUPS,
+                        group_size=toy.BANDIT_GROUP_SIZE, record_every=p.record_every, progress=True)
     return _rows_with_summary(result)
+
+
+def gaussian_bandit_panel(profile: str, device: str = "cpu") -> list[dict]:
+    return _bandit_panel(toy.GAUSSIAN, toy.GAUSSIAN_LR, profile)
 
 
 def softmax_bandit_panel(profile: str, device: str = "cpu") -> list[dict]:
-    p = toy.profile_of(profile)
-    result = run_bandit(toy.KARMED, _async_settings(toy.SOFTMAX_LR), p.bandit_steps, p.seeds, seed=0,
-                        groups=toy.BANDIT_GROUPS, group_size=toy.BANDIT_GROUP_SIZE, record_every=p.record_every,
-                        progress=True)
-    return _rows_with_summary(result)
+    return _bandit_panel(toy.KARMED, toy.SOFTMAX_LR, profile)
 
 
 def plot_cosine(ax, rows: list[dict], title: str) -> None:
