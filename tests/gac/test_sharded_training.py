@@ -5,6 +5,7 @@ trajectory must equal a single-process run on the same data, and every rank must
 cosine and regime.
 """
 
+import gc
 import os
 import tempfile
 
@@ -58,7 +59,12 @@ def worker(rank, init_file, kind, result_dir):
     try:
         reports, params = train(tiny_model(), batches(STEPS), rank, fsdp2 if kind == "fsdp2" else ddp)
         torch.save((reports, params), os.path.join(result_dir, f"rank{rank}.pt"))
+        dist.barrier()  # both ranks done with every collective before teardown
     finally:
+        # Free the DDP/FSDP module (and its communication state) before the process group goes: an
+        # abrupt teardown with live gloo work aborted a worker once ("terminate called without an
+        # active exception").
+        gc.collect()
         dist.destroy_process_group()
 
 
