@@ -140,6 +140,7 @@ def _sharded_worker(rank: int, init_file: str, world: int, hidden: int, layers: 
                   params_M=sum(p.numel() for p in gac_model.parameters()) / 1e6)
     if rank == 0:
         torch.save(result, result_file)
+    dist.barrier()
     dist.destroy_process_group()
 
 

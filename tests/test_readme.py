@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+TEARDOWN_ABORT = "terminate called without an active exception"
 BLOCK = re.compile(r"<!-- readme-test: (?P<how>[^>]*?) -->\s*```python\n(?P<code>.*?)```", re.S)
 
 
@@ -36,6 +38,11 @@ def test_readme_block_runs(how, code, tmp_path):
     else:
         raise AssertionError(f"unknown readme-test kind {how!r}")
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0 and TEARDOWN_ABORT in result.stderr and how.startswith("torchrun"):
+        # A gloo worker occasionally aborts while the process group is torn down on this CPU torch;
+        # that exact failure is retried once (in a clean log folder), anything else fails.
+        shutil.rmtree(tmp_path / "logs", ignore_errors=True)
+        result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     if how.startswith("torchrun"):
         by_rank = {}

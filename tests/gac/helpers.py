@@ -20,3 +20,22 @@ def loss_fn(model, batch):
 
 def flat_grad(model) -> torch.Tensor:
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+def spawn_gloo(worker, args_for, nprocs: int = 2, attempts: int = 2) -> None:
+    """``torch.multiprocessing.spawn`` of a gloo test worker, retried once on a SIGABRT at teardown.
+
+    ``args_for(attempt)`` gives the worker's extra args (a fresh init file per attempt). On this
+    machine's CPU torch a gloo worker occasionally aborts while the process group is destroyed
+    ("terminate called without an active exception"); that exact failure is retried once, any other
+    failure (an assertion, an exception, a second abort) fails the test.
+    """
+    import torch.multiprocessing as mp
+
+    for attempt in range(attempts):
+        try:
+            mp.spawn(worker, args=args_for(attempt), nprocs=nprocs, join=True)
+            return
+        except mp.ProcessExitedException as error:
+            if error.signal_name != "SIGABRT" or attempt == attempts - 1:
+                raise

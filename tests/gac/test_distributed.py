@@ -9,9 +9,9 @@ import tempfile
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import gac
+from tests.gac.helpers import spawn_gloo
 
 WORLD = 2
 STEPS = 8
@@ -53,6 +53,7 @@ def worker(rank: int, init_file: str, cfg: gac.GACConfig, result_dir: str) -> No
             out.append((report.cosine, report.regime, report.parallel_scale, report.grad_norm_before,
                         torch.cat([params[0].grad, params[1].grad])))
         torch.save({"reports": out, "calls": calls}, os.path.join(result_dir, f"rank{rank}.pt"))
+        real_all_reduce(torch.zeros(1))  # a last collective, outside the count, so teardown finds no rank behind
     finally:
         dist.all_reduce = real_all_reduce
         dist.destroy_process_group()
@@ -62,7 +63,7 @@ def worker(rank: int, init_file: str, cfg: gac.GACConfig, result_dir: str) -> No
                                  gac.GACConfig(threshold=0.3, mode="cap", reference="ema", skip_threshold=0.97)])
 def test_sharded_decision_equals_single_process(cfg):
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(worker, args=(os.path.join(tmp, "init"), cfg, tmp), nprocs=WORLD, join=True)
+        spawn_gloo(worker, lambda attempt: (os.path.join(tmp, f"init{attempt}"), cfg, tmp), WORLD)
         results = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(WORLD)]
 
     reference = torch.zeros(DIM, dtype=torch.float64)
@@ -102,12 +103,30 @@ def nonfinite_worker(rank: int, init_file: str, result_dir: str) -> None:
         except gac.NonFiniteGradientError as error:
             outcome = str(error)
         torch.save(outcome, os.path.join(result_dir, f"rank{rank}.pt"))
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
 def test_nonfinite_on_one_rank_stops_every_rank():
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(nonfinite_worker, args=(os.path.join(tmp, "init"), tmp), nprocs=WORLD, join=True)
+        spawn_gloo(nonfinite_worker, lambda attempt: (os.path.join(tmp, f"init{attempt}"), tmp), WORLD)
         outcomes = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(WORLD)]
     assert all("non-finite gradient at step 1" in o for o in outcomes)
+
+
+def _abort_worker(rank, marker, always):
+    if rank == 0 and (always or not os.path.exists(marker)):
+        open(marker, "w").close()
+        os.abort()  # what a gloo teardown abort looks like to the parent: SIGABRT
+
+
+def test_spawn_gloo_retries_one_teardown_abort_only():
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        marker = os.path.join(tmp, "aborted")
+        spawn_gloo(_abort_worker, lambda attempt: (marker, False), WORLD)  # aborts once, then passes
+        assert os.path.exists(marker)
+        with pytest.raises(mp.ProcessExitedException):
+            spawn_gloo(_abort_worker, lambda attempt: (marker, True), WORLD)  # aborts every time

@@ -12,10 +12,9 @@ import tempfile
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import gac
-from tests.gac.helpers import batches, loss_fn, tiny_model
+from tests.gac.helpers import batches, loss_fn, spawn_gloo, tiny_model
 
 WORLD, STEPS = 2, 6
 CFG = gac.GACConfig(threshold=0.05, mode="cap")
@@ -71,7 +70,7 @@ def worker(rank, init_file, kind, result_dir):
 @pytest.mark.parametrize("kind", ["fsdp2", "ddp"])
 def test_sharded_training_matches_single_process(kind):
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(worker, args=(os.path.join(tmp, "init"), kind, tmp), nprocs=WORLD, join=True)
+        spawn_gloo(worker, lambda attempt: (os.path.join(tmp, f"init{attempt}"), kind, tmp), WORLD)
         ranks = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(WORLD)]
     single_reports, single_params = train(tiny_model(), batches(STEPS))
     assert any(regime != "keep" for _, regime in single_reports)
