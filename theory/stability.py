@@ -106,19 +106,23 @@ def spectral_radius(a, staleness: int) -> np.ndarray:
     return np.abs(np.linalg.eigvals(companion_matrix(a, staleness))).max(-1)
 
 
+def _last_stable(radius, lo: float, hi: float, tol: float) -> float:
+    """Bisection for the a where ``radius(a)`` crosses 1 (stable below, unstable above) in (lo, hi)."""
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if radius(mid) < 1.0:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
 def stability_boundary(staleness: int, tol: float = 1e-12) -> float:
     """a*(s) computed numerically: bisection on a ↦ spectral radius < 1 over a ∈ (0, 2.5).
 
     Independent of the closed form: only the polynomial's roots are used.
     """
-    lo, hi = 1e-9, 2.5
-    while hi - lo > tol:
-        mid = 0.5 * (lo + hi)
-        if spectral_radius(mid, staleness) < 1.0:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    return _last_stable(lambda a: spectral_radius(a, staleness), 1e-9, 2.5, tol)
 
 
 def check_boundary_numeric(max_staleness: int = 64) -> dict:
@@ -185,14 +189,7 @@ def mean_square_boundary_random(max_staleness: int, tol: float = 1e-9) -> float:
     Computed by bisection on the spectral radius of 𝒜 = E[A ⊗ A] (no closed form claimed). For
     s_max = 0 it equals 2. It lies between a*(s_max) (always taking the worst delay) and 2.
     """
-    lo, hi = 1e-9, 2.0 + 1e-6
-    while hi - lo > tol:
-        mid = 0.5 * (lo + hi)
-        if mean_square_radius(mid, max_staleness) < 1.0:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    return _last_stable(lambda a: mean_square_radius(a, max_staleness), 1e-9, 2.0 + 1e-6, tol)
 
 
 def predicted_second_moment(a: float, max_staleness: int, steps: int, x0: float = 1.0) -> np.ndarray:
