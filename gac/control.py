@@ -67,6 +67,13 @@ def pow2_scale(x: torch.Tensor) -> torch.Tensor:
     return torch.ldexp(torch.ones_like(peak), exponent)
 
 
+def _rescaled(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x / scale in float64, scale): scale = ``pow2_scale(x)``, or 1 when eps > 0 (eps is an
+    absolute norm level, so the sums must then stay in the input's units)."""
+    scale = pow2_scale(x) if eps == 0 else torch.ones((*x.shape[:-1], 1), dtype=torch.float64, device=x.device)
+    return x.to(torch.float64) / scale, scale
+
+
 def alignment_stats(g: torch.Tensor, d: torch.Tensor) -> AlignmentStats:
     """⟨g, d⟩, ‖g‖², ‖d‖² over the last dim, accumulated in float64 (no overflow for finite input)."""
     g64, d64 = g.to(torch.float64), d.to(torch.float64)
@@ -94,10 +101,8 @@ def alignment(g: torch.Tensor, d: torch.Tensor, eps: float = 0.0) -> torch.Tenso
     if g.shape != d.shape:
         raise ValueError(f"alignment needs g and d of the same shape, got {tuple(g.shape)} and {tuple(d.shape)}")
     out_dtype = torch.promote_types(g.dtype, torch.float32)
-    if eps > 0:  # eps is an absolute norm level, so the sums must stay in the input's units
-        return cosine_from_stats(alignment_stats(g, d), eps).to(out_dtype)
-    g_scaled, d_scaled = g.to(torch.float64) / pow2_scale(g), d.to(torch.float64) / pow2_scale(d)
-    return cosine_from_stats(alignment_stats(g_scaled, d_scaled)).to(out_dtype)
+    g_scaled, d_scaled = _rescaled(g, eps)[0], _rescaled(d, eps)[0]
+    return cosine_from_stats(alignment_stats(g_scaled, d_scaled), eps).to(out_dtype)
 
 
 def cap_scale(cosine: torch.Tensor, threshold: torch.Tensor | float) -> torch.Tensor:
@@ -156,12 +161,8 @@ def control(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
     """
     if g.shape != d.shape:
         raise ValueError(f"control needs g and d of the same shape, got {tuple(g.shape)} and {tuple(d.shape)}")
-    if cfg.eps > 0:  # eps is an absolute norm level: no rescaling
-        decision = decide(alignment_stats(g, d), cfg, threshold)
-        return Controlled(apply_decision(g, d, decision), decision.cosine, decision.regime, decision.parallel_scale)
     # Work on exactly rescaled copies (powers of two) so extreme finite inputs cannot overflow.
-    g_scale, d_scale = pow2_scale(g), pow2_scale(d)
-    g_scaled, d_scaled = g.to(torch.float64) / g_scale, d.to(torch.float64) / d_scale
+    (g_scaled, g_scale), (d_scaled, _) = _rescaled(g, cfg.eps), _rescaled(d, cfg.eps)
     decision = decide(alignment_stats(g_scaled, d_scaled), cfg, threshold)
     new = (g_scale * apply_decision(g_scaled, d_scaled, decision)).to(g.dtype)
     new = torch.where((decision.regime == KEEP).unsqueeze(-1), g, new)

@@ -171,3 +171,12 @@ def test_ema_threshold_rule():
     assert math.isclose(rule.current(), 0.4)
     cfg = gac.GACConfig(threshold=rule)
     assert isinstance(cfg.threshold, gac.ThresholdRule)
+
+
+def test_eps_is_an_absolute_norm_level():
+    g = torch.tensor([[1e-3, 1e-3], [1.0, 1.0]])
+    d = torch.tensor([[1e-3, 0.0], [1.0, 0.0]])
+    out = gac.control(g, d, gac.GACConfig(threshold=0.1, eps=1e-2))
+    assert out.cosine[0] == 0 and out.regime.tolist() == [KEEP, ACT]  # the tiny row counts as zero
+    assert torch.equal(out.grad[0], g[0]) and torch.allclose(out.grad[1], torch.tensor([0.0, 1.0]))
+    assert gac.alignment(g, d, eps=1e-2)[0] == 0 and gac.alignment(g, d, eps=1e-2)[1] > 0.7
