@@ -43,7 +43,7 @@ def _loop_bounds(ratio, adv, mask, cfg):
     """The paper's search as a plain loop over tokens (independent of the vectorized code)."""
     def share(lo, hi):
         pos = neg = 0.0
-        for r, a, m in zip(ratio.tolist(), adv.tolist(), mask.tolist()):
+        for r, a, m in zip(ratio.tolist(), adv.tolist(), mask.tolist(), strict=True):
             if m and a > 0 and r <= hi:
                 pos += r * a
             elif m and a < 0 and r >= lo:
