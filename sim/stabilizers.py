@@ -57,7 +57,10 @@ class DCConfig:
 
 @dataclass(frozen=True)
 class BAPOConfig:
-    """BAPO's parameters, named as in Xi et al. (arXiv:2510.18927); defaults are the paper's settings.
+    """BAPO's parameters, named as in Xi et al. (arXiv:2510.18927).
+
+    Defaults: ρ0 and the ranges [a⁻, b⁻] = [0.6, 0.9], [a⁺, b⁺] = [1.2, 3.0] as the authors report
+    for the paper; the steps δ1 = δ2 = 0.05 from the authors' verl configuration.
 
     The clip bounds are importance-ratio bounds c_low < 1 < c_high (PPO's 1 − ε_low and 1 + ε_high).
     """
@@ -75,7 +78,7 @@ class BAPOConfig:
     delta_1: float = 0.05
     """δ1: step by which c_high is raised (> 0)."""
     delta_2: float = 0.05
-    """δ2: step by which c_low is raised (> 0)."""
+    """δ2: step by which c_low is raised (> 0); with a⁻ + δ2 > b⁻ neither bound ever moves."""
 
     def __post_init__(self) -> None:
         if not 0 < self.rho_0 <= 1:
@@ -302,31 +305,36 @@ def bapo_positive_share(ratio: torch.Tensor, advantages: torch.Tensor, mask: tor
     return torch.where(total > 0, positive / total.where(total > 0, torch.ones_like(total)), 1.0)
 
 
+def _bapo_step_count(start: float, stop: float, step: float) -> int:
+    """How many whole steps fit in [start, stop] (1e-9 slack so that float rounding keeps the last one)."""
+    return math.floor((stop - start) / step + 1e-9)
+
+
 def bapo_clip_bounds_rows(ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
                           configs: list[BAPOConfig]) -> tuple[torch.Tensor, torch.Tensor]:
     """BAPO's adaptive clip bounds (c_low, c_high), each of shape (R,), for R independent batches.
 
     ``ratio``, ``advantages``, ``mask`` are (R, N), one batch per row, with ``configs[i]`` row i's
-    parameters. Per row, the search of the paper: start at (a⁻, a⁺); while ρ < ρ0 raise c_low by δ2
-    up to b⁻, then c_high by δ1 up to b⁺ (the last step stops at the bound; the order follows the
-    authors' verl loss); stop at the first bounds with ρ ≥ ρ0, or at (b⁻, b⁺). All candidate bounds
-    are evaluated at once instead of in a loop.
+    parameters. Per row, the paper's procedure (Algorithm 1): start at c_low = a⁻, c_high = a⁺;
+    while ρ < ρ0 and c_low + δ2 <= b⁻: raise c_high by δ1 if c_high + δ1 <= b⁺, else raise c_low
+    by δ2. So c_high is widened first, whole steps only, and the loop never starts when a⁻ + δ2 > b⁻.
+    (The authors' verl loss raises c_low first and clamps the last step to the bound.) All candidate
+    bounds are evaluated at once instead of in a loop; ρ is ``bapo_positive_share``.
     """
     if not (ratio.shape == advantages.shape == mask.shape) or ratio.dim() != 2 or len(configs) != len(ratio):
         raise ValueError(f"need (R, N) ratio, advantages, mask and R configs, got {tuple(ratio.shape)}, "
                          f"{tuple(advantages.shape)}, {tuple(mask.shape)}, {len(configs)} configs")
-    column = lambda name: torch.tensor([getattr(c, name) for c in configs], dtype=ratio.dtype,
-                                       device=ratio.device)[:, None]
-    a_minus, b_minus, a_plus, b_plus = column("a_minus"), column("b_minus"), column("a_plus"), column("b_plus")
-    steps_low = torch.tensor([math.ceil((c.b_minus - c.a_minus) / c.delta_2 - 1e-9) for c in configs])[:, None]
-    steps_high = torch.tensor([math.ceil((c.b_plus - c.a_plus) / c.delta_1 - 1e-9) for c in configs])[:, None]
-    k = torch.arange(int((steps_low + steps_high).max()) + 1)[None, :]  # candidate index, (1, K)
-    c_low = torch.minimum(a_minus + k.minimum(steps_low).to(ratio.dtype) * column("delta_2"), b_minus)
-    raised_high = (k - steps_low).clamp(min=0).minimum(steps_high).to(ratio.dtype)
-    c_high = torch.minimum(a_plus + raised_high * column("delta_1"), b_plus)  # (R, K)
+    column = lambda values, dtype=ratio.dtype: torch.tensor(values, dtype=dtype, device=ratio.device)[:, None]
+    steps_low = column([_bapo_step_count(c.a_minus, c.b_minus, c.delta_2) for c in configs], torch.int64)
+    steps_high = column([_bapo_step_count(c.a_plus, c.b_plus, c.delta_1) for c in configs], torch.int64)
+    steps_high = torch.where(steps_low > 0, steps_high, 0)  # the loop's guard: no c_low step left, no move
+    k = torch.arange(int((steps_low + steps_high).max()) + 1, device=ratio.device)[None, :]  # candidates (1, K)
+    k = k.minimum(steps_low + steps_high)  # a row with fewer candidates repeats its last one
+    c_high = column([c.a_plus for c in configs]) + k.minimum(steps_high) * column([c.delta_1 for c in configs])
+    c_low = column([c.a_minus for c in configs]) + (k - steps_high).clamp(min=0) * column([c.delta_2 for c in configs])
     share = bapo_positive_share(ratio.detach()[:, None, :], advantages[:, None, :], mask[:, None, :].to(ratio.dtype),
-                                c_low[..., None], c_high[..., None])
-    reached = share >= column("rho_0")
+                                c_low[..., None], c_high[..., None])  # ρ of every candidate, (R, K)
+    reached = share >= column([c.rho_0 for c in configs])
     first = torch.where(reached.any(-1), reached.to(torch.int64).argmax(-1), k.shape[1] - 1)[:, None]
     return c_low.gather(1, first)[:, 0], c_high.gather(1, first)[:, 0]
 

@@ -8,15 +8,16 @@ from sim.bandit import GaussianBandit, _SampleWeights, run_bandit
 from sim.grid import GridUpdater, setting
 from sim.stabilizers import BAPOConfig, bapo_clip_bounds, bapo_clip_bounds_rows
 
-SMALL = BAPOConfig(rho_0=0.5, a_minus=0.6, b_minus=0.8, a_plus=1.2, b_plus=1.5, delta_1=0.1, delta_2=0.1)
-# (r, A, valid). Candidates in search order (c_low, c_high) and ρ = Σpos / (Σpos + Σneg) over unclipped tokens:
-#   (0.6, 1.2): pos 1.0 (r=1.35 > 1.2 clipped); neg 1.5 + 1.3 + 1.5 = 4.3 → ρ = 1.0/5.3 = 0.189
-#   (0.7, 1.2): token r=0.65 (A<0) now clipped: neg 3.0 → ρ = 1/4 = 0.25
-#   (0.8, 1.2): r=0.75 clipped too: neg 1.5 → ρ = 1/2.5 = 0.4
-#   (0.8, 1.3): r=1.35 still clipped → ρ = 0.4
-#   (0.8, 1.4): pos 1.0 + 1.35 = 2.35 → ρ = 2.35/3.85 = 0.610 ≥ 0.5: stop here.
-# The padding token (A = +5) would give ρ = 6/9.3 ≥ 0.5 at the start if it were counted.
-HAND = [(1.0, 1.0, 1), (1.35, 1.0, 1), (1.0, -1.5, 1), (0.65, -2.0, 1), (0.75, -2.0, 1), (1.0, 5.0, 0)]
+SMALL = BAPOConfig(rho_0=0.4, a_minus=0.6, b_minus=0.8, a_plus=1.2, b_plus=1.5, delta_1=0.1, delta_2=0.1)
+# (r, A, valid). The paper's candidates in order (c_high first), ρ = Σpos / (Σpos + Σneg) over unclipped tokens:
+#   (0.6, 1.2): pos 1.0 (r=1.35 > 1.2 clipped); neg 2.5 + 1.3 + 0.75 = 4.55 → ρ = 1.0/5.55 = 0.180
+#   (0.6, 1.3): the same                                                     → ρ = 0.180
+#   (0.6, 1.4): r=1.35 unclipped: pos 2.35                                  → ρ = 2.35/6.9 = 0.341
+#   (0.6, 1.5): the same; c_high + δ1 > b⁺ now, so c_low moves next        → ρ = 0.341
+#   (0.7, 1.5): r=0.65 (A<0) clipped: neg 3.25                             → ρ = 2.35/5.6 = 0.420 ≥ 0.4: stop.
+# The padding token (A = +5) would give ρ = 6/10.55 ≥ 0.4 at the start if it were counted; raising c_low
+# first (the verl order) would stop at (0.8, 1.4) with ρ = 2.35/4.85.
+HAND = [(1.0, 1.0, 1), (1.35, 1.0, 1), (1.0, -2.5, 1), (0.65, -2.0, 1), (0.75, -1.0, 1), (1.0, 5.0, 0)]
 
 
 def _hand_batch(dtype=torch.float64):
@@ -27,20 +28,20 @@ def _hand_batch(dtype=torch.float64):
 def test_bounds_on_hand_computed_batch():
     r, a, m = _hand_batch()
     c_low, c_high = bapo_clip_bounds(r, a, m, SMALL)
-    assert c_low == pytest.approx(0.8) and c_high == pytest.approx(1.4)
-    assert float(stabilizers.bapo_positive_share(r, a, m, 0.8, 1.4)) == pytest.approx(2.35 / 3.85)
-    assert float(stabilizers.bapo_positive_share(r, a, m, 0.6, 1.2)) == pytest.approx(1.0 / 5.3)
+    assert c_low == pytest.approx(0.7) and c_high == pytest.approx(1.5)
+    assert float(stabilizers.bapo_positive_share(r, a, m, 0.7, 1.5)) == pytest.approx(2.35 / 5.6)
+    assert float(stabilizers.bapo_positive_share(r, a, m, 0.6, 1.2)) == pytest.approx(1.0 / 5.55)
 
 
 def test_hand_check_fails_when_clipped_tokens_are_counted(monkeypatch):
-    # Mutation: counting every token (no clipping in ρ) never lets ρ rise; the search runs to (b⁻, b⁺).
+    # Mutation: counting every token (no clipping in ρ) keeps ρ = 2.35/6.9 < 0.4; the search runs to (b⁻, b⁺).
     monkeypatch.setattr(stabilizers, "bapo_unclipped", lambda r, a, lo, hi: torch.ones_like(r, dtype=torch.bool))
     r, a, m = _hand_batch()
-    assert bapo_clip_bounds(r, a, m, SMALL) != pytest.approx((0.8, 1.4))
+    assert bapo_clip_bounds(r, a, m, SMALL) != pytest.approx((0.7, 1.5))
 
 
 def _loop_bounds(ratio, adv, mask, cfg):
-    """The paper's search as a plain loop over tokens (independent of the vectorized code)."""
+    """The paper's Algorithm 1 as a plain loop over tokens (independent of the vectorized code)."""
     def share(lo, hi):
         pos = neg = 0.0
         for r, a, m in zip(ratio.tolist(), adv.tolist(), mask.tolist(), strict=True):
@@ -50,18 +51,21 @@ def _loop_bounds(ratio, adv, mask, cfg):
                 neg -= r * a
         return 1.0 if pos + neg == 0 else pos / (pos + neg)
     lo, hi = cfg.a_minus, cfg.a_plus
-    while share(lo, hi) < cfg.rho_0 and lo < cfg.b_minus - 1e-12:
-        lo = min(lo + cfg.delta_2, cfg.b_minus)
-    while share(lo, hi) < cfg.rho_0 and hi < cfg.b_plus - 1e-12:
-        hi = min(hi + cfg.delta_1, cfg.b_plus)
+    while share(lo, hi) < cfg.rho_0 and lo + cfg.delta_2 <= cfg.b_minus + 1e-12:
+        if hi + cfg.delta_1 <= cfg.b_plus + 1e-12:
+            hi += cfg.delta_1
+        else:
+            lo += cfg.delta_2
     return lo, hi
 
 
 def test_rows_match_plain_loop_on_random_batches():
     gen = torch.Generator().manual_seed(3)
-    configs = [BAPOConfig(), SMALL, BAPOConfig(rho_0=0.3, delta_1=0.07, delta_2=0.03), BAPOConfig(rho_0=0.9)] * 6
+    configs = [BAPOConfig(), SMALL, BAPOConfig(rho_0=0.3, delta_1=0.07, delta_2=0.03), BAPOConfig(rho_0=0.9),
+               BAPOConfig(b_plus=1.4, delta_1=0.3), BAPOConfig(a_minus=0.88)] * 4  # the last: a⁻ + δ2 > b⁻
     ratio = torch.exp(0.4 * torch.randn(len(configs), 40, generator=gen, dtype=torch.float64))
-    adv = torch.randn(len(configs), 40, generator=gen, dtype=torch.float64) - 0.4  # mostly negative, as in the paper
+    shift = 0.6 * torch.rand(len(configs), 1, generator=gen, dtype=torch.float64)  # mostly negative, as in the paper
+    adv = torch.randn(len(configs), 40, generator=gen, dtype=torch.float64) - shift
     mask = torch.rand(len(configs), 40, generator=gen) < 0.8
     c_low, c_high = bapo_clip_bounds_rows(ratio, adv, mask, configs)
     for i, cfg in enumerate(configs):
