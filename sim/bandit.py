@@ -161,10 +161,10 @@ class _SampleWeights:
                             for s in settings], torch.float64)
         self.m2_threshold = rep([s.method_params().get("m2_threshold", 1.0) if s.method == "m2po" else 1.0
                                  for s in settings], torch.float64)
-        self.bapo = rep([s.method == "bapo" for s in settings], torch.bool)
-        self.bapo_configs = [BAPOConfig(**s.method_params()) if s.method == "bapo" else BAPOConfig()
-                             for s in settings for _ in range(seeds)]
-        self.any = bool(self.tis.any() or self.m2po.any() or self.bapo.any())
+        self.bapo_rows = torch.nonzero(rep([s.method == "bapo" for s in settings], torch.bool))[:, 0]
+        self.bapo_configs = [BAPOConfig(**s.method_params()) for s in settings if s.method == "bapo"
+                             for _ in range(seeds)]
+        self.any = bool(self.tis.any() or self.m2po.any() or len(self.bapo_rows))
 
     def __call__(self, log_ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
         """Weights of shape (R, N) for a log-ratio and advantages of shape (R, N)."""
@@ -175,12 +175,12 @@ class _SampleWeights:
         if self.m2po.any():
             kept = m2po_mask_rows(log_ratio, self.m2_threshold)
             weights = torch.where(self.m2po[:, None], kept * log_ratio.exp(), weights)
-        if self.bapo.any():
+        if len(self.bapo_rows):
             # d/dθ min(r·A, clip(r, c_low, c_high)·A) = r·A·∇log π_θ on unclipped samples, 0 otherwise.
-            ratio = log_ratio.detach().exp()
-            c_low, c_high = bapo_clip_bounds_rows(ratio, advantages, ones, self.bapo_configs)
-            kept = bapo_unclipped(ratio, advantages, c_low[:, None], c_high[:, None])
-            weights = torch.where(self.bapo[:, None], kept * ratio, weights)
+            ratio, adv = log_ratio[self.bapo_rows].detach().exp(), advantages[self.bapo_rows]
+            c_low, c_high = bapo_clip_bounds_rows(ratio, adv, torch.ones_like(ratio), self.bapo_configs)
+            weights = weights.index_put((self.bapo_rows,), bapo_unclipped(ratio, adv, c_low[:, None], c_high[:, None])
+                                        * ratio)
         return weights
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from sim import stabilizers
-from sim.bandit import GaussianBandit, _SampleWeights, run_bandit
+from sim.bandit import GaussianBandit, SoftmaxBandit, _SampleWeights, run_bandit
 from sim.grid import GridUpdater, setting
 from sim.stabilizers import BAPOConfig, bapo_clip_bounds, bapo_clip_bounds_rows
 
@@ -97,6 +97,15 @@ def test_bapo_on_gaussian_bandit_stays_finite_at_s8_and_learns():
     objective, diverged = result.traces["objective"], result.traces["diverged"]
     assert torch.isfinite(objective).all() and not diverged.bool().any()
     assert (objective[-1] > result.meta["initial_reward"]).all()  # every run improved on its start
+
+
+def test_bapo_on_softmax_bandit_learns_and_equals_none_without_staleness():
+    settings = [setting("bapo", 4, lr=0.5), setting("bapo", 0, lr=0.5), setting("none", 0, lr=0.5)]
+    result = run_bandit(SoftmaxBandit(arms=5, contexts=3), settings, steps=40, seeds=2, seed=1)
+    objective = result.traces["objective"]
+    assert torch.isfinite(objective).all() and (objective[-1] > result.meta["initial_reward"]).all()
+    # s = 0: every ratio is 1, nothing is clipped, so BAPO's update is naive GRPO's, step for step.
+    assert torch.allclose(objective[:, 2:4], objective[:, 4:6])
 
 
 def test_bandit_weights_use_each_rows_bounds():
