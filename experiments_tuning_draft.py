@@ -21,7 +21,7 @@ METHODS = ("sync", *STABILIZERS)
 MIN_LRS = 4
 
 
-def check_table(table: pd.DataFrame, tuning_seeds, reporting_seeds) -> None:
+def check_table(table: pd.DataFrame) -> None:
     """One-line ValueError for a table the protocol cannot use, before any computation."""
     missing = [c for c in COLUMNS if c not in table.columns]
     if missing:
@@ -31,16 +31,21 @@ def check_table(table: pd.DataFrame, tuning_seeds, reporting_seeds) -> None:
     unknown = sorted(set(table["method"]) - set(METHODS))
     if unknown:
         raise ValueError(f"unknown method(s) {unknown} in tuning table; known: {', '.join(METHODS)}")
-    if not set(tuning_seeds) or not set(reporting_seeds):
-        raise ValueError("need at least one tuning seed and one reporting seed")
-    if set(tuning_seeds) & set(reporting_seeds):
-        raise ValueError(f"tuning and reporting seeds overlap: {sorted(set(tuning_seeds) & set(reporting_seeds))}")
     lrs = table.groupby(["method", "staleness"])["lr"].nunique()
     if (lrs < MIN_LRS).any():
         raise ValueError(f"each (method, staleness) needs >= {MIN_LRS} step sizes; got {lrs[lrs < MIN_LRS].to_dict()}")
-    wanted, present = set(tuning_seeds) | set(reporting_seeds), set(table["seed"])
-    if not wanted <= present:
-        raise ValueError(f"seeds {sorted(wanted - present)} not all in the table (it has {sorted(present)})")
+
+
+def check_seeds(table: pd.DataFrame, tuning_seeds, reporting_seeds=None) -> None:
+    """One-line ValueError unless the seed sets are non-empty, disjoint and all in the table."""
+    tuning, reporting = set(tuning_seeds), set(reporting_seeds if reporting_seeds is not None else [])
+    if not tuning or (reporting_seeds is not None and not reporting):
+        raise ValueError("need at least one tuning seed and one reporting seed")
+    if tuning & reporting:
+        raise ValueError(f"tuning and reporting seeds overlap: {sorted(tuning & reporting)}")
+    absent = (tuning | reporting) - set(table["seed"])
+    if absent:
+        raise ValueError(f"seeds {sorted(absent)} not all in the table (it has {sorted(set(table['seed']))})")
 
 
 def lr_scores(table: pd.DataFrame, seeds) -> pd.DataFrame:
@@ -68,7 +73,8 @@ def report(table: pd.DataFrame, tuning_seeds, reporting_seeds, confidence: float
     seed-bootstrap interval of that mean; equal to the mean with one seed; inf if a seed diverged),
     diverged (reporting seeds that diverged).
     """
-    check_table(table, tuning_seeds, reporting_seeds)
+    check_table(table)
+    check_seeds(table, tuning_seeds, reporting_seeds)
     picks = pick_lrs(table, tuning_seeds)
     runs = table[table["seed"].isin(list(reporting_seeds))]
     rows = []
@@ -100,6 +106,8 @@ def robust_range(table: pd.DataFrame, seeds, factor: float = 2.0) -> pd.DataFram
     """
     if not factor >= 1:
         raise ValueError(f"robust-range factor must be >= 1, got {factor}")
+    check_table(table)
+    check_seeds(table, seeds)
     rows = []
     for (method, staleness), group in lr_scores(table, seeds).groupby(["method", "staleness"]):
         best = float(group["final_gap"].min())

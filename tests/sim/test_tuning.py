@@ -86,3 +86,7 @@ def test_bad_seeds_and_factor():
         tuning.report(_table(), TUNE, [3, 4, 9])
     with pytest.raises(ValueError, match="factor"):
         tuning.robust_range(_table(), TUNE, factor=0.5)
+    with pytest.raises(ValueError, match="unknown method"):
+        tuning.robust_range(_table().assign(method="ppo"), TUNE)
+    with pytest.raises(ValueError, match="at least one"):
+        tuning.report(_table(), TUNE, [])
