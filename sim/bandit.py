@@ -3,8 +3,9 @@
 At step t the learner holds θ_t; the B·G actions of the batch (B groups of G) were sampled from the
 behaviour policy π_{θ_{t−s_t}}, and the gradient is taken at θ_t on those samples:
     ĝ = −1/(BG) Σ_i w_i A_i ∇_θ log π_θ(a_i),   A_i = (r_i − mean_group r) / (std_group r + ε)  (GRPO)
-with w_i = 1 ("none", "gac", "lr_scale"), min(π_θ/π_b, C) ("tis"), or the M2PO mask times π_θ/π_b
-("m2po"). ĝ is the gradient of the loss −J, so every run steps θ ← θ − η·ĝ'. The expected reward J(θ)
+with w_i = 1 ("none", "gac", "lr_scale"), min(π_θ/π_b, C) ("tis"), the M2PO mask times π_θ/π_b
+("m2po"), or π_θ/π_b where BAPO's clipped surrogate keeps a gradient, with the row's adaptive bounds
+("bapo"). ĝ is the gradient of the loss −J, so every run steps θ ← θ − η·ĝ'. The expected reward J(θ)
 is exact (closed form), recorded as the objective (higher is better).
 
 Two policies: (a) ``GaussianBandit`` — a ~ N(μ, σ_π² I), reward −½ Σ h_i (a_i − a*_i)²; with the
@@ -23,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from sim.grid import GridResult, GridUpdater, Recorder, Setting, check_models
-from sim.stabilizers import STALE_DATA, m2po_mask_rows, tis_weights
+from sim.stabilizers import STALE_DATA, BAPOConfig, bapo_clip_bounds_rows, bapo_unclipped, m2po_mask_rows, tis_weights
 from sim.staleness import TensorVersionBuffer
 
 ADVANTAGES = ("grpo", "mean")
@@ -160,10 +161,13 @@ class _SampleWeights:
                             for s in settings], torch.float64)
         self.m2_threshold = rep([s.method_params().get("m2_threshold", 1.0) if s.method == "m2po" else 1.0
                                  for s in settings], torch.float64)
-        self.any = bool(self.tis.any() or self.m2po.any())
+        self.bapo_rows = torch.nonzero(rep([s.method == "bapo" for s in settings], torch.bool))[:, 0]
+        self.bapo_configs = [BAPOConfig(**s.method_params()) for s in settings if s.method == "bapo"
+                             for _ in range(seeds)]
+        self.any = bool(self.tis.any() or self.m2po.any() or len(self.bapo_rows))
 
-    def __call__(self, log_ratio: torch.Tensor) -> torch.Tensor:
-        """Weights of shape (R, N) for a log-ratio of shape (R, N)."""
+    def __call__(self, log_ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+        """Weights of shape (R, N) for a log-ratio and advantages of shape (R, N)."""
         ones = torch.ones_like(log_ratio)
         if not self.any:
             return ones
@@ -171,6 +175,12 @@ class _SampleWeights:
         if self.m2po.any():
             kept = m2po_mask_rows(log_ratio, self.m2_threshold)
             weights = torch.where(self.m2po[:, None], kept * log_ratio.exp(), weights)
+        if len(self.bapo_rows):
+            # d/dθ min(r·A, clip(r, c_low, c_high)·A) = r·A·∇log π_θ on unclipped samples, 0 otherwise.
+            ratio, adv = log_ratio[self.bapo_rows].detach().exp(), advantages[self.bapo_rows]
+            c_low, c_high = bapo_clip_bounds_rows(ratio, adv, torch.ones_like(ratio), self.bapo_configs)
+            weights = weights.index_put((self.bapo_rows,), bapo_unclipped(ratio, adv, c_low[:, None], c_high[:, None])
+                                        * ratio)
         return weights
 
 
@@ -249,7 +259,7 @@ def _gaussian_gradient(problem: GaussianBandit, mu, behaviour, gen, seeds, seed_
     adv = group_advantages(rewards, advantage)  # (R, B, G)
     diff_now = actions - mu[:, None, None, :]
     log_ratio = (-(diff_now ** 2).sum(-1) + (sigma * eps) .pow(2).sum(-1)) / (2 * sigma ** 2)
-    weights = weigh(log_ratio.reshape(len(mu), -1)).reshape(adv.shape)
+    weights = weigh(log_ratio.reshape(len(mu), -1), adv.reshape(len(mu), -1)).reshape(adv.shape)
     score = diff_now / sigma ** 2  # ∇_μ log π_θ(a) at the current μ
     grad = -((weights * adv)[..., None] * score).mean(dim=(1, 2))
     return grad, log_ratio, weights.reshape(len(mu), -1)
@@ -272,7 +282,7 @@ def _softmax_gradient(problem: SoftmaxBandit, feats, probs, theta, behaviour, ge
     adv = group_advantages(rewards, advantage)
     logp_t, logp_b = logits_t.log_softmax(-1), logits_b.log_softmax(-1)
     log_ratio = (logp_t.gather(-1, actions) - logp_b.gather(-1, actions))  # (R, B, G)
-    weights = weigh(log_ratio.reshape(rows, -1)).reshape(adv.shape)
+    weights = weigh(log_ratio.reshape(rows, -1), adv.reshape(rows, -1)).reshape(adv.shape)
     onehot = torch.nn.functional.one_hot(actions, arms).to(theta.dtype)
     # ∇_θ log π_θ(a|c) = x_c ⊗ (e_a − π_θ(·|c)); sum over the group first, then over the batch.
     coef = ((weights * adv)[..., None] * (onehot - logp_t.exp()[:, :, None, :])).sum(2)  # (R, B, K)

@@ -1,14 +1,16 @@
 """The one registry of methods compared in every simulator (and the LLM run), with their math.
 
 A method name means the same thing everywhere: ``none`` (naive async), ``gac`` (Gradient Alignment
-Control via the ``gac`` library), ``lr_scale`` and ``dc`` (stale-gradient model), ``tis`` and
-``m2po`` (stale-data model). Each entry names the paper it follows. Simulators call the functions
-below; they never re-implement a method.
+Control via the ``gac`` library), ``lr_scale`` and ``dc`` (stale-gradient model), ``tis``, ``m2po`` and
+``bapo`` (stale-data model). Each entry names the paper it follows and, where it has parameters, the
+frozen config dataclass that holds them. Simulators call the functions below; they never
+re-implement a method.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -18,14 +20,95 @@ STALE_GRADIENT, STALE_DATA = "stale-gradient", "stale-data"
 
 
 @dataclass(frozen=True)
+class TISConfig:
+    """Truncated importance sampling's parameters."""
+
+    tis_cap: float = 2.0
+    """C: the importance weight π_θ / π_behaviour is truncated at C (> 0)."""
+
+    def __post_init__(self) -> None:
+        if not self.tis_cap > 0:
+            raise ValueError(f"tis_cap must be > 0, got {self.tis_cap}")
+
+
+@dataclass(frozen=True)
+class M2POConfig:
+    """M2PO's parameters."""
+
+    m2_threshold: float = 0.04
+    """τ_M2: tokens are masked until the batch's mean (log r)² is at most τ_M2 (>= 0)."""
+
+    def __post_init__(self) -> None:
+        if not self.m2_threshold >= 0:
+            raise ValueError(f"m2_threshold must be >= 0, got {self.m2_threshold}")
+
+
+@dataclass(frozen=True)
+class DCConfig:
+    """Delay-compensated ASGD's parameters."""
+
+    dc_lambda: float = 0.04
+    """λ: weight of the diagonal Hessian proxy g⊙g in the Taylor correction (>= 0)."""
+
+    def __post_init__(self) -> None:
+        if not self.dc_lambda >= 0:
+            raise ValueError(f"dc_lambda must be >= 0, got {self.dc_lambda}")
+
+
+@dataclass(frozen=True)
+class BAPOConfig:
+    """BAPO's parameters, named as in Xi et al. (arXiv:2510.18927).
+
+    Defaults: ρ0 and the ranges [a⁻, b⁻] = [0.6, 0.9], [a⁺, b⁺] = [1.2, 3.0] as the authors report
+    for the paper; the steps δ1 = δ2 = 0.05 from the authors' verl configuration.
+
+    The clip bounds are importance-ratio bounds c_low < 1 < c_high (PPO's 1 − ε_low and 1 + ε_high).
+    """
+
+    rho_0: float = 0.5
+    """ρ0: target share of the positive-advantage tokens in the loss, in (0, 1]."""
+    a_minus: float = 0.6
+    """a⁻: start (smallest value) of the lower clip bound c_low."""
+    b_minus: float = 0.9
+    """b⁻: largest value c_low may be raised to (a⁻ <= b⁻ < 1)."""
+    a_plus: float = 1.2
+    """a⁺: start (smallest value) of the upper clip bound c_high."""
+    b_plus: float = 3.0
+    """b⁺: largest value c_high may be raised to (1 < a⁺ <= b⁺)."""
+    delta_1: float = 0.05
+    """δ1: step by which c_high is raised (> 0)."""
+    delta_2: float = 0.05
+    """δ2: step by which c_low is raised (> 0); with a⁻ + δ2 > b⁻ neither bound ever moves."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.rho_0 <= 1:
+            raise ValueError(f"BAPO rho_0 must be in (0, 1], got {self.rho_0}")
+        if not 0 < self.a_minus <= self.b_minus < 1:
+            raise ValueError(f"BAPO needs 0 < a_minus <= b_minus < 1, got {self.a_minus}, {self.b_minus}")
+        if not 1 < self.a_plus <= self.b_plus:
+            raise ValueError(f"BAPO needs 1 < a_plus <= b_plus, got {self.a_plus}, {self.b_plus}")
+        if not (self.delta_1 > 0 and self.delta_2 > 0):
+            raise ValueError(f"BAPO steps delta_1, delta_2 must be > 0, got {self.delta_1}, {self.delta_2}")
+
+
+@dataclass(frozen=True)
 class Stabilizer:
-    """A method in the comparison: where it applies, what it follows, its default parameters."""
+    """A method in the comparison: where it applies, what it follows, its parameters.
+
+    ``config`` is the method's frozen parameter dataclass (None: no parameters, or ``gac``, whose
+    ``gac.GACConfig`` is built by ``gac_config`` from ``defaults``); its field defaults are ``defaults``.
+    """
 
     name: str
     models: tuple[str, ...]
     paper: str
     summary: str
     defaults: dict = field(default_factory=dict)
+    config: type | None = None
+
+
+def _entry(name, models, paper, summary, config) -> Stabilizer:
+    return Stabilizer(name, models, paper, summary, asdict(config()), config)
 
 
 STABILIZERS: dict[str, Stabilizer] = {s.name: s for s in [
@@ -41,20 +124,22 @@ STABILIZERS: dict[str, Stabilizer] = {s.name: s for s in [
     Stabilizer("lr_scale", (STALE_GRADIENT, STALE_DATA),
                "Zhang, Gupta, Lian, Liu, Staleness-aware async-SGD for distributed deep learning, IJCAI 2016",
                "divide the step size by 1 + s_t"),
-    Stabilizer("dc", (STALE_GRADIENT,),
-               "Zheng et al., Asynchronous SGD with delay compensation (DC-ASGD), ICML 2017",
-               "g + λ·g⊙g⊙(θ_t − θ_{t−s}): first-order Taylor correction with a diagonal Hessian proxy",
-               {"dc_lambda": 0.04}),
-    Stabilizer("tis", (STALE_DATA,),
-               "Yao et al., Your efficient RL framework secretly brings you off-policy RL training (2025); "
-               "truncated importance sampling, Ionides 2008",
-               "weight each sample's policy-gradient term by min(π_θ / π_behaviour, C)",
-               {"tis_cap": 2.0}),
-    Stabilizer("m2po", (STALE_DATA,),
-               "Zheng et al., Prosperity before collapse: how far can off-policy RL reach with stale data on "
-               "LLMs? (M2PO), arXiv:2510.01161 (2025)",
-               "mask the tokens with the largest (log r)² until the batch's second moment of log r ≤ τ_M2",
-               {"m2_threshold": 0.04}),
+    _entry("dc", (STALE_GRADIENT,),
+           "Zheng et al., Asynchronous SGD with delay compensation (DC-ASGD), ICML 2017",
+           "g + λ·g⊙g⊙(θ_t − θ_{t−s}): first-order Taylor correction with a diagonal Hessian proxy", DCConfig),
+    _entry("tis", (STALE_DATA,),
+           "Yao et al., Your efficient RL framework secretly brings you off-policy RL training (2025); "
+           "truncated importance sampling, Ionides 2008",
+           "weight each sample's policy-gradient term by min(π_θ / π_behaviour, C)", TISConfig),
+    _entry("m2po", (STALE_DATA,),
+           "Zheng et al., Prosperity before collapse: how far can off-policy RL reach with stale data on "
+           "LLMs? (M2PO), arXiv:2510.01161 (2025)",
+           "mask the tokens with the largest (log r)² until the batch's second moment of log r ≤ τ_M2", M2POConfig),
+    _entry("bapo", (STALE_DATA,),
+           "Xi et al., BAPO: Stabilizing Off-Policy Reinforcement Learning for LLMs via Balanced Policy "
+           "Optimization with Adaptive Clipping, arXiv:2510.18927 (2025)",
+           "PPO clip [c_low, c_high] widened per batch until the positive-advantage tokens' share of the "
+           "loss reaches ρ0", BAPOConfig),
 ]}
 
 
@@ -75,7 +160,19 @@ def method_params(name: str, **overrides) -> dict:
     if unknown:
         raise ValueError(f"method {name!r} has no parameter(s) {sorted(unknown)}; it takes {sorted(defaults)}")
     defaults.update(overrides)
+    config = get_stabilizer(name).config
+    if config is not None:
+        config(**defaults)  # validates the values
     return defaults
+
+
+def method_config(name: str, **overrides):
+    """The method's frozen config (``gac``: its ``gac.GACConfig``); None for a method without parameters."""
+    if name == "gac":
+        return gac_config(**overrides)
+    config = get_stabilizer(name).config
+    params = method_params(name, **overrides)
+    return None if config is None else config(**params)
 
 
 GAC_RUN_KEYS = ("threshold_rule", "rule_margin", "rule_floor", "rule_ceiling", "space")
@@ -179,3 +276,81 @@ def m2po_mask_rows(log_ratio: torch.Tensor, m2_threshold: float | torch.Tensor =
     rank = torch.empty_like(order)
     rank.scatter_(-1, order, torch.arange(m2.shape[-1], device=m2.device).expand_as(order).contiguous())
     return rank < keep_count
+
+
+# BAPO (Xi et al., arXiv:2510.18927). Clip bounds are importance-ratio bounds [c_low, c_high]: a token
+# with A > 0 is clipped (no gradient) when r > c_high, one with A < 0 when r < c_low.
+
+def bapo_unclipped(ratio: torch.Tensor, advantages: torch.Tensor, c_low, c_high) -> torch.Tensor:
+    """Bool: the token's clipped surrogate min(r·A, clip(r, c_low, c_high)·A) still has a gradient."""
+    return ((advantages > 0) & (ratio <= c_high)) | ((advantages < 0) & (ratio >= c_low)) | (advantages == 0)
+
+
+def bapo_positive_share(ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, c_low,
+                        c_high) -> torch.Tensor:
+    """ρ: the positive-advantage tokens' share of the loss, per batch (summed over the last dim).
+
+    As the paper defines it, over the valid tokens that are not clipped (``bapo_unclipped``):
+        ρ = Σ_{A>0, r ≤ c_high} r·A / (Σ_{A>0, r ≤ c_high} r·A + Σ_{A<0, r ≥ c_low} r·|A|),
+    r = π_θ / π_behaviour. So raising c_low drops negative tokens from the denominator and raising
+    c_high adds positive ones. ρ = 1 when nothing is left to weigh (no unclipped token with A ≠ 0).
+    (The authors' verl loss sums the clipped surrogate's values instead, clipped tokens counted at
+    the bound, and targets Σpos/Σneg = 1, i.e. ρ = 0.5; there raising c_low would grow Σneg.)
+    """
+    contrib = ratio * advantages * mask
+    keep = bapo_unclipped(ratio, advantages, c_low, c_high) & mask.bool()
+    positive = torch.where(keep & (advantages > 0), contrib, 0.0).sum(-1)
+    negative = torch.where(keep & (advantages < 0), -contrib, 0.0).sum(-1)
+    total = positive + negative
+    return torch.where(total > 0, positive / total.where(total > 0, torch.ones_like(total)), 1.0)
+
+
+def _bapo_step_count(start: float, stop: float, step: float) -> int:
+    """How many whole steps fit in [start, stop] (1e-9 slack so that float rounding keeps the last one)."""
+    return math.floor((stop - start) / step + 1e-9)
+
+
+def bapo_clip_bounds_rows(ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                          configs: list[BAPOConfig]) -> tuple[torch.Tensor, torch.Tensor]:
+    """BAPO's adaptive clip bounds (c_low, c_high), each of shape (R,), for R independent batches.
+
+    ``ratio``, ``advantages``, ``mask`` are (R, N), one batch per row, with ``configs[i]`` row i's
+    parameters. Per row, the paper's procedure (Algorithm 1): start at c_low = a⁻, c_high = a⁺;
+    while ρ < ρ0 and c_low + δ2 <= b⁻: raise c_high by δ1 if c_high + δ1 <= b⁺, else raise c_low
+    by δ2. So c_high is widened first, whole steps only, and the loop never starts when a⁻ + δ2 > b⁻.
+    (The authors' verl loss raises c_low first and clamps the last step to the bound.) All candidate
+    bounds are evaluated at once instead of in a loop; ρ is ``bapo_positive_share``.
+    """
+    if not (ratio.shape == advantages.shape == mask.shape) or ratio.dim() != 2 or len(configs) != len(ratio):
+        raise ValueError(f"need (R, N) ratio, advantages, mask and R configs, got {tuple(ratio.shape)}, "
+                         f"{tuple(advantages.shape)}, {tuple(mask.shape)}, {len(configs)} configs")
+    column = lambda values, dtype=ratio.dtype: torch.tensor(values, dtype=dtype, device=ratio.device)[:, None]
+    steps_low = column([_bapo_step_count(c.a_minus, c.b_minus, c.delta_2) for c in configs], torch.int64)
+    steps_high = column([_bapo_step_count(c.a_plus, c.b_plus, c.delta_1) for c in configs], torch.int64)
+    steps_high = torch.where(steps_low > 0, steps_high, 0)  # the loop's guard: no c_low step left, no move
+    k = torch.arange(int((steps_low + steps_high).max()) + 1, device=ratio.device)[None, :]  # candidates (1, K)
+    k = k.minimum(steps_low + steps_high)  # a row with fewer candidates repeats its last one
+    c_high = column([c.a_plus for c in configs]) + k.minimum(steps_high) * column([c.delta_1 for c in configs])
+    c_low = column([c.a_minus for c in configs]) + (k - steps_high).clamp(min=0) * column([c.delta_2 for c in configs])
+    share = bapo_positive_share(ratio.detach()[:, None, :], advantages[:, None, :], mask[:, None, :].to(ratio.dtype),
+                                c_low[..., None], c_high[..., None])  # ρ of every candidate, (R, K)
+    reached = share >= column([c.rho_0 for c in configs])
+    first = torch.where(reached.any(-1), reached.to(torch.int64).argmax(-1), k.shape[1] - 1)[:, None]
+    return c_low.gather(1, first)[:, 0], c_high.gather(1, first)[:, 0]
+
+
+def bapo_clip_bounds(ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                     cfg: BAPOConfig) -> tuple[float, float]:
+    """BAPO's (c_low, c_high) for one batch of any shape, e.g. the LLM's (B, T) tokens (``bapo_clip_bounds_rows``).
+
+    ``advantages`` is broadcast to ``ratio``'s shape (e.g. (B, 1) per response); ``mask`` marks valid tokens.
+    """
+    advantages = advantages.expand_as(ratio)
+    c_low, c_high = bapo_clip_bounds_rows(ratio.reshape(1, -1), advantages.reshape(1, -1),
+                                          mask.reshape(1, -1), [cfg])
+    return float(c_low[0]), float(c_high[0])
+
+
+def bapo_clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, c_low, c_high) -> torch.Tensor:
+    """Per-token objective min(r·A, clip(r, c_low, c_high)·A) (to maximise; the loss is its negative mean)."""
+    return torch.minimum(ratio * advantages, ratio.clamp(c_low, c_high) * advantages)
