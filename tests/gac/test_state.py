@@ -182,7 +182,8 @@ def reshaped_model() -> torch.nn.Module:
     return model
 
 
-def trained_wrap(steps: int = 3, cfg=gac.GACConfig(threshold=0.0)):
+def trained_wrap(steps: int = 3):
+    cfg = gac.GACConfig(threshold=0.0)
     model = tiny_model()
     opt = gac.wrap(torch.optim.AdamW(model.parameters(), lr=0.05), cfg)
     for batch in batches(steps):
