@@ -78,6 +78,7 @@ class GACOptimizer(torch.optim.Optimizer):
         skipped = int(state_dict.pop("gac_skipped_steps", 0))
         self.optimizer.load_state_dict(state_dict)
         self.state = self.gac.param_state = self.optimizer.state  # load_state_dict made a new dict
+        self.gac._last_g_sq = None  # the references were replaced
         self.param_groups = self.optimizer.param_groups
         self.skipped_steps = skipped
         if gac_state is not None:

@@ -77,6 +77,7 @@ class GradientAlignmentControl:
         self.skipped_nonfinite = 0
         self.last_report: GACReport | None = None
         self._scratch_buffers: dict = {}
+        self._last_g_sq: tuple[list[int], torch.Tensor] | None = None  # (indices, local ‖g‖²) of the last step
 
     @property
     def reference(self) -> list[torch.Tensor | None]:
@@ -115,6 +116,7 @@ class GradientAlignmentControl:
         if references is not None:
             self._check_reference_shapes(references)
         self.step, self.skipped_nonfinite = int(state["step"]), int(state["skipped_nonfinite"])
+        self._last_g_sq = None
         self.threshold_stats = stats
         if references is not None:
             for index, ref in enumerate(references):
@@ -165,8 +167,9 @@ class GradientAlignmentControl:
             yield g_flat[start:start + CHUNK_NUMEL], r_flat[start:start + CHUNK_NUMEL]
 
     def _dot(self, grad: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+        """⟨grad, ref⟩ (a 0-dim tensor); a reference of another dtype is cast chunk by chunk."""
         if grad.dtype == ref.dtype and grad.is_contiguous():
-            return torch.dot(grad.view(-1), ref.view(-1)).double()
+            return torch.dot(grad.view(-1), ref.view(-1))
         total = torch.zeros((), dtype=torch.float64, device=grad.device)
         for g_piece, r_piece in self._pieces(grad, ref):
             if g_piece.dim() != 1:  # non-contiguous: a temporary of the tensor's size
@@ -177,16 +180,35 @@ class GradientAlignmentControl:
             total += torch.dot(g_piece, r_cast).double()
         return total
 
-    def _local_stats(self, grads, refs) -> torch.Tensor:
-        """[⟨g,d⟩, ‖g‖², ‖d‖², non-finite flag] over this rank's tensors, as float64."""
+    def _local_stats(self, grads, refs, cached_d_sq: torch.Tensor | None) -> torch.Tensor:
+        """[⟨g,d⟩, ‖g‖², ‖d‖², non-finite flag] over this rank's tensors, as float64.
+
+        ``cached_d_sq``, when given, is this rank's ‖d‖² already known (see ``_cached_d_sq``).
+        """
         zero = torch.zeros((), dtype=torch.float64, device=grads[0].device)
-        g_sq = torch.stack([n.double() for n in torch._foreach_norm(grads)]).square().sum()
+        g_sq = torch.stack(torch._foreach_norm(grads)).double().square().sum()
         pairs = [(g, r) for g, r in zip(grads, refs, strict=True) if r is not None]
-        dot = torch.stack([self._dot(g, r) for g, r in pairs]).sum() if pairs else zero
-        d_sq = (torch.stack([n.double() for n in torch._foreach_norm([r for _, r in pairs])]).square().sum()
-                if pairs else zero)
+        dot = torch.stack([self._dot(g, r).double() for g, r in pairs]).sum() if pairs else zero
+        if cached_d_sq is not None:
+            d_sq = cached_d_sq
+        else:
+            d_sq = torch.stack(torch._foreach_norm([r for _, r in pairs])).double().square().sum() if pairs else zero
         nonfinite = (~torch.isfinite(g_sq)).double()
         return torch.stack([dot, g_sq, d_sq, nonfinite])
+
+    def _cached_d_sq(self, indices: list[int], grads: list[torch.Tensor]) -> torch.Tensor | None:
+        """This rank's ‖d‖² without a pass over d, when d is exactly last step's raw gradient.
+
+        With reference="prev" stored in the gradient's dtype, d is a copy of the previous raw g whose
+        ‖g‖² was computed then (same tensors, same kernel: the same number). Only valid when the same
+        parameters had gradients at both steps and nothing replaced the reference since.
+        """
+        cached = self._last_g_sq
+        if cached is None or cached[0] != indices or self.cfg.reference != "prev":
+            return None
+        if self.cfg.reference_dtype is not None and any(g.dtype != self.cfg.reference_dtype for g in grads):
+            return None
+        return cached[1]
 
     def _new_reference(self, grad: torch.Tensor) -> torch.Tensor:
         # Contiguous whatever the gradient's layout, so that chunked views always work.
@@ -227,7 +249,10 @@ class GradientAlignmentControl:
         refs = [all_refs[i] for i in indices]
         group = self.process_group if self.process_group is not None else infer_process_group(
             [p.grad for p in self.params if p.grad is not None])
-        dot, g_sq, d_sq, nonfinite = all_reduce_stats(self._local_stats(grads, refs), group).tolist()
+        local = self._local_stats(grads, refs, self._cached_d_sq(indices, grads))
+        self._last_g_sq = None  # valid again only once this step's references are written
+        local_g_sq = local[1].clone()
+        dot, g_sq, d_sq, nonfinite = all_reduce_stats(local, group).tolist()
         threshold = float(current_threshold(self.cfg, self.threshold_stats))
 
         if nonfinite > 0:
@@ -250,6 +275,7 @@ class GradientAlignmentControl:
             if param.grad is None and reference is not None:
                 # No gradient this step counts as a zero gradient for the reference.
                 reference.mul_(0.0 if self.cfg.reference == "prev" else self.cfg.ema_decay)
+        self._last_g_sq = (indices, local_g_sq)
 
         cosine = float(decision.cosine)
         self.threshold_stats = observe_threshold(self.cfg, self.threshold_stats, decision.cosine)
