@@ -93,7 +93,7 @@ class EMAThreshold:
 
 @dataclass(frozen=True)
 class GACConfig:
-    """Settings of Gradient Alignment Control (immutable; the specification is in the README, "GAC").
+    """Settings of Gradient Alignment Control (immutable; usage: the README, "Use GAC in your own trainer").
 
     Running state (reference direction, adaptive-threshold statistics, step) lives in ``gac.GACState``.
     """
