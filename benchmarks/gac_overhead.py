@@ -158,10 +158,15 @@ def sharded(hidden: int = 512, layers: int = 4, repeats: int = 7, world: int = 2
         return torch.load(result_file)
 
 
+SHARDED_TARGET = 1.2
+"""Target of the sharded ratio (GAC-wrapped AdamW step / plain AdamW step under FSDP2)."""
+
+
 def print_sharded(r: dict) -> None:
     print(f"\nFSDP2, 2 gloo processes, {r['params_M']:.1f}M params, optimizer step incl. GAC (median):")
     print(f"  AdamW step {r['plain'] * 1e3:.2f} ms | +GAC {r['gac'] * 1e3:.2f} ms (x{r['gac'] / r['plain']:.2f}) | "
           f"+GAC bf16 ref {r['gac_bf16'] * 1e3:.2f} ms (x{r['gac_bf16'] / r['plain']:.2f})")
+    print(f"  ratio GAC / AdamW: {r['gac'] / r['plain']:.2f} (target <= {SHARDED_TARGET})")
     print(f"  collectives per GAC step: {r['collectives_per_step']:.0f} "
           f"(all_reduce of {r['collective_numel']} numbers)")
     print(f"  extra memory per rank: reference {r['ref_MB']:.2f} MB (fp32), {r['ref_bf16_MB']:.2f} MB (bf16); "

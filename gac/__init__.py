@@ -1,6 +1,7 @@
 """gac: Gradient Alignment Control for asynchronous (stale) policy-gradient training.
 
-Measure the cosine between the current gradient and a reference direction (the previous
+Pure core: ``state = gac.init(g, cfg)``; ``g', state, report = gac.update(g, state, cfg)`` on tensors
+of shape (..., P). Measure the cosine between the current gradient and a reference direction (the previous
 gradient, or an EMA of past ones); when it exceeds a threshold, remove ("project") or shrink
 ("cap") the parallel part, or skip the step. Depends on torch only.
 """
@@ -13,6 +14,7 @@ from gac.control import (
     AlignmentStats,
     Controlled,
     Decision,
+    NonFiniteGradientError,
     alignment,
     alignment_stats,
     apply_decision,
@@ -23,11 +25,13 @@ from gac.control import (
     update_reference,
 )
 from gac.optim import GACOptimizer, wrap
-from gac.tracker import GACReport, GradientAlignmentControl, NonFiniteGradientError
+from gac.state import GACState, UpdateReport, init, update
+from gac.tracker import GACReport, GradientAlignmentControl
 
 __all__ = [
     "ACT", "KEEP", "SKIP", "AlignmentStats", "Controlled", "Decision", "EMAThreshold", "GACConfig",
-    "GACOptimizer", "GACReport", "GradientAlignmentControl", "NonFiniteGradientError", "ThresholdRule",
+    "GACOptimizer", "GACReport", "GACState", "GradientAlignmentControl", "NonFiniteGradientError", "ThresholdRule",
+    "UpdateReport", "init", "update",
     "alignment", "alignment_stats", "apply_decision", "cap_scale", "control", "decide", "regime_name",
     "update_reference", "wrap",
 ]

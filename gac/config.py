@@ -6,6 +6,7 @@ training work starts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -16,30 +17,42 @@ REFERENCES = ("prev", "ema")
 NONFINITE_POLICIES = ("raise", "skip")
 
 
+def _check_real(owner: str, name: str, value, finite: bool = True) -> float:
+    """``value`` as a float, or a one-line ValueError if it is not a real number (or not finite)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{owner}.{name} must be a number, got {value!r}")
+    if finite and not math.isfinite(value):
+        raise ValueError(f"{owner}.{name} must be finite, got {value!r}")
+    return float(value)
+
+
 @runtime_checkable
 class ThresholdRule(Protocol):
     """An adaptive threshold ("dynamic threshold"): τ_t chosen from the cosines seen so far.
 
-    ``current()`` gives τ for the coming step (a float in [0, 1)); ``observe(cosine)`` is called once
-    per step with the measured cosine after the decision. ``state_dict`` / ``load_state_dict`` make a
-    resumed run continue with the same τ sequence.
+    A rule holds only its parameters; its running statistics are a tuple of tensors kept in
+    ``gac.GACState`` (one entry per control, so one rule serves a whole batch of runs). ``init``
+    gives the statistics before any step, ``current`` τ for the coming step (in [0, 1)), and
+    ``observe`` the statistics after a step whose measured cosine was ``cosine``. ``lowest`` is the
+    smallest τ the rule can give (``skip_threshold`` must lie above it).
     """
 
-    def current(self) -> float: ...
+    lowest: float
 
-    def observe(self, cosine: float) -> None: ...
+    def init(self, batch_shape: tuple[int, ...], device=None) -> tuple[torch.Tensor, ...]: ...
 
-    def state_dict(self) -> dict: ...
+    def current(self, stats: tuple[torch.Tensor, ...]) -> torch.Tensor: ...
 
-    def load_state_dict(self, state: dict) -> None: ...
+    def observe(self, stats: tuple[torch.Tensor, ...], cosine: torch.Tensor) -> tuple[torch.Tensor, ...]: ...
 
 
-@dataclass
+@dataclass(frozen=True)
 class EMAThreshold:
     """τ_t = clip(m_t + margin, floor, ceiling), m_t an exponential moving average of past cosines.
 
     Acts when a gradient is more aligned than the recent typical alignment by more than ``margin``;
     until ``warmup`` cosines have been seen it returns ``ceiling`` (acts only on extreme alignment).
+    Its statistics are (m, count): float64 and int64 tensors of the batch shape.
     """
 
     margin: float = 0.2
@@ -47,34 +60,43 @@ class EMAThreshold:
     floor: float = 0.1
     ceiling: float = 0.9
     warmup: int = 5
-    mean: float = 0.0
-    count: int = 0
 
     def __post_init__(self) -> None:
+        for name in ("margin", "decay", "floor", "ceiling"):
+            _check_real("EMAThreshold", name, getattr(self, name))
         if not 0.0 <= self.floor <= self.ceiling < 1.0:
             raise ValueError(f"EMAThreshold needs 0 <= floor <= ceiling < 1, got {self.floor}, {self.ceiling}")
         if not 0.0 <= self.decay < 1.0:
             raise ValueError(f"EMAThreshold decay must be in [0, 1), got {self.decay}")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"EMAThreshold warmup must be an integer >= 0, got {self.warmup!r}")
 
-    def current(self) -> float:
-        if self.count < self.warmup:
-            return self.ceiling
-        return min(max(self.mean + self.margin, self.floor), self.ceiling)
+    @property
+    def lowest(self) -> float:
+        return float(self.floor)
 
-    def observe(self, cosine: float) -> None:
-        self.mean = cosine if self.count == 0 else self.decay * self.mean + (1.0 - self.decay) * cosine
-        self.count += 1
+    def init(self, batch_shape: tuple[int, ...] = (), device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.zeros(batch_shape, dtype=torch.float64, device=device),
+                torch.zeros(batch_shape, dtype=torch.int64, device=device))
 
-    def state_dict(self) -> dict:
-        return {"mean": self.mean, "count": self.count}
+    def current(self, stats: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        mean, count = stats
+        adaptive = (mean + self.margin).clamp(self.floor, self.ceiling)
+        return torch.where(count < self.warmup, torch.full_like(mean, self.ceiling), adaptive)
 
-    def load_state_dict(self, state: dict) -> None:
-        self.mean, self.count = float(state["mean"]), int(state["count"])
+    def observe(self, stats: tuple[torch.Tensor, ...], cosine: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, count = stats
+        cosine = torch.as_tensor(cosine).to(mean.dtype)
+        decayed = self.decay * mean + (1.0 - self.decay) * cosine
+        return torch.where(count == 0, cosine, decayed), count + 1
 
 
-@dataclass
+@dataclass(frozen=True)
 class GACConfig:
-    """Settings of Gradient Alignment Control (see DESIGN.md, "GAC specification")."""
+    """Settings of Gradient Alignment Control (immutable; usage: the README, "Use GAC in your own trainer").
+
+    Running state (reference direction, adaptive-threshold statistics, step) lives in ``gac.GACState``.
+    """
 
     threshold: float | ThresholdRule = 0.0
     """τ: act only when cos(g, d) > τ; a float in [0, 1) or an adaptive ``ThresholdRule``."""
@@ -94,26 +116,23 @@ class GACConfig:
     """Storage dtype of the reference (None: the gradient's dtype; torch.bfloat16 halves its memory)."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float, ThresholdRule)):
+        if isinstance(self.threshold, (int, float)) and not isinstance(self.threshold, bool):
+            threshold = _check_real("GACConfig", "threshold", self.threshold)
+            if not 0.0 <= threshold < 1.0:
+                raise ValueError(f"GACConfig.threshold must be in [0, 1), got {self.threshold}")
+            object.__setattr__(self, "threshold", threshold)  # frozen: normalise int to float once
+        elif not isinstance(self.threshold, ThresholdRule):
             raise ValueError(f"GACConfig.threshold must be a float in [0, 1) or a ThresholdRule, "
                              f"got {self.threshold!r}")
-        if isinstance(self.threshold, (int, float)):
-            if not 0.0 <= float(self.threshold) < 1.0:
-                raise ValueError(f"GACConfig.threshold must be in [0, 1), got {self.threshold}")
-            self.threshold = float(self.threshold)
         if self.mode not in MODES:
             raise ValueError(f"GACConfig.mode must be one of {MODES}, got {self.mode!r}")
         if self.reference not in REFERENCES:
             raise ValueError(f"GACConfig.reference must be one of {REFERENCES}, got {self.reference!r}")
         if self.skip_threshold is not None:
-            if not -1.0 <= self.skip_threshold < 1.0:
-                raise ValueError(f"GACConfig.skip_threshold must be in [-1, 1), got {self.skip_threshold}")
-            if isinstance(self.threshold, float) and self.skip_threshold <= self.threshold:
-                raise ValueError(f"GACConfig.skip_threshold ({self.skip_threshold}) must be greater than "
-                                 f"threshold ({self.threshold})")
-        if not 0.0 <= self.ema_decay < 1.0:
+            self._check_skip_threshold()
+        if not 0.0 <= _check_real("GACConfig", "ema_decay", self.ema_decay) < 1.0:
             raise ValueError(f"GACConfig.ema_decay must be in [0, 1), got {self.ema_decay}")
-        if self.eps < 0.0:
+        if _check_real("GACConfig", "eps", self.eps) < 0.0:
             raise ValueError(f"GACConfig.eps must be >= 0, got {self.eps}")
         if self.nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"GACConfig.nonfinite must be one of {NONFINITE_POLICIES}, got {self.nonfinite!r}")
@@ -121,3 +140,14 @@ class GACConfig:
                                                      and self.reference_dtype.is_floating_point):
             raise ValueError(f"GACConfig.reference_dtype must be a floating torch.dtype or None, "
                              f"got {self.reference_dtype!r}")
+
+    def _check_skip_threshold(self) -> None:
+        skip = _check_real("GACConfig", "skip_threshold", self.skip_threshold)
+        if not -1.0 <= skip < 1.0:
+            raise ValueError(f"GACConfig.skip_threshold must be in [-1, 1), got {self.skip_threshold}")
+        if isinstance(self.threshold, float) and skip <= self.threshold:
+            raise ValueError(f"GACConfig.skip_threshold ({self.skip_threshold}) must be greater than "
+                             f"threshold ({self.threshold})")
+        if isinstance(self.threshold, ThresholdRule) and skip <= self.threshold.lowest:
+            raise ValueError(f"GACConfig.skip_threshold ({self.skip_threshold}) must be greater than the "
+                             f"adaptive threshold's lowest value ({self.threshold.lowest})")

@@ -57,14 +57,14 @@ class Controlled(NamedTuple):
 
 
 def pow2_scale(x: torch.Tensor) -> torch.Tensor:
-    """A power of two near max|x| over the last dim (1 where x is 0), shape (..., 1), float64.
+    """A power of two at most max|x| over the last dim (1 where x is 0), shape (..., 1), float64.
 
-    Dividing by a power of two is exact, so scaled sums neither overflow nor underflow and the
-    cosine of extreme finite inputs (float64 near its limits) is still computed correctly.
+    Dividing by a power of two is exact and leaves |x / scale| < 2, so scaled sums neither overflow
+    nor underflow and the cosine of any finite input (float64 up to its largest value) is correct.
     """
     peak = x.detach().abs().amax(-1, keepdim=True).to(torch.float64)
-    _, exponent = torch.frexp(peak)
-    return torch.ldexp(torch.ones_like(peak), exponent)
+    _, exponent = torch.frexp(peak)  # peak = m·2^e with m in [0.5, 1): 2^(e−1) ≤ peak, never inf
+    return torch.where(peak > 0, torch.ldexp(torch.ones_like(peak), exponent - 1), torch.ones_like(peak))
 
 
 def _rescaled(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,7 +123,9 @@ def decide(stats: AlignmentStats, cfg: GACConfig, threshold: torch.Tensor | floa
     cfg.threshold (needed when cfg.threshold is an adaptive rule).
     """
     if threshold is None:
-        threshold = cfg.threshold if isinstance(cfg.threshold, float) else cfg.threshold.current()
+        if not isinstance(cfg.threshold, float):
+            raise ValueError("decide with an adaptive threshold rule needs threshold=τ (from the rule's statistics)")
+        threshold = cfg.threshold
     cosine = cosine_from_stats(stats, cfg.eps)
     tau = torch.as_tensor(threshold, dtype=cosine.dtype, device=cosine.device)
     acting = cosine > tau
@@ -152,21 +154,63 @@ def apply_decision(g: torch.Tensor, d: torch.Tensor, decision: Decision) -> torc
     return torch.where((decision.regime == KEEP).unsqueeze(-1), g, new)
 
 
-def control(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
-            threshold: torch.Tensor | float | None = None) -> Controlled:
-    """Apply GAC to gradient(s) g against reference direction(s) d, both of shape (..., P). Pure.
+class NonFiniteGradientError(FloatingPointError):
+    """Raised (by default, ``nonfinite="raise"``) when a gradient has a NaN or infinite entry."""
 
-    Returns the new gradient g' and, per leading index, the cosine, the regime code (KEEP / ACT /
-    SKIP) and the parallel scale γ. ``threshold`` may be a tensor broadcastable to the batch shape.
-    """
+
+def check_gradient(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig, where: str) -> None:
+    """One-line errors before any work: matching shapes, a non-empty last dim, finite g under "raise"."""
     if g.shape != d.shape:
-        raise ValueError(f"control needs g and d of the same shape, got {tuple(g.shape)} and {tuple(d.shape)}")
+        raise ValueError(f"{where} needs g and d of the same shape, got {tuple(g.shape)} and {tuple(d.shape)}")
+    if g.dim() > 0 and g.shape[-1] == 0:
+        raise ValueError(f"{where} needs a non-empty last dimension (P >= 1), got shape {tuple(g.shape)}")
+    if cfg.nonfinite == "raise" and not bool(torch.isfinite(g).all()):
+        raise NonFiniteGradientError(f"{where}: non-finite gradient (NaN or inf); nothing was changed "
+                                     f"(GACConfig(nonfinite='skip') skips such steps instead)")
+
+
+def controlled(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
+               threshold: torch.Tensor | float) -> tuple[torch.Tensor, Decision]:
+    """(g', decision) for checked g, d of shape (..., P), P ≥ 1; the one implementation of the step.
+
+    Norms in the decision are in the input's units. Rows whose g is not finite are skipped (g' = 0)
+    — callers reach this only under ``nonfinite="skip"``, as ``check_gradient`` raises otherwise.
+    """
     # Work on exactly rescaled copies (powers of two) so extreme finite inputs cannot overflow.
     (g_scaled, g_scale), (d_scaled, _) = _rescaled(g, cfg.eps), _rescaled(d, cfg.eps)
     decision = decide(alignment_stats(g_scaled, d_scaled), cfg, threshold)
     new = (g_scale * apply_decision(g_scaled, d_scaled, decision)).to(g.dtype)
     new = torch.where((decision.regime == KEEP).unsqueeze(-1), g, new)
-    return Controlled(new, decision.cosine, decision.regime, decision.parallel_scale)
+    scale = g_scale.squeeze(-1)
+    decision = decision._replace(norm_before=decision.norm_before * scale, norm_after=decision.norm_after * scale)
+    finite = torch.isfinite(g).all(-1)
+    if not bool(finite.all()):
+        zeros, nan = torch.zeros_like(decision.cosine), torch.full_like(decision.cosine, float("nan"))
+        skipped = Decision(zeros, torch.full_like(decision.regime, SKIP), zeros, zeros, zeros, nan, zeros)
+        decision = Decision(*(torch.where(finite, kept, lost) for kept, lost in zip(decision, skipped, strict=True)))
+        new = torch.where(finite.unsqueeze(-1), new, torch.zeros_like(new))
+    return new, decision
+
+
+def control(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
+            threshold: torch.Tensor | float | None = None) -> Controlled:
+    """Apply GAC to gradient(s) g against reference direction(s) d, both of shape (..., P). Pure.
+
+    Returns the new gradient g' (same shape as g, a 0-dim g counts as P = 1) and, per leading index,
+    the cosine, the regime code (KEEP / ACT / SKIP) and the parallel scale γ. ``threshold`` may be a
+    tensor broadcastable to the batch shape; by default it is cfg.threshold (which must be a float:
+    an adaptive rule's τ comes from its statistics, see ``gac.update``). A non-finite g raises
+    ``NonFiniteGradientError`` under ``nonfinite="raise"`` and is skipped (g' = 0) under "skip".
+    """
+    check_gradient(g, d, cfg, "control")
+    if threshold is None:
+        if not isinstance(cfg.threshold, float):
+            raise ValueError("control with an adaptive threshold rule needs threshold=τ; use gac.update, "
+                             "which keeps the rule's statistics in GACState")
+        threshold = cfg.threshold
+    new, decision = controlled(g.reshape(1) if g.dim() == 0 else g, d.reshape(1) if d.dim() == 0 else d,
+                               cfg, threshold)
+    return Controlled(new.reshape(g.shape), decision.cosine, decision.regime, decision.parallel_scale)
 
 
 def update_reference(d: torch.Tensor, g: torch.Tensor, cfg: GACConfig) -> torch.Tensor:
@@ -179,5 +223,5 @@ def update_reference(d: torch.Tensor, g: torch.Tensor, cfg: GACConfig) -> torch.
 __all__ = [
     "KEEP", "ACT", "SKIP", "AlignmentStats", "Decision", "Controlled", "alignment", "alignment_stats",
     "cosine_from_stats", "cap_scale", "pow2_scale", "decide", "apply_decision", "control", "update_reference",
-    "regime_name",
+    "regime_name", "NonFiniteGradientError", "check_gradient", "controlled",
 ]

@@ -30,6 +30,19 @@ def infer_process_group(tensors: list[torch.Tensor]):
     return None
 
 
+def check_process_group(process_group):
+    """``process_group`` itself, or a one-line ValueError when it cannot be used for the sums."""
+    if process_group is None:
+        return None
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(f"GAC: process_group={process_group!r} was given but torch.distributed is not "
+                         f"initialised; call dist.init_process_group first, or pass process_group=None")
+    if not isinstance(process_group, dist.ProcessGroup):
+        raise ValueError(f"GAC: process_group must be a torch.distributed.ProcessGroup, "
+                         f"got {type(process_group).__name__}")
+    return process_group
+
+
 def all_reduce_stats(local: torch.Tensor, process_group) -> torch.Tensor:
     """Sum a small float64 vector of per-rank partial sums over ``process_group`` (one collective)."""
     if process_group is None or not dist.is_available() or not dist.is_initialized():

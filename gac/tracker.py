@@ -1,28 +1,30 @@
 """GradientAlignmentControl: GAC over a model's parameters, editing ``.grad`` in place.
 
-A thin stateful shell over ``gac.control``: it keeps the reference direction (one buffer per
-parameter, optionally bfloat16), computes the three sums with per-tensor kernels (plus one
-all_reduce when gradients are sharded), takes the decision with ``gac.control.decide`` and applies
-g' = s·g − α·d tensor by tensor.
+A thin per-parameter shell over the pure core: the decision is ``gac.control.decide`` and the
+adaptive threshold's statistics advance with ``gac.state.observe_threshold``, exactly as in
+``gac.update``. What it adds is memory: the reference is one buffer per parameter (optionally
+bfloat16), the three sums come from per-tensor kernels (plus one all_reduce when gradients are
+sharded), and g' = s·g − α·d is written into ``.grad`` chunk by chunk.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import torch
 
 from gac.config import GACConfig
-from gac.control import ACT, SKIP, AlignmentStats, decide, regime_name
-from gac.distributed import all_reduce_stats, infer_process_group, local_tensor
+from gac.control import ACT, SKIP, AlignmentStats, NonFiniteGradientError, decide, regime_name
+from gac.distributed import all_reduce_stats, check_process_group, infer_process_group, local_tensor
+from gac.state import current_threshold, init_threshold_stats, observe_threshold
+
+REFERENCE_KEY = "gac_reference"
+"""Key of the reference direction in a parameter's state dict (``optimizer.state[p]`` under ``gac.wrap``)."""
 
 CHUNK_NUMEL = 1 << 20
 """Elements per chunk of the in-place update: the scratch buffer costs at most this much memory."""
-
-
-class NonFiniteGradientError(FloatingPointError):
-    """Raised (by default) when a step's gradient has a NaN or infinite entry on any rank."""
 
 
 @dataclass
@@ -42,6 +44,17 @@ class GACReport:
         return {prefix + key: value for key, value in asdict(self).items()}
 
 
+def check_reference_shape(index: int, reference: torch.Tensor | None, param: torch.Tensor) -> None:
+    """One-line ValueError when a saved reference does not have parameter ``index``'s shape
+    (a DTensor reference is compared with the whole parameter, a plain one with the local shard)."""
+    if reference is None:
+        return
+    expected = param.shape if getattr(reference, "device_mesh", None) is not None else local_tensor(param).shape
+    if tuple(reference.shape) != tuple(expected):
+        raise ValueError(f"GAC state does not fit this model: reference {index} has shape "
+                         f"{tuple(reference.shape)}, parameter {index} has {tuple(expected)}")
+
+
 class GradientAlignmentControl:
     """Keeps GAC's reference direction for ``params`` and applies GAC to their ``.grad`` in place.
 
@@ -50,47 +63,92 @@ class GradientAlignmentControl:
     mesh are detected); every rank then takes the same decision from the summed statistics.
     """
 
-    def __init__(self, params: Iterable[torch.Tensor], cfg: GACConfig | None = None, process_group=None):
+    def __init__(self, params: Iterable[torch.Tensor], cfg: GACConfig | None = None, process_group=None,
+                 param_state: dict | None = None):
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
             raise ValueError("GradientAlignmentControl needs at least one parameter that requires grad")
         self.cfg = cfg if cfg is not None else GACConfig()
-        self.process_group = process_group
-        self.reference: list[torch.Tensor | None] = [None] * len(self.params)
+        self.process_group = check_process_group(process_group)
+        # Per-parameter state (the reference under REFERENCE_KEY); gac.wrap passes optimizer.state.
+        self.param_state = param_state if param_state is not None else defaultdict(dict)
+        self.threshold_stats = init_threshold_stats(self.cfg)
         self.step = 0
         self.skipped_nonfinite = 0
         self.last_report: GACReport | None = None
         self._scratch_buffers: dict = {}
+        self._last_g_sq: tuple[list[int], torch.Tensor] | None = None  # (indices, local ‖g‖²) of the last step
+
+    @property
+    def reference(self) -> list[torch.Tensor | None]:
+        """The reference direction, one rank-local tensor per parameter (None before its first gradient)."""
+        return [self._reference_of(index) for index in range(len(self.params))]
+
+    def _reference_of(self, index: int) -> torch.Tensor | None:
+        param = self.params[index]
+        stored = self.param_state[param].get(REFERENCE_KEY) if param in self.param_state else None
+        return None if stored is None else local_tensor(stored)
+
+    def _set_reference(self, index: int, local: torch.Tensor | None) -> None:
+        param = self.params[index]
+        if local is None:
+            self.param_state.get(param, {}).pop(REFERENCE_KEY, None)
+            return
+        mesh = getattr(param, "device_mesh", None)
+        if mesh is not None:  # sharded like its parameter, so distributed checkpoints save every shard
+            from torch.distributed.tensor import DTensor
+            local = DTensor.from_local(local, mesh, param.placements, run_check=False)
+        self.param_state[param][REFERENCE_KEY] = local
 
     # -- state ------------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        rule = self.cfg.threshold
-        return {
-            "step": self.step,
-            "skipped_nonfinite": self.skipped_nonfinite,
-            "reference": [None if r is None else r.clone() for r in self.reference],
-            "threshold_rule": None if isinstance(rule, float) else rule.state_dict(),
-        }
+    def state_dict(self, with_reference: bool = True) -> dict:
+        """Step counts, the threshold rule's statistics and (unless held elsewhere) the reference."""
+        state = {"step": self.step, "skipped_nonfinite": self.skipped_nonfinite,
+                 "threshold_stats": [t.clone() for t in self.threshold_stats]}
+        if with_reference:
+            state["reference"] = [None if r is None else r.clone() for r in self.reference]
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        if len(state["reference"]) != len(self.params):
-            raise ValueError(f"GAC state has {len(state['reference'])} reference tensors, "
+        """Load a state of ``state_dict``, or of gac 0.1 (its "threshold_rule" entry); shapes are checked."""
+        stats = self._loaded_threshold_stats(state)
+        references = state.get("reference")
+        if references is not None:
+            self._check_reference_shapes(references)
+        self.step, self.skipped_nonfinite = int(state["step"]), int(state["skipped_nonfinite"])
+        self._last_g_sq = None
+        self.threshold_stats = stats
+        if references is not None:
+            for index, ref in enumerate(references):
+                self._set_reference(index, None if ref is None else ref.detach().clone())
+
+    def _check_reference_shapes(self, references: list) -> None:
+        if len(references) != len(self.params):
+            raise ValueError(f"GAC state has {len(references)} reference tensors, "
                              f"this model has {len(self.params)} parameters")
-        self.step = int(state["step"])
-        self.skipped_nonfinite = int(state["skipped_nonfinite"])
-        self.reference = [None if r is None else r.detach().clone() for r in state["reference"]]
-        if state.get("threshold_rule") is not None and not isinstance(self.cfg.threshold, float):
-            self.cfg.threshold.load_state_dict(state["threshold_rule"])
+        for index, ref in enumerate(references):
+            check_reference_shape(index, ref, self.params[index])
+
+    def _loaded_threshold_stats(self, state: dict) -> tuple[torch.Tensor, ...]:
+        fresh = init_threshold_stats(self.cfg)
+        if "threshold_stats" in state:
+            saved = tuple(torch.as_tensor(t) for t in state["threshold_stats"])
+        elif state.get("threshold_rule") is not None:  # gac 0.1: the rule's {"mean", "count"}
+            legacy = state["threshold_rule"]
+            saved = (torch.tensor(float(legacy["mean"]), dtype=torch.float64),
+                     torch.tensor(int(legacy["count"]), dtype=torch.int64))
+        else:
+            saved = ()
+        if len(saved) != len(fresh) or any(s.shape != f.shape for s, f in zip(saved, fresh, strict=False)):
+            raise ValueError(f"GAC state's threshold statistics ({len(saved)} tensors) do not fit "
+                             f"threshold={self.cfg.threshold!r}; load it with the GACConfig it was saved with")
+        return tuple(s.to(f.dtype) for s, f in zip(saved, fresh, strict=True))
 
     def reference_bytes(self) -> int:
         """Memory held by the reference direction on this rank."""
         return sum(r.numel() * r.element_size() for r in self.reference if r is not None)
 
     # -- the step ---------------------------------------------------------------------------------
-    def _threshold(self) -> float:
-        rule = self.cfg.threshold
-        return rule if isinstance(rule, float) else float(rule.current())
-
     def _scratch(self, like: torch.Tensor, numel: int) -> torch.Tensor:
         """A reused flat buffer (dtype/device of ``like``) of at least ``numel`` elements."""
         key = (like.dtype, like.device)
@@ -109,8 +167,9 @@ class GradientAlignmentControl:
             yield g_flat[start:start + CHUNK_NUMEL], r_flat[start:start + CHUNK_NUMEL]
 
     def _dot(self, grad: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+        """⟨grad, ref⟩ (a 0-dim tensor); a reference of another dtype is cast chunk by chunk."""
         if grad.dtype == ref.dtype and grad.is_contiguous():
-            return torch.dot(grad.view(-1), ref.view(-1)).double()
+            return torch.dot(grad.view(-1), ref.view(-1))
         total = torch.zeros((), dtype=torch.float64, device=grad.device)
         for g_piece, r_piece in self._pieces(grad, ref):
             if g_piece.dim() != 1:  # non-contiguous: a temporary of the tensor's size
@@ -121,16 +180,35 @@ class GradientAlignmentControl:
             total += torch.dot(g_piece, r_cast).double()
         return total
 
-    def _local_stats(self, grads, refs) -> torch.Tensor:
-        """[⟨g,d⟩, ‖g‖², ‖d‖², non-finite flag] over this rank's tensors, as float64."""
+    def _local_stats(self, grads, refs, cached_d_sq: torch.Tensor | None) -> torch.Tensor:
+        """[⟨g,d⟩, ‖g‖², ‖d‖², non-finite flag] over this rank's tensors, as float64.
+
+        ``cached_d_sq``, when given, is this rank's ‖d‖² already known (see ``_cached_d_sq``).
+        """
         zero = torch.zeros((), dtype=torch.float64, device=grads[0].device)
-        g_sq = torch.stack([n.double() for n in torch._foreach_norm(grads)]).square().sum()
+        g_sq = torch.stack(torch._foreach_norm(grads)).double().square().sum()
         pairs = [(g, r) for g, r in zip(grads, refs, strict=True) if r is not None]
-        dot = torch.stack([self._dot(g, r) for g, r in pairs]).sum() if pairs else zero
-        d_sq = (torch.stack([n.double() for n in torch._foreach_norm([r for _, r in pairs])]).square().sum()
-                if pairs else zero)
+        dot = torch.stack([self._dot(g, r).double() for g, r in pairs]).sum() if pairs else zero
+        if cached_d_sq is not None:
+            d_sq = cached_d_sq
+        else:
+            d_sq = torch.stack(torch._foreach_norm([r for _, r in pairs])).double().square().sum() if pairs else zero
         nonfinite = (~torch.isfinite(g_sq)).double()
         return torch.stack([dot, g_sq, d_sq, nonfinite])
+
+    def _cached_d_sq(self, indices: list[int], grads: list[torch.Tensor]) -> torch.Tensor | None:
+        """This rank's ‖d‖² without a pass over d, when d is exactly last step's raw gradient.
+
+        With reference="prev" stored in the gradient's dtype, d is a copy of the previous raw g whose
+        ‖g‖² was computed then (same tensors, same kernel: the same number). Only valid when the same
+        parameters had gradients at both steps and nothing replaced the reference since.
+        """
+        cached = self._last_g_sq
+        if cached is None or cached[0] != indices or self.cfg.reference != "prev":
+            return None
+        if self.cfg.reference_dtype is not None and any(g.dtype != self.cfg.reference_dtype for g in grads):
+            return None
+        return cached[1]
 
     def _new_reference(self, grad: torch.Tensor) -> torch.Tensor:
         # Contiguous whatever the gradient's layout, so that chunked views always work.
@@ -144,9 +222,11 @@ class GradientAlignmentControl:
 
     def _apply_to_tensor(self, index: int, grad: torch.Tensor, regime: int, coef: float) -> None:
         """g ← s·g − α·d and d ← update(d, raw g) for one tensor, chunk by chunk, with no allocation."""
-        if self.reference[index] is None:  # the reference starts at zero, as in gac.control.update_reference
-            self.reference[index] = self._new_reference(grad)
-        for g_piece, r_piece in self._pieces(grad, self.reference[index]):
+        reference = self._reference_of(index)
+        if reference is None:  # the reference starts at zero, as in gac.init
+            self._set_reference(index, self._new_reference(grad))
+            reference = self._reference_of(index)
+        for g_piece, r_piece in self._pieces(grad, reference):
             if regime == ACT:
                 # g' goes to scratch first: the reference must take the raw g, exactly.
                 projected = (self._scratch(g_piece, g_piece.numel()) if g_piece.dim() == 1
@@ -165,11 +245,15 @@ class GradientAlignmentControl:
         if not entries:
             raise ValueError(f"GAC step {self.step}: no parameter has a gradient; call backward() first")
         indices, grads = [i for i, _ in entries], [g for _, g in entries]
-        refs = [self.reference[i] for i in indices]
+        all_refs = self.reference
+        refs = [all_refs[i] for i in indices]
         group = self.process_group if self.process_group is not None else infer_process_group(
             [p.grad for p in self.params if p.grad is not None])
-        dot, g_sq, d_sq, nonfinite = all_reduce_stats(self._local_stats(grads, refs), group).tolist()
-        threshold = self._threshold()
+        local = self._local_stats(grads, refs, self._cached_d_sq(indices, grads))
+        self._last_g_sq = None  # valid again only once this step's references are written
+        local_g_sq = local[1].clone()
+        dot, g_sq, d_sq, nonfinite = all_reduce_stats(local, group).tolist()
+        threshold = float(current_threshold(self.cfg, self.threshold_stats))
 
         if nonfinite > 0:
             if self.cfg.nonfinite == "raise":
@@ -187,14 +271,14 @@ class GradientAlignmentControl:
         regime, coef = int(decision.regime), float(decision.ref_coef)
         for index, grad in zip(indices, grads, strict=True):
             self._apply_to_tensor(index, grad, regime, coef)
-        for index, param in enumerate(self.params):
-            if param.grad is None and self.reference[index] is not None:
+        for param, reference in zip(self.params, self.reference, strict=True):
+            if param.grad is None and reference is not None:
                 # No gradient this step counts as a zero gradient for the reference.
-                self.reference[index].mul_(0.0 if self.cfg.reference == "prev" else self.cfg.ema_decay)
+                reference.mul_(0.0 if self.cfg.reference == "prev" else self.cfg.ema_decay)
+        self._last_g_sq = (indices, local_g_sq)
 
         cosine = float(decision.cosine)
-        if not isinstance(self.cfg.threshold, float):
-            self.cfg.threshold.observe(cosine)
+        self.threshold_stats = observe_threshold(self.cfg, self.threshold_stats, decision.cosine)
         report = GACReport(self.step, cosine, regime_name(regime, self.cfg.mode), float(decision.parallel_scale),
                            float(decision.norm_before), float(decision.norm_after), threshold)
         self.step += 1

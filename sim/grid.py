@@ -1,7 +1,7 @@
 """A grid of runs (settings × seeds) advanced by one tensor update per step, shared by the simulators.
 
 Each simulator only computes the raw gradients of all runs, shape (R, P); ``GridUpdater`` turns them
-into parameter updates with each row's method (``sim.stabilizers``): GAC through ``gac.control`` once
+into parameter updates with each row's method (``sim.stabilizers``): GAC through ``gac.update`` once
 per group of rows that share a GAC configuration, the staleness-aware step size, SGD or Adam. Rows are
 ordered setting-major: row = setting_index · seeds + seed_index. ``GridResult`` holds what was
 recorded and turns it into the per-step record of ``sim.record``.
@@ -86,8 +86,8 @@ class _GacGroup:
     rows: torch.Tensor
     cfg: gac.GACConfig
     space: str
-    rule: stabilizers.BatchedEMAThreshold | None
-    fixed_threshold: torch.Tensor
+    state: gac.GACState
+    fixed_threshold: torch.Tensor | None  # per-row τ when cfg.threshold is fixed; None for an adaptive rule
 
 
 class GridUpdater:
@@ -108,16 +108,15 @@ class GridUpdater:
         self.dc_lambda = rep([s.method_params().get("dc_lambda", 0.0) if s.method == "dc" else 0.0
                               for s in settings], dtype)
         self.any_adam, self.any_dc = bool(self.adam.any()), bool(self.dc.any())
-        self.groups = self._gac_groups(dtype, device)
         shape = (self.rows, dim)
-        self.reference = torch.zeros(shape, dtype=dtype, device=device)
+        self.groups = self._gac_groups(torch.zeros(shape, dtype=dtype, device=device))
         self.prev_raw = torch.zeros(shape, dtype=dtype, device=device)
         self.prev_applied = torch.zeros(shape, dtype=dtype, device=device)
         self.exp_avg = torch.zeros(shape, dtype=dtype, device=device) if self.any_adam else None
         self.exp_avg_sq = torch.zeros(shape, dtype=dtype, device=device) if self.any_adam else None
         self.adam_steps = torch.zeros(self.rows, dtype=torch.int64, device=device)
 
-    def _gac_groups(self, dtype, device) -> list[_GacGroup]:
+    def _gac_groups(self, like: torch.Tensor) -> list[_GacGroup]:
         """Rows grouped by everything of their GAC setting except a fixed threshold (a per-row tensor)."""
         keyed: dict[tuple, list[int]] = {}
         for index, s in enumerate(self.settings):
@@ -128,14 +127,13 @@ class GridUpdater:
             keyed.setdefault(key, []).append(index)
         groups = []
         for indices in keyed.values():
-            rows = torch.cat([torch.arange(i * self.seeds, (i + 1) * self.seeds) for i in indices]).to(device)
+            rows = torch.cat([torch.arange(i * self.seeds, (i + 1) * self.seeds) for i in indices]).to(like.device)
             params = self.settings[indices[0]].method_params()
             cfg = stabilizers.gac_config(**params)  # per-row thresholds were validated in Setting
-            rule = (stabilizers.BatchedEMAThreshold(cfg.threshold, len(rows), dtype)
-                    if params["threshold_rule"] == "ema" else None)
-            threshold = torch.tensor([self.settings[i].method_params()["threshold"] for i in indices],
-                                     dtype=dtype, device=device).repeat_interleave(self.seeds)
-            groups.append(_GacGroup(rows, cfg, params["space"], rule, threshold))
+            threshold = None if params["threshold_rule"] else torch.tensor(
+                [self.settings[i].method_params()["threshold"] for i in indices],
+                dtype=like.dtype, device=like.device).repeat_interleave(self.seeds)
+            groups.append(_GacGroup(rows, cfg, params["space"], gac.init(like[rows], cfg), threshold))
         return groups
 
     def staleness(self, uniform_per_seed: torch.Tensor) -> torch.Tensor:
@@ -150,18 +148,13 @@ class GridUpdater:
             if group.space != space:
                 continue
             rows = group.rows
-            threshold = group.rule.current() if group.rule is not None else group.fixed_threshold
-            raw = vectors[rows]
-            result = gac.control(raw, self.reference[rows], group.cfg, threshold=threshold)
+            new, group.state, report = gac.update(vectors[rows], group.state, group.cfg, group.fixed_threshold)
             if out is vectors:
                 out = vectors.clone()
-            out[rows] = result.grad
-            info["regime"][rows] = result.regime.to(torch.int64)
-            info["parallel_scale"][rows] = result.parallel_scale.to(info["parallel_scale"].dtype)
-            info["threshold"][rows] = torch.as_tensor(threshold, dtype=info["threshold"].dtype).expand(len(rows))
-            self.reference[rows] = gac.update_reference(self.reference[rows], raw, group.cfg)
-            if group.rule is not None:
-                group.rule.observe(result.cosine)
+            out[rows] = new
+            info["regime"][rows] = report.regime.to(torch.int64)
+            info["parallel_scale"][rows] = report.parallel_scale.to(info["parallel_scale"].dtype)
+            info["threshold"][rows] = report.threshold.to(info["threshold"].dtype)
         return out
 
     def update(self, params: torch.Tensor, grad: torch.Tensor, stale_params: torch.Tensor,

@@ -198,31 +198,6 @@ def gac_config(**overrides) -> gac.GACConfig:
     return gac.GACConfig(**fields)
 
 
-class BatchedEMAThreshold:
-    """``gac.EMAThreshold`` for a batch of independent runs: one τ_t per row, same arithmetic.
-
-    τ_t = clip(m_t + margin, floor, ceiling) with m_t the EMA of the row's past cosines; ``ceiling``
-    until ``warmup`` cosines were seen. Lets a vectorized simulator pass a tensor threshold to
-    ``gac.control`` instead of looping over per-run rule objects.
-    """
-
-    def __init__(self, rule: gac.EMAThreshold, rows: int, dtype: torch.dtype = torch.float64):
-        self.rule = rule
-        self.mean = torch.full((rows,), float(rule.mean), dtype=dtype)
-        self.count = torch.full((rows,), int(rule.count), dtype=torch.int64)
-
-    def current(self) -> torch.Tensor:
-        r = self.rule
-        adaptive = (self.mean + r.margin).clamp(r.floor, r.ceiling)
-        return torch.where(self.count < r.warmup, torch.full_like(self.mean, r.ceiling), adaptive)
-
-    def observe(self, cosine: torch.Tensor) -> None:
-        cosine = cosine.to(self.mean.dtype)
-        decayed = self.rule.decay * self.mean + (1.0 - self.rule.decay) * cosine
-        self.mean = torch.where(self.count == 0, cosine, decayed)
-        self.count = self.count + 1
-
-
 def lr_scale_factor(staleness: torch.Tensor | int) -> torch.Tensor | float:
     """Staleness-aware step size factor 1 / (1 + s)."""
     return 1.0 / (1.0 + staleness)

@@ -165,10 +165,11 @@ def test_config_rejects_bad_values_with_one_line(kwargs, message):
 
 def test_ema_threshold_rule():
     rule = gac.EMAThreshold(margin=0.1, decay=0.5, floor=0.0, ceiling=0.9, warmup=2)
-    assert rule.current() == 0.9
-    rule.observe(0.2)
-    rule.observe(0.4)  # mean = 0.5*0.2 + 0.5*0.4 = 0.3
-    assert math.isclose(rule.current(), 0.4)
+    stats = rule.init()
+    assert float(rule.current(stats)) == 0.9
+    stats = rule.observe(stats, torch.tensor(0.2, dtype=torch.float64))
+    stats = rule.observe(stats, torch.tensor(0.4, dtype=torch.float64))  # mean = 0.5*0.2 + 0.5*0.4 = 0.3
+    assert math.isclose(float(rule.current(stats)), 0.4)
     cfg = gac.GACConfig(threshold=rule)
     assert isinstance(cfg.threshold, gac.ThresholdRule)
 

@@ -170,8 +170,8 @@ def test_adaptive_threshold_rule_state_resumes():
     other = gac.GradientAlignmentControl(model.parameters(), gac.GACConfig(threshold=gac.EMAThreshold(margin=0.05,
                                                                                                      warmup=2)))
     other.load_state_dict(state)
-    assert other.cfg.threshold.current() == rule.current()
-    assert other.step == 4
+    assert float(rule.current(other.threshold_stats)) == float(rule.current(tracker.threshold_stats))
+    assert int(other.threshold_stats[1]) == 4 and other.step == 4
 
 
 def test_no_gradient_is_a_clear_error():
@@ -210,3 +210,36 @@ def test_chunked_and_noncontiguous_gradients_match_pure_control(monkeypatch, ref
         assert torch.equal(stored, flat.to(stored.dtype))  # the raw gradient, whatever was applied
         reference = flat.to(stored.dtype).double()
     assert acted >= 3
+
+
+@pytest.mark.parametrize("cfg", [gac.GACConfig(threshold=0.0, mode="cap"),
+                                 gac.GACConfig(threshold=0.2, reference="ema"),
+                                 gac.GACConfig(threshold=0.0, reference_dtype=torch.bfloat16)])
+def test_cached_reference_norm_gives_the_same_numbers_as_recomputing_it(monkeypatch, cfg):
+    """‖d‖² is taken from last step's ‖g‖² when d is that raw g; a step where one parameter has no
+    gradient (so the cache must not be used) is included."""
+
+    def run(use_cache: bool) -> list[tuple]:
+        tracker_cls = gac.GradientAlignmentControl
+        if not use_cache:
+            monkeypatch.setattr(tracker_cls, "_cached_d_sq", lambda self, indices, grads: None)
+        model = tiny_model()
+        tracker = tracker_cls(model.parameters(), cfg)
+        out = []
+        for step, batch in enumerate(batches(8)):
+            model.zero_grad()
+            loss_fn(model, batch).backward()
+            if step in (3, 5):
+                model[0].bias.grad = None
+            report = tracker.apply()
+            out.append((report.cosine, report.regime, report.grad_norm_after, flat_grad_or_none(model)))
+        monkeypatch.undo()
+        return out
+
+    cached, recomputed = run(True), run(False)
+    assert [c[:3] for c in cached] == [r[:3] for r in recomputed]
+    assert all(torch.equal(c[3], r[3]) for c, r in zip(cached, recomputed, strict=True))
+
+
+def flat_grad_or_none(model) -> torch.Tensor:
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])

@@ -41,12 +41,12 @@ def test_grpo_trainer_with_gac_logs_finite_metrics(tmp_path):
     callback = add_gac(trainer, gac.GACConfig(threshold=0.0))
     trainer.train()
     assert callback.tracker.step == 2  # GAC ran at both optimizer steps
-    logged = [row for row in trainer.state.log_history if "gac/cosine" in row]
+    logged = [row for row in trainer.state.log_history if "gac/cos_prev" in row]
     assert len(logged) == 2
     for row in logged:
-        for key in ("gac/cosine", "gac/regime", "gac/parallel_scale", "gac/grad_norm_before", "gac/grad_norm_after"):
+        for key in ("gac/cos_prev", "gac/regime", "gac/parallel_scale", "gac/grad_norm", "gac/grad_norm_after"):
             assert math.isfinite(row[key])
-        assert row["gac/grad_norm_before"] > 0  # a real policy gradient reached GAC
-        assert row["gac/grad_norm_after"] <= row["gac/grad_norm_before"] + 1e-9
-    assert logged[0]["gac/cosine"] == 0.0  # no reference yet at the first step
+        assert row["gac/grad_norm"] > 0  # a real policy gradient reached GAC
+        assert row["gac/grad_norm_after"] <= row["gac/grad_norm"] + 1e-9
+    assert logged[0]["gac/cos_prev"] == 0.0  # no reference yet at the first step
     assert any(row["reward"] > 0 for row in trainer.state.log_history if "reward" in row)

@@ -69,15 +69,6 @@ def test_m2po_mask_by_hand_and_rows_agree():
         assert batched[i].tolist() == stabilizers.m2po_mask(rows[i], m2_threshold=float(taus[i])).tolist()
 
 
-def test_batched_ema_threshold_matches_gac_rule():
-    rule = gac.EMAThreshold(margin=0.2, warmup=3)
-    batched = stabilizers.BatchedEMAThreshold(gac.EMAThreshold(margin=0.2, warmup=3), rows=2)
-    for c in [0.5, -0.2, 0.9, 0.1, 0.7, 0.3]:
-        assert batched.current()[0].item() == pytest.approx(rule.current(), abs=1e-12)
-        rule.observe(c)
-        batched.observe(torch.tensor([c, 0.0], dtype=torch.float64))
-
-
 def test_gac_config_from_registry_and_errors():
     cfg = stabilizers.gac_config(threshold_rule="ema", mode="cap")
     assert isinstance(cfg.threshold, gac.EMAThreshold) and cfg.mode == "cap"
