@@ -2,7 +2,7 @@
 
 import math
 
-from paper_figs import cache
+from experiments import cache
 
 
 def test_cached_computes_once_per_config_and_force_recomputes(monkeypatch):

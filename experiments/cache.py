@@ -1,9 +1,10 @@
 """Run cache: results keyed by a hash of their configuration, so a re-run with nothing changed is fast.
 
 ``cached(kind, config, compute)`` returns ``compute()``'s JSON-able result, stored under
-``paper_figs/.cache/KIND-HASH.json`` (atomically). ``cached_runs`` adds the profile, the device and a
-fingerprint of the package's source (gac/, sim/, theory/, paper_figs/) to the config, so editing any
-code that could change a number recomputes. ``--force`` (``GAC_LAB_FORCE=1``) always recomputes.
+``experiments/.cache/KIND-HASH.json`` (atomically; ``GAC_LAB_CACHE`` moves it). ``cached_runs`` adds the
+profile, the device and a fingerprint of the package's source (gac/, sim/, theory/, experiments/,
+paper_figs/) to the config, so editing any code that could change a number recomputes. ``--force``
+(``GAC_LAB_FORCE=1``) always recomputes.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import gac
 from sim.record import atomic_write_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
-CACHE_DIR = Path(os.environ.get("GAC_LAB_CACHE", ROOT / "paper_figs" / ".cache"))
-SOURCE_DIRS = ("gac", "sim", "theory", "paper_figs")
+CACHE_DIR = Path(os.environ.get("GAC_LAB_CACHE", ROOT / "experiments" / ".cache"))
+SOURCE_DIRS = ("gac", "sim", "theory", "experiments", "paper_figs")
 
 
 def config_hash(config: dict) -> str:
