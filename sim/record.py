@@ -22,18 +22,28 @@ def columns_of(rows: Sequence[dict]) -> list[str]:
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temp file in the same folder and a rename."""
+    """Write ``data`` to ``path`` through a temp file in the same folder and a rename.
+
+    The file gets the mode a plain ``open`` would give it (0666 minus the umask), not the temp file's 0600.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+            os.fchmod(handle.fileno(), 0o666 & ~_current_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _current_umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
 
 
 def write_records(rows: Sequence[dict], path: Path | str, columns: Iterable[str] | None = None) -> Path:
