@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,13 +32,13 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=1)
-def code_fingerprint() -> str:
-    """Hash of every .py file under the source folders (path and content)."""
+@functools.lru_cache(maxsize=8)
+def code_fingerprint(folders: tuple[str, ...] = SOURCE_DIRS, root: Path = ROOT) -> str:
+    """Hash of every .py file under ``folders`` of ``root`` (path and content); read once per process."""
     digest = hashlib.sha256()
-    for folder in SOURCE_DIRS:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            digest.update(str(path.relative_to(ROOT)).encode())
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -47,21 +48,41 @@ def cache_path(kind: str, config: dict) -> Path:
     return CACHE_DIR / f"{kind.replace('/', '__')}-{config_hash(config)}.json"
 
 
+_warned: set[Path] = set()
+_MISSING = object()
+
+
+def _read(path: Path) -> Any:
+    """The stored result at ``path``; _MISSING when absent or unreadable (a corrupt entry warns once, with its path)."""
+    if not path.exists():
+        return _MISSING
+    try:
+        return json.loads(path.read_text())["result"]
+    except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        if path not in _warned:
+            _warned.add(path)
+            warnings.warn(f"corrupt cache entry {path} ({type(error).__name__}: {error}); recomputing it",
+                          RuntimeWarning, stacklevel=3)
+        return _MISSING
+
+
 def lookup(kind: str, config: dict) -> Any | None:
-    """The stored result of (kind, config), or None when it has not been computed (never computes)."""
-    path = cache_path(kind, config)
-    return json.loads(path.read_text())["result"] if path.exists() else None
+    """The stored result of (kind, config), or None when it has not been computed or is corrupt (never computes)."""
+    stored = _read(cache_path(kind, config))
+    return None if stored is _MISSING else stored
 
 
 def cached(kind: str, config: dict, compute: Callable[[], Any], force: bool = False) -> Any:
     """``compute()`` once per (kind, config); later calls read the stored JSON result.
 
-    The result always goes through JSON, so a fresh and a cached call return the same types.
+    The result always goes through JSON, so a fresh and a cached call return the same types. A corrupt
+    entry (truncated JSON, missing key) counts as missing: it is recomputed and rewritten atomically.
     """
     path = cache_path(kind, config)
     force = force or os.environ.get("GAC_LAB_FORCE") == "1"
-    if path.exists() and not force:
-        return json.loads(path.read_text())["result"]
+    stored = _MISSING if force else _read(path)
+    if stored is not _MISSING:
+        return stored
     text = json.dumps({"kind": kind, "config": config, "result": compute()})
     atomic_write_bytes(path, text.encode())
     return json.loads(text)["result"]

@@ -93,8 +93,14 @@ def sweep(profile: str, device: str = "cpu") -> list[Run]:
             for (m, s, lr, seed, ratio), roles in runs.items()]
 
 
+RUN_SOURCE_DIRS = ("gac", "sim")
+"""The code a GRPO run executes: its cache key holds a fingerprint of these folders, so editing them recomputes."""
+
+
 def run_key(args: Args) -> dict:
-    return {k: v for k, v in asdict(args).items() if k not in KEY_EXCLUDE}
+    """The run's cache key: every argument that can change its numbers, and the fingerprint of its code."""
+    key = {k: v for k, v in asdict(args).items() if k not in KEY_EXCLUDE}
+    return {**key, "code": cache.code_fingerprint(RUN_SOURCE_DIRS)}
 
 
 def run_cached(args: Args, force: bool = False) -> dict:
