@@ -2,7 +2,8 @@
 
 ``python -m experiments.compare_csv BASELINE_DIR NEW_DIR [--names fig1_cosine ...]`` prints one line per
 CSV (identical / equal after documented changes / DIFFERENT, with the first differences) and exits 1 if
-any differs. Floats are equal when within ``rel_tol`` relative (float reordering); NaN equals NaN.
+any differs. Where NEW_DIR has completion markers (``NAME.complete``), a CSV outside a finished set differs.
+Floats are equal when within ``rel_tol`` relative (float reordering); NaN equals NaN.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tyro
+
+from sim.record import is_complete
 
 RENAMED = {"kl": "kl_behaviour"}
 """Old column name -> new name (the bandit's KL column now has its ``sim.schema`` name)."""
@@ -96,10 +99,15 @@ def main(argv=None) -> int:
         paths = [p for p in paths if any(p.stem == n or p.stem.startswith(f"{n}_") for n in args.names)]
     if not paths:
         raise SystemExit(f"error: no CSV to compare in {args.baseline}")
+    markers = list(args.new.glob("*.complete"))
+    finished = {f for m in markers if is_complete(args.new, m.stem) for f in m.read_text().split()}
     results = []
     for old in paths:
         new = args.new / old.name
-        result = compare(old, new, args.rel_tol) if new.exists() else Comparison(old.name, False, ("missing",))
+        if not new.exists() or (markers and old.name not in finished):
+            result = Comparison(old.name, False, ("missing" if not new.exists() else "not in a finished set",))
+        else:
+            result = compare(old, new, args.rel_tol)
         results.append(result)
         verdict = "DIFFERENT" if not result.equal else ("equal after documented changes" if result.notes
                                                         else "identical")

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,6 +19,7 @@ import torch
 import tyro
 
 from paper_figs.common import OUT_DIR
+from sim.record import publish_together
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = run order for "all".
 FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region", "fig5_llm_grpo",
@@ -59,6 +62,20 @@ def parse_args(argv=None) -> FigureArgs:
     return replace(args, names=names)
 
 
+def make_figure(name: str, args: FigureArgs) -> list[Path]:
+    """Run figure ``name`` into a temp folder inside ``args.out``, then publish its files together.
+
+    A figure that fails or is killed leaves the previous outputs as they were (and no half of a new set).
+    """
+    args.out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=args.out, prefix=f".{name}."))
+    try:
+        importlib.import_module(f"paper_figs.{name}").main(args.profile, staging, args.device)
+        return publish_together(staging, args.out, name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.force:
@@ -66,7 +83,7 @@ def main(argv=None) -> int:
     for name in args.names:
         start = time.perf_counter()
         print(f"[paper_figs] {name} ({args.profile}) ...", flush=True)
-        importlib.import_module(f"paper_figs.{name}").main(args.profile, args.out, args.device)
+        make_figure(name, args)
         print(f"[paper_figs] {name} done in {time.perf_counter() - start:.1f} s -> {args.out}/{name}.*",
               flush=True)
     return 0

@@ -40,6 +40,29 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
     return path
 
 
+def publish_together(staging: Path | str, out_dir: Path | str, name: str) -> list[Path]:
+    """Move every file of ``staging`` into ``out_dir`` as one set, then write ``NAME.complete`` (their names) last.
+
+    The old marker is removed first, so a reader that finds ``NAME.complete`` (``is_complete``) knows every file
+    it lists is from the same, finished run; a kill in between leaves no marker rather than a mixed set.
+    """
+    staging, out_dir = Path(staging), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    marker = out_dir / f"{name}.complete"
+    marker.unlink(missing_ok=True)
+    files = sorted(p for p in staging.iterdir() if p.is_file())
+    for path in files:
+        os.replace(path, out_dir / path.name)
+    atomic_write_bytes(marker, "".join(f"{p.name}\n" for p in files).encode())
+    return [out_dir / p.name for p in files]
+
+
+def is_complete(out_dir: Path | str, name: str) -> bool:
+    """Whether ``out_dir`` holds a finished set of ``name``'s files (its marker, and every file the marker lists)."""
+    marker = Path(out_dir) / f"{name}.complete"
+    return marker.exists() and all((Path(out_dir) / f).exists() for f in marker.read_text().split())
+
+
 def _current_umask() -> int:
     mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
     os.umask(mask)
@@ -109,5 +132,5 @@ def _json_safe(value):
     return value
 
 
-__all__ = ["columns_of", "atomic_write_bytes", "write_records", "read_records",
+__all__ = ["columns_of", "publish_together", "is_complete", "atomic_write_bytes", "write_records", "read_records",
            "write_tensorboard", "RUN_KEYS"]
