@@ -48,8 +48,9 @@ def values_equal(a: str, b: str, rel_tol: float = 1e-12) -> bool:
     return math.isclose(x, y, rel_tol=rel_tol, abs_tol=0.0)
 
 
-def compare(old_path: Path, new_path: Path, rel_tol: float = 1e-12) -> Comparison:
-    """Compare one CSV; columns only in the new file are allowed when every value there is NaN or empty."""
+def compare(old_path: Path, new_path: Path, rel_tol: float = 1e-12, allow_added: tuple[str, ...] = ()) -> Comparison:
+    """Compare one CSV; columns only in the new file are allowed when every value there is NaN or empty, or
+    when named in ``allow_added`` (a documented addition; reported)."""
     raw_cols, old_rows = _read(old_path)
     new_cols, new_rows = _read(new_path)
     old_cols = [RENAMED.get(c, c) for c in raw_cols]
@@ -61,11 +62,14 @@ def compare(old_path: Path, new_path: Path, rel_tol: float = 1e-12) -> Compariso
         equal = False
         notes.append(f"columns missing in the new file: {missing}")
     filled = [c for c in added if any(r[c] not in ("nan", "") for r in new_rows)]
-    if filled:
+    unexpected = [c for c in filled if c not in allow_added]
+    if unexpected:
         equal = False
-        notes.append(f"new columns with values: {filled}")
-    elif added:
-        notes.append(f"new all-NaN schema columns: {added}")
+        notes.append(f"new columns with values: {unexpected}")
+    if [c for c in filled if c in allow_added]:
+        notes.append(f"new columns with values, allowed: {[c for c in filled if c in allow_added]}")
+    if [c for c in added if c not in filled]:
+        notes.append(f"new all-NaN schema columns: {[c for c in added if c not in filled]}")
     if [c for c in new_cols if c in old_cols] != old_cols:
         notes.append("column order changed")
     renamed = {c: RENAMED[c] for c in raw_cols if c in RENAMED}
@@ -90,6 +94,8 @@ class CompareArgs:
     names: tuple[str, ...] = ()
     """figure names (CSV stems and their NAME_*.csv companions); default every CSV in the baseline folder"""
     rel_tol: float = 1e-12
+    allow_added: tuple[str, ...] = ()
+    """columns the new files may add with values (documented additions)"""
 
 
 def main(argv=None) -> int:
@@ -107,7 +113,7 @@ def main(argv=None) -> int:
         if not new.exists() or (markers and old.name not in finished):
             result = Comparison(old.name, False, ("missing" if not new.exists() else "not in a finished set",))
         else:
-            result = compare(old, new, args.rel_tol)
+            result = compare(old, new, args.rel_tol, args.allow_added)
         results.append(result)
         verdict = "DIFFERENT" if not result.equal else ("equal after documented changes" if result.notes
                                                         else "identical")

@@ -33,6 +33,14 @@ def test_a_changed_value_a_filled_new_column_or_a_lost_row_differ(tmp_path):
     assert not _pair(tmp_path, [_renamed(BASE[0], regime="project"), _renamed(BASE[1])]).equal
 
 
+def test_a_filled_new_column_passes_only_when_allowed(tmp_path):
+    new = [_renamed(r, entropy=0.5) for r in BASE]
+    write_records(BASE, tmp_path / "old.csv")
+    write_records(new, tmp_path / "new.csv")
+    assert not compare(tmp_path / "old.csv", tmp_path / "new.csv").equal
+    assert compare(tmp_path / "old.csv", tmp_path / "new.csv", allow_added=("entropy",)).equal
+
+
 def test_cli_exit_code(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
