@@ -172,8 +172,7 @@ def run_bandit(problem: GaussianBandit | SoftmaxBandit, settings: list[Setting],
     """Run every setting × seed; one tensor update per step for all runs (sim name: ``sim_name(problem)``).
 
     ``groups`` B and ``group_size`` G set the signal-to-noise of the gradient (B·G samples per step).
-    Extras recorded (``sim.schema``): kl_behaviour (KL(π_b ‖ π_θ)), entropy, reward_gap (J* − J), mean_weight
-    (mean sample weight).
+    Extras recorded (``sim.schema``): kl_behaviour, entropy, reward_gap (J* − J), mean_weight.
     """
     if steps < 1 or seeds < 1 or groups < 1 or group_size < 2:
         raise ValueError(f"need steps, seeds, groups >= 1 and group_size >= 2, got {steps}, {seeds}, {groups}, "
