@@ -189,6 +189,24 @@ def llm_cosine_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:
     return _rows(sweep_results(profile, device), "cosine")
 
 
+def llm_cosine_rows_with_run_means(profile: str = "quick", device: str = "cpu") -> list[dict]:
+    """fig1 LLM panel: ``llm_cosine_rows`` (without the final-eval rows, label = method), each row carrying its
+    run's mean cosine after the first fifth of the steps (NaN if the run diverged), its mean cosine over all
+    steps before divergence, and whether it diverged: the per-run columns of the toy panels."""
+    rows = [dict(r, label=r["method"]) for r in llm_cosine_rows(profile, device) if not r.get("final_eval")]
+    for key in {(r["staleness"], r["seed"]) for r in rows}:
+        run = [r for r in rows if (r["staleness"], r["seed"]) == key]
+        warmup = max(r["step"] for r in run) // 5
+        alive = [r["cos_prev"] for r in run if not r.get("diverged") and r["cos_prev"] == r["cos_prev"]]
+        late = [r["cos_prev"] for r in run if r["step"] >= warmup and not r.get("diverged")]
+        diverged = any(r.get("diverged") for r in run)
+        for r in run:
+            r.update(run_mean_cos_prev=sum(late) / len(late) if late and not diverged else float("nan"),
+                     run_mean_cos_prev_alive=sum(alive) / len(alive) if alive else float("nan"),
+                     run_diverged=diverged)
+    return rows
+
+
 def llm_divergence_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:
     """fig3 LLM panel: per-step records of sync, naive async and async+GAC at high staleness (main step size)."""
     rows = _rows(sweep_results(profile, device), "methods")

@@ -7,6 +7,7 @@ objective is the loss (lower is better); the bandit's is the exact expected rewa
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -14,33 +15,11 @@ import matplotlib.pyplot as plt
 from experiments import toy
 from experiments.aggregate import centered_mean, seed_mean, seed_median
 from experiments.cache import cached_runs
+from experiments.llm import llm_divergence_rows
 from paper_figs.common import Panel, apply_style, method_color, save_figure
-from sim.bandit import run_bandit
-from sim.grid import setting
-from sim.quadratic import run_quadratic
 from sim.record import write_records
 
 NAME = "fig3_divergence"
-STALENESS = 16
-
-
-def _settings(lr: float) -> list:
-    return [setting("none", 0, lr), setting("none", STALENESS, lr), setting("gac", STALENESS, lr)]
-
-
-def quadratic_panel(profile: str, device: str = "cpu") -> list[dict]:
-    p = toy.profile_of(profile)
-    return run_quadratic(toy.QUADRATIC, _settings(toy.QUADRATIC_LR), p.quad_steps, p.seeds,
-                         record_every=p.record_every, progress=True, device=device).records()
-
-
-def gaussian_bandit_panel(profile: str, device: str = "cpu") -> list[dict]:
-    p = toy.profile_of(profile)
-    return run_bandit(toy.GAUSSIAN, _settings(toy.GAUSSIAN_LR), p.bandit_steps, p.seeds,
-                      groups=toy.BANDIT_GROUPS, group_size=toy.BANDIT_GROUP_SIZE, record_every=p.record_every,
-                      progress=True).records()
-
-
 def plot_panel(axes, rows: list[dict], title: str, objective: str, objective_label: str, log: bool) -> None:
     ax_obj, ax_norm = axes
     for label in dict.fromkeys(r["label"] for r in rows):
@@ -56,8 +35,6 @@ def plot_panel(axes, rows: list[dict], title: str, objective: str, objective_lab
 
 def llm_panel(profile: str, device: str = "cpu") -> list[dict]:
     """Small-LLM GRPO runs (sync, naive async, async+GAC at high staleness) from the shared cached sweep."""
-    from experiments.llm import llm_divergence_rows
-
     return [dict(r, label=r["method"]) for r in llm_divergence_rows(profile, device)]
 
 
@@ -80,10 +57,10 @@ def plot_llm(axes, rows: list[dict]) -> None:
 
 
 PANELS = [
-    Panel("quadratic", quadratic_panel,
+    Panel("quadratic", functools.partial(toy.divergence_rows, "quadratic"),
               lambda axes, rows: plot_panel(axes, rows, f"noisy quadratic, η·λ_max = {toy.QUADRATIC_LR}",
                                             "objective", "loss f(x) (median; capped 1e8)", True)),
-    Panel("bandit_gaussian", gaussian_bandit_panel,
+    Panel("bandit_gaussian", functools.partial(toy.divergence_rows, "bandit_gaussian"),
               lambda axes, rows: plot_panel(axes, rows, "Gaussian-policy bandit (GRPO)", "reward_gap",
                                             "reward gap J* − J (median)", True)),
     Panel("llm", llm_panel, plot_llm, n_axes=3),
