@@ -20,6 +20,7 @@ figures: $(BIN)/.installed
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 test: $(BIN)/.installed lint
 	$(BIN)/python -m pytest

@@ -1,52 +1,89 @@
-"""`python -m paper_figs NAME|all --profile quick|full [--device cpu|cuda]`: regenerate figures."""
+"""`python -m paper_figs NAME|all --profile quick|full [--device cpu|cuda]`: regenerate figures.
+
+The command line is the ``FigureArgs`` dataclass, parsed by tyro (``--help`` lists every option).
+"""
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
+import shutil
 import sys
+import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 import torch
+import tyro
 
 from paper_figs.common import OUT_DIR
+from sim.record import publish_together
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = run order for "all".
 FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region", "fig5_llm_grpo",
            "fig6_ablation", "fig7_bound", "figs1_bandit_snr"]
+FigureName = Literal[tuple([*FIGURES, "all"])]
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m paper_figs", description=__doc__)
-    parser.add_argument("names", nargs="+", help=f"figure names or 'all': {', '.join(FIGURES)}")
-    parser.add_argument("--profile", choices=["quick", "full"], default="quick")
-    parser.add_argument("--device", default="cpu", help="torch device for the runs (cpu or cuda)")
-    parser.add_argument("--out", type=Path, default=OUT_DIR, help="output folder (default paper_figs/out)")
-    parser.add_argument("--force", action="store_true", help="recompute runs even when cached results exist")
-    args = parser.parse_args(argv)
-    names = FIGURES if args.names == ["all"] else args.names
-    unknown = [n for n in names if n not in FIGURES]
-    if unknown:
-        parser.error(f"unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURES)} or 'all'")
+@dataclass(frozen=True)
+class FigureArgs:
+    """Regenerate the paper's figures (PNG, PDF and the CSV each figure plots)."""
+
+    names: tyro.conf.Positional[tuple[FigureName, ...]]
+    """figure names, or 'all' for every figure in order"""
+    profile: Literal["quick", "full"] = "quick"
+    """run lengths and seeds: quick (minutes) or full (paper scale, hours on CPU)"""
+    device: str = "cpu"
+    """torch device for the runs (cpu or cuda[:N])"""
+    out: Path = OUT_DIR
+    """output folder"""
+    force: bool = False
+    """recompute runs even when cached results exist"""
+
+
+def _fail(message: str) -> None:
+    print(f"python -m paper_figs: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def parse_args(argv=None) -> FigureArgs:
+    """The parsed command line, with 'all' expanded and the device checked (SystemExit(2) on bad input)."""
+    args = tyro.cli(FigureArgs, args=argv, prog="python -m paper_figs", description=__doc__.splitlines()[0])
+    names = tuple(FIGURES) if "all" in args.names else args.names
+    if not names:
+        _fail(f"give figure names or 'all': {', '.join(FIGURES)}")
     if args.device.startswith("cuda"):
         if not torch.cuda.is_available():
-            parser.error(f"--device {args.device} requested but torch sees no CUDA device on this machine")
+            _fail(f"--device {args.device} requested but torch sees no CUDA device on this machine")
     elif args.device != "cpu":
-        parser.error(f"--device must be cpu or cuda[:N], got {args.device!r}")
-    args.names = names
-    return args
+        _fail(f"--device must be cpu or cuda[:N], got {args.device!r}")
+    return replace(args, names=names)
+
+
+def make_figure(name: str, args: FigureArgs) -> list[Path]:
+    """Run figure ``name`` into a temp folder inside ``args.out``, then publish its files together.
+
+    A figure that fails or is killed leaves the previous outputs as they were (and no half of a new set).
+    """
+    args.out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=args.out, prefix=f".{name}."))
+    try:
+        importlib.import_module(f"paper_figs.{name}").main(args.profile, staging, args.device)
+        return publish_together(staging, args.out, name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.force:
-        os.environ["GAC_LAB_FORCE"] = "1"  # read by paper_figs.cache.cached
+        os.environ["GAC_LAB_FORCE"] = "1"  # read by experiments.cache.cached
     for name in args.names:
         start = time.perf_counter()
         print(f"[paper_figs] {name} ({args.profile}) ...", flush=True)
-        importlib.import_module(f"paper_figs.{name}").main(args.profile, args.out, args.device)
+        make_figure(name, args)
         print(f"[paper_figs] {name} done in {time.perf_counter() - start:.1f} s -> {args.out}/{name}.*",
               flush=True)
     return 0

@@ -1,15 +1,16 @@
-"""Shared plumbing of the figure modules: one matplotlib style, method colors, atomic outputs.
+"""Shared plumbing of the figure modules: one matplotlib style, method colors, the panel interface, atomic outputs.
 
-Every figure writes NAME.csv (the rows it plots), NAME.png and NAME.pdf into the output folder,
-each through a temp file and a rename, so an interrupted run never leaves a half-written file.
+Every figure writes NAME.csv (the rows it plots, through ``sim.record.write_records``), NAME.png and
+NAME.pdf into the output folder, each through a temp file and a rename, so an interrupted run never
+leaves a half-written file.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import io
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -62,16 +63,16 @@ def apply_style() -> None:
     plt.rcParams.update(STYLE)
 
 
-def write_csv(rows: Sequence[dict], path: Path, columns: Iterable[str] | None = None) -> Path:
-    """Write rows (dicts) as CSV atomically; columns default to the union of keys, in first-seen order."""
-    if columns is None:
-        columns = list(dict.fromkeys(key for row in rows for key in row))
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_bytes(Path(path), buffer.getvalue().encode())
-    return Path(path)
+@dataclass(frozen=True)
+class Panel:
+    """One panel of a multi-panel figure (fig1, fig3): ``run(profile, device)`` returns record rows (with a
+    ``sim`` column), ``plot(axes, rows)`` draws them."""
+
+    name: str
+    run: Callable[[str, str], list[dict]]
+    plot: Callable[..., None]
+    n_axes: int = 0
+    """How many stacked axes ``plot`` draws on (0: the figure's default)."""
 
 
 def save_figure(fig, out_dir: Path, name: str) -> list[Path]:

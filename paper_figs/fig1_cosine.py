@@ -8,104 +8,53 @@ runs that diverged before warm-up; the column ``mean_cos_prev_before_divergence`
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from paper_figs import toy
-from paper_figs.cache import cached_runs
-from paper_figs.common import apply_style, save_figure, write_csv
-from sim.bandit import run_bandit
-from sim.grid import setting
-from sim.quadratic import run_quadratic
+from experiments import toy
+from experiments.aggregate import centered_mean, seed_mean, seed_median, trailing_mean
+from experiments.cache import cached_runs
+from experiments.llm import llm_cosine_rows_with_run_means
+from paper_figs.common import Panel, apply_style, save_figure
+from sim.record import write_records
 
 NAME = "fig1_cosine"
 STALENESS_COLORS = {0: "#000000", 1: "#fdd49e", 2: "#fdbb84", 4: "#fc8d59", 8: "#e34a33", 16: "#b30000"}
 
 
-def _async_settings(lr: float) -> list:
-    return [setting("none", s, lr) for s in toy.STALENESS]
-
-
-def _rows_with_summary(result) -> list[dict]:
-    """Per-step rows, each carrying its run's mean cosine after warm-up (for the table)."""
-    summary = {(r["label"], r["staleness"], r["seed"]): r for r in result.summary_rows()}
-    rows = result.records(extras=())
-    for row in rows:
-        s = summary[(row["label"], row["staleness"], row["seed"])]
-        row["run_mean_cos_prev"] = s["mean_cos_prev"]
-        row["run_mean_cos_prev_alive"] = s["mean_cos_prev_alive"]
-        row["run_diverged"] = s["diverged"]
-    return rows
-
-
-def quadratic_panel(profile: str, device: str = "cpu") -> list[dict]:
-    p = toy.profile_of(profile)
-    result = run_quadratic(toy.QUADRATIC, _async_settings(toy.QUADRATIC_LR), p.quad_steps, p.seeds, seed=0,
-                           record_every=p.record_every, progress=True, device=device)
-    return _rows_with_summary(result)
-
-
-def _bandit_panel(problem, lr: float, profile: str) -> list[dict]:
-    p = toy.profile_of(profile)
-    result = run_bandit(problem, _async_settings(lr), p.bandit_steps, p.seeds, seed=0, groups=toy.BANDIT_GROUPS,
-                        group_size=toy.BANDIT_GROUP_SIZE, record_every=p.record_every, progress=True)
-    return _rows_with_summary(result)
-
-
-def gaussian_bandit_panel(profile: str, device: str = "cpu") -> list[dict]:
-    return _bandit_panel(toy.GAUSSIAN, toy.GAUSSIAN_LR, profile)
-
-
-def softmax_bandit_panel(profile: str, device: str = "cpu") -> list[dict]:
-    return _bandit_panel(toy.KARMED, toy.SOFTMAX_LR, profile)
-
-
 def plot_cosine(ax, rows: list[dict], title: str) -> None:
     for s in sorted({r["staleness"] for r in rows}):
-        steps, values = toy.seed_median(rows, "cos_prev", staleness=s)
+        steps, values = seed_median(rows, "cos_prev", staleness=s)
         label = "sync" if s == 0 else f"s={s}"
-        ax.plot(steps, toy.smooth(values, 10), color=STALENESS_COLORS.get(s, "#7f7f7f"), label=label)
+        ax.plot(steps, trailing_mean(values, 10), color=STALENESS_COLORS.get(s, "#7f7f7f"), label=label)
     ax.axhline(0.0, color="#999999", lw=0.6)
     ax.set(title=title, xlabel="step", ylabel="cos(g_t, g_{t-1}), median", ylim=(-1.0, 1.05))
 
 
-def llm_panel(profile: str, device: str = "cpu") -> list[dict]:
-    """The small-LLM GRPO runs (sim.llm; shared, cached sweep) with the per-run columns of the table.
-
-    The run's mean cosine is taken over the steps after the first fifth, as in the toy panels.
-    """
-    from sim.llm.experiments import llm_cosine_rows
-
-    rows = [dict(r, label=r["method"]) for r in llm_cosine_rows(profile, device) if not r.get("final_eval")]
-    for key in {(r["staleness"], r["seed"]) for r in rows}:
-        run = [r for r in rows if (r["staleness"], r["seed"]) == key]
-        warmup = max(r["step"] for r in run) // 5
-        alive = [r["cos_prev"] for r in run if not r.get("diverged") and r["cos_prev"] == r["cos_prev"]]
-        late = [r["cos_prev"] for r in run if r["step"] >= warmup and not r.get("diverged")]
-        diverged = any(r.get("diverged") for r in run)
-        for r in run:
-            r.update(run_mean_cos_prev=sum(late) / len(late) if late and not diverged else float("nan"),
-                     run_mean_cos_prev_alive=sum(alive) / len(alive) if alive else float("nan"),
-                     run_diverged=diverged)
-    return rows
-
-
 def plot_llm(ax, rows: list[dict]) -> None:
-    from sim.llm.experiments import plot_llm_cosine
-
-    plot_llm_cosine(ax, rows)
-    ax.set(ylim=(-1.0, 1.05), title="small LLM, GRPO on addition")
+    """cos(g_k, g_{k−1}) over RL steps (seed mean, centred moving average), one line per staleness."""
+    stalenesses = sorted({r["staleness"] for r in rows})
+    cmap = plt.get_cmap("viridis")
+    for i, s in enumerate(stalenesses):
+        steps, mean, _ = seed_mean(rows, "cos_prev", staleness=s)
+        color = "black" if s == 0 else cmap(i / max(1, len(stalenesses) - 1))
+        ax.plot(steps, centered_mean(mean), color=color, label="sync" if s == 0 else f"async s={s}")
+    ax.axhline(0, color="grey", lw=0.6)
+    ax.set(xlabel="RL step", ylabel="cos(g_k, g_{k-1}) (seed mean, smoothed)", ylim=(-1.0, 1.05),
+           title="small LLM, GRPO on addition")
+    ax.legend()
 
 
 PANELS = [
-    toy.Panel("quadratic", quadratic_panel,
+    Panel("quadratic", functools.partial(toy.cosine_rows, "quadratic"),
               lambda ax, rows: plot_cosine(ax, rows, f"noisy quadratic, η·λ_max = {toy.QUADRATIC_LR}")),
-    toy.Panel("bandit_gaussian", gaussian_bandit_panel,
+    Panel("bandit_gaussian", functools.partial(toy.cosine_rows, "bandit_gaussian"),
               lambda ax, rows: plot_cosine(ax, rows, "Gaussian-policy bandit (GRPO, B=4, G=16)")),
-    toy.Panel("bandit_softmax", softmax_bandit_panel,
+    Panel("bandit_softmax", functools.partial(toy.cosine_rows, "bandit_softmax"),
               lambda ax, rows: plot_cosine(ax, rows, "10-armed softmax bandit (GRPO, B=4, G=16)")),
-    toy.Panel("llm", llm_panel, plot_llm),
+    Panel("llm", llm_cosine_rows_with_run_means, plot_llm),
 ]
 
 
@@ -140,7 +89,7 @@ def main(profile: str, out_dir: Path, device: str = "cpu", panels=None) -> list[
         print(f"  {row['sim']:<16} s={row['staleness']:>2}  mean cos {row['mean_cos_prev']:+.3f} "
               f"[{row['min_seed']:+.3f}, {row['max_seed']:+.3f}]  (all steps before divergence "
               f"{row['mean_cos_prev_before_divergence']:+.3f})  diverged {row['diverged']}/{row['seeds']}")
-    write_csv(all_rows, out_dir / f"{NAME}.csv")
-    write_csv(table, out_dir / f"{NAME}_table.csv")
+    write_records(all_rows, out_dir / f"{NAME}.csv")
+    write_records(table, out_dir / f"{NAME}_table.csv")
     save_figure(fig, out_dir, NAME)
     return table

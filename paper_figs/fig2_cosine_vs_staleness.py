@@ -16,12 +16,14 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from paper_figs import toy
-from paper_figs.common import apply_style, save_figure, single_thread, write_csv
+from experiments import toy
+from paper_figs.common import apply_style, save_figure, single_thread
 from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.quadratic import run_quadratic
+from sim.record import write_records
 from theory.cosine import cosine_at_boundary, predicted_cosine
+from theory.stability import stability_boundary_closed_form as a_star
 
 NAME = "fig2_cosine_vs_staleness"
 STALENESS = toy.STALENESS
@@ -38,7 +40,7 @@ FRACTION_COLORS = {0.3: "#9ecae1", 0.6: "#4292c6", 0.9: "#08306b", "fixed": "#e6
 def _series() -> list[tuple[str, object, list]]:
     """(series name, color key, settings over STALENESS) for every step-size rule."""
     lam = toy.QUADRATIC.curvature_max
-    out = [(f"η·λ_max = {r}·a*(s)", r, [setting("none", s, r * toy.stability_boundary(s) / lam) for s in STALENESS])
+    out = [(f"η·λ_max = {r}·a*(s)", r, [setting("none", s, r * float(a_star(s)) / lam) for s in STALENESS])
            for r in BOUNDARY_FRACTIONS]
     out.append((f"η·λ_max = {FIXED_ETA_LAMBDA}", "fixed",
                 [setting("none", s, FIXED_ETA_LAMBDA / lam) for s in STALENESS]))
@@ -78,7 +80,7 @@ def quadratic_rows(profile: str, device: str = "cpu") -> list[dict]:
             runs = stationary.rows_of(index)
             predicted = predicted_cosine(st.lr, curvatures, st.staleness)
             base = {"series": name, "eta_lambda_max": st.lr * toy.QUADRATIC.curvature_max,
-                    "fraction_of_boundary": st.lr * toy.QUADRATIC.curvature_max / toy.stability_boundary(st.staleness),
+                    "fraction_of_boundary": st.lr * toy.QUADRATIC.curvature_max / float(a_star(st.staleness)),
                     "staleness": st.staleness, "boundary_limit": float(cosine_at_boundary(st.staleness)),
                     "seeds": p.seeds, "color_key": str(key)}
             rows.append({"panel": "stationary", **base, "predicted": predicted,
@@ -123,7 +125,7 @@ def theory_curves() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     grid = np.arange(max(STALENESS) + 1)
     curves = {}
     for r in BOUNDARY_FRACTIONS:
-        curves[r] = (grid, np.array([predicted_cosine(r * toy.stability_boundary(int(s)) / lam, curvatures, int(s))
+        curves[r] = (grid, np.array([predicted_cosine(r * float(a_star(int(s))) / lam, curvatures, int(s))
                                      for s in grid]))
     curves["fixed"] = (grid, predicted_cosine(FIXED_ETA_LAMBDA / lam, curvatures, grid))
     return curves
@@ -175,6 +177,6 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
         pred = "" if np.isnan(r["predicted"]) else f"predicted {r['predicted']:+.3f}  "
         print(f"  {r['panel']:<16} {r['series']:<24} s={r['staleness']:>2}  {pred}sim {r['sim_mean']:+.3f} "
               f"± {r['sim_std']:.3f}  diverged {r['diverged']}/{r['seeds']}")
-    write_csv(rows, out_dir / f"{NAME}.csv")
+    write_records(rows, out_dir / f"{NAME}.csv")
     save_figure(fig, out_dir, NAME)
     return rows

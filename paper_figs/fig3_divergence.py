@@ -7,46 +7,27 @@ objective is the loss (lower is better); the bandit's is the exact expected rewa
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from paper_figs import toy
-from paper_figs.cache import cached_runs
-from paper_figs.common import apply_style, method_color, save_figure, write_csv
-from sim.bandit import run_bandit
-from sim.grid import setting
-from sim.quadratic import run_quadratic
+from experiments import toy
+from experiments.aggregate import centered_mean, seed_mean, seed_median
+from experiments.cache import cached_runs
+from experiments.llm import llm_divergence_rows
+from paper_figs.common import Panel, apply_style, method_color, save_figure
+from sim.record import write_records
 
 NAME = "fig3_divergence"
-STALENESS = 16
-
-
-def _settings(lr: float) -> list:
-    return [setting("none", 0, lr), setting("none", STALENESS, lr), setting("gac", STALENESS, lr)]
-
-
-def quadratic_panel(profile: str, device: str = "cpu") -> list[dict]:
-    p = toy.profile_of(profile)
-    return run_quadratic(toy.QUADRATIC, _settings(toy.QUADRATIC_LR), p.quad_steps, p.seeds,
-                         record_every=p.record_every, progress=True, device=device).records()
-
-
-def gaussian_bandit_panel(profile: str, device: str = "cpu") -> list[dict]:
-    p = toy.profile_of(profile)
-    return run_bandit(toy.GAUSSIAN, _settings(toy.GAUSSIAN_LR), p.bandit_steps, p.seeds,
-                      groups=toy.BANDIT_GROUPS, group_size=toy.BANDIT_GROUP_SIZE, record_every=p.record_every,
-                      progress=True).records(extras=("reward_gap",))
-
-
 def plot_panel(axes, rows: list[dict], title: str, objective: str, objective_label: str, log: bool) -> None:
     ax_obj, ax_norm = axes
     for label in dict.fromkeys(r["label"] for r in rows):
         staleness = next(r["staleness"] for r in rows if r["label"] == label)
         legend = f"{label} (s={staleness})"
-        steps, values = toy.seed_median(rows, objective, label=label)
+        steps, values = seed_median(rows, objective, label=label)
         ax_obj.plot(steps, [min(v, 1e8) for v in values], color=method_color(label), label=legend)
-        steps, values = toy.seed_median(rows, "grad_norm", label=label)
+        steps, values = seed_median(rows, "grad_norm", label=label)
         ax_norm.plot(steps, [min(v, 1e8) for v in values], color=method_color(label), label=legend)
     ax_obj.set(title=title, xlabel="step", ylabel=objective_label, yscale="log" if log else "linear")
     ax_norm.set(xlabel="step", ylabel="‖g_t‖ (median over seeds)", yscale="log")
@@ -54,26 +35,35 @@ def plot_panel(axes, rows: list[dict], title: str, objective: str, objective_lab
 
 def llm_panel(profile: str, device: str = "cpu") -> list[dict]:
     """Small-LLM GRPO runs (sync, naive async, async+GAC at high staleness) from the shared cached sweep."""
-    from sim.llm.experiments import llm_divergence_rows
-
     return [dict(r, label=r["method"]) for r in llm_divergence_rows(profile, device)]
 
 
 def plot_llm(axes, rows: list[dict]) -> None:
-    from sim.llm.experiments import plot_llm_divergence
-
-    plot_llm_divergence(axes, rows)
-    axes[0].set_title("small LLM, GRPO on addition")
+    """Three panels: reward, held-out accuracy, gradient norm over steps (mean ± std over seeds)."""
+    runs = sorted({(r["method"], r["staleness"]) for r in rows}, key=lambda m: (m[0] != "sync", m[0]))
+    for method, s in runs:
+        color = method_color(method)
+        label = "sync" if method == "sync" else f"{method} (s={s})"
+        for ax, key, smoothed in zip(axes, ("objective", "accuracy", "grad_norm"), (True, False, True), strict=True):
+            steps, mean, spread = seed_mean(rows, key, method=method, staleness=s)
+            if smoothed:
+                mean, spread = centered_mean(mean), centered_mean(spread)
+            ax.plot(steps, mean, color=color, label=label, marker=None if smoothed else "o", ms=2)
+            ax.fill_between(steps, mean - spread, mean + spread, color=color, alpha=0.12, lw=0)
+    axes[0].set(xlabel="RL step", ylabel="mean reward (train batch)", title="small LLM, GRPO on addition")
+    axes[1].set(xlabel="RL step", ylabel="held-out accuracy")
+    axes[2].set(xlabel="RL step", ylabel="raw gradient norm")
+    axes[0].legend()
 
 
 PANELS = [
-    toy.Panel("quadratic", quadratic_panel,
+    Panel("quadratic", functools.partial(toy.divergence_rows, "quadratic"),
               lambda axes, rows: plot_panel(axes, rows, f"noisy quadratic, η·λ_max = {toy.QUADRATIC_LR}",
                                             "objective", "loss f(x) (median; capped 1e8)", True)),
-    toy.Panel("bandit_gaussian", gaussian_bandit_panel,
+    Panel("bandit_gaussian", functools.partial(toy.divergence_rows, "bandit_gaussian"),
               lambda axes, rows: plot_panel(axes, rows, "Gaussian-policy bandit (GRPO)", "reward_gap",
                                             "reward gap J* − J (median)", True)),
-    toy.Panel("llm", llm_panel, plot_llm, n_axes=3),
+    Panel("llm", llm_panel, plot_llm, n_axes=3),
 ]
 
 
@@ -109,7 +99,7 @@ def main(profile: str, out_dir: Path, device: str = "cpu", panels=None) -> list[
     for row in summary:
         print(f"  {row['sim']:<16} {row['label']:<6} s={row['staleness']:>2} final objective "
               f"{row['median_final_objective']:.4g}  diverged {row['diverged_seeds']}/{row['seeds']}")
-    write_csv(all_rows, out_dir / f"{NAME}.csv")
-    write_csv(summary, out_dir / f"{NAME}_summary.csv")
+    write_records(all_rows, out_dir / f"{NAME}.csv")
+    write_records(summary, out_dir / f"{NAME}_summary.csv")
     save_figure(fig, out_dir, NAME)
     return summary

@@ -12,11 +12,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
-from paper_figs import toy
-from paper_figs.cache import cached_runs
-from paper_figs.common import apply_style, save_figure, write_csv
+from experiments import toy
+from experiments.cache import cached_runs
+from paper_figs.common import apply_style, save_figure
 from sim.grid import setting
 from sim.quadratic import run_quadratic
+from sim.record import write_records
+from theory.stability import stability_boundary_closed_form
 
 NAME = "fig4_stability_region"
 STALENESS = (0, 1, 2, 3, 4, 6, 8, 12, 16)
@@ -37,7 +39,7 @@ def run_map(profile: str, device: str = "cpu") -> list[dict]:
     rows = []
     for row in result.summary_rows():
         row["eta_lambda_max"] = row["lr"] * lam
-        row["boundary"] = toy.stability_boundary(row["staleness"])
+        row["boundary"] = float(stability_boundary_closed_form(row["staleness"]))
         row["theory_unstable"] = row["eta_lambda_max"] > row["boundary"]
         rows.append(row)
     return rows
@@ -68,7 +70,7 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> dict:
                 i, j = STALENESS.index(r["staleness"]), etas.index(r["eta_lambda_max"])
                 grid[i, j] += float(r["diverged"]) / r_seeds(rows)
         ax.pcolormesh(etas, range(len(STALENESS)), grid.numpy(), cmap="Reds", vmin=0, vmax=1, shading="nearest")
-        boundary = [toy.stability_boundary(s) for s in STALENESS]
+        boundary = [float(stability_boundary_closed_form(s)) for s in STALENESS]
         ax.plot(boundary, range(len(STALENESS)), "k--", lw=1.2, label="theory a*(s)")
         ax.set(xscale="log", title=title, xlabel="η·λ_max")
         ax.set_yticks(range(len(STALENESS)), [str(s) for s in STALENESS])
@@ -76,7 +78,7 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> dict:
     axes[0].legend(loc="lower left")
     stats = agreement(rows)
     print("  " + ", ".join(f"{k} {v}" for k, v in stats.items()))
-    write_csv(rows, out_dir / f"{NAME}.csv")
+    write_records(rows, out_dir / f"{NAME}.csv")
     save_figure(fig, out_dir, NAME)
     return stats
 

@@ -1,7 +1,7 @@
 """fig5_llm_grpo: GRPO on a small Qwen3 model with stale rollouts — reward curves of every method, the
 final held-out accuracy table (mean ± std over seeds), the step size × staleness regime map of naive
 async, and whether the consecutive-gradient cosine predicts the outcome. Runs come from the shared
-LLM sweep (sim/llm/experiments.py), cached with fig1/fig3's LLM panels.
+LLM sweep (experiments/llm.py), cached with fig1/fig3's LLM panels.
 """
 
 from __future__ import annotations
@@ -10,9 +10,12 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from scipy.stats import spearmanr
 
-from paper_figs.common import apply_style, method_color, save_figure, write_csv
-from sim.llm.experiments import PROFILES, aggregate, curve, rank_correlation, smooth, summary_rows, sweep_results
+from experiments.aggregate import centered_mean, seed_mean
+from experiments.llm import PROFILES, aggregate, summary_rows, sweep_results
+from paper_figs.common import apply_style, method_color, save_figure
+from sim.record import write_records
 
 NAME = "fig5_llm_grpo"
 
@@ -51,11 +54,11 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
                    ("gac", high, tiny_lr, "-", "proximal"), ("none", high, small_lr, ":", "proximal")]
     for ax, lines, lr_title in ((ax_curve, shown, main_lr), (ax_small, shown_small, tiny_lr)):
         for method, s, lr, style, ratio_to in lines:
-            steps, mean, _ = curve(records, "objective", method=method, staleness=s, lr=lr, ratio_to=ratio_to)
+            steps, mean, _ = seed_mean(records, "objective", method=method, staleness=s, lr=lr, ratio_to=ratio_to)
             if len(steps):
                 label = "sync" if method == "sync" else f"{method} s={s}" + ("" if lr == lr_title else f" lr={lr:g}")
                 label += " π_b ratio" if ratio_to == "behaviour" else ""
-                ax.plot(steps, smooth(mean, 15), color=method_color(method), ls=style, label=label)
+                ax.plot(steps, centered_mean(mean, 15), color=method_color(method), ls=style, label=label)
         ax.set(xlabel="RL step", ylabel="mean reward (seed mean, smoothed)", title=f"lr={lr_title:g}")
         ax.legend(ncol=2, fontsize=6)
 
@@ -104,13 +107,14 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
         ax_cos.scatter(r["cos_prev_first_half"], r["delta_accuracy"], color=method_color(r["method"]),
                        s=8 + r["staleness"], marker="x" if r["diverged"] else "o", alpha=0.7)
     async_runs = [r for r in runs if r["method"] == "none" and r["ratio_to"] == "proximal"]
-    rho = rank_correlation([r["cos_prev_first_half"] for r in async_runs], [r["delta_accuracy"] for r in async_runs])
+    rho = spearmanr([r["cos_prev_first_half"] for r in async_runs], [r["delta_accuracy"] for r in async_runs],
+                    nan_policy="omit").statistic
     ax_cos.set(xlabel="mean cos(g_k, g_{k-1}), first half of the run", ylabel="Δ held-out accuracy",
                title=f"all runs (dot size = s); naive async: ρ = {rho:+.2f}")
 
-    write_csv(records, out_dir / f"{NAME}.csv")
-    write_csv(runs, out_dir / f"{NAME}_runs.csv")
-    write_csv(table, out_dir / f"{NAME}_table.csv")
+    write_records(records, out_dir / f"{NAME}.csv")
+    write_records(runs, out_dir / f"{NAME}_runs.csv")
+    write_records(table, out_dir / f"{NAME}_table.csv")
     save_figure(fig, out_dir, NAME)
     print(_markdown(table))
     print(f"cosine (first half) vs Δ accuracy over naive async runs: Spearman ρ = {rho:+.2f}")

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from paper_figs import toy
-from paper_figs.cache import cached_runs
-from paper_figs.common import apply_style, method_color, save_figure, write_csv
+from experiments import toy
+from experiments.cache import cached_runs
+from paper_figs.common import apply_style, method_color, save_figure
 from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.quadratic import run_quadratic
-from sim.record import atomic_write_bytes
+from sim.record import atomic_write_bytes, write_records
 
 NAME = "fig6_ablation"
 STALENESS = (4, 8, 16)
@@ -157,7 +157,7 @@ def write_readme(table: list[dict], best: str, scores: dict, out_dir: Path) -> P
 def main(profile: str, out_dir: Path, device: str = "cpu") -> dict:
     table = cached_runs(NAME, profile, device, lambda: run_tables(profile, device))
     best, scores = pick_default(table)
-    write_csv(table, out_dir / f"{NAME}.csv")
+    write_records(table, out_dir / f"{NAME}.csv")
     write_readme(table, best, scores, out_dir)
     apply_style()
     sims = ("quadratic", "bandit_gaussian", "quadratic_adam")

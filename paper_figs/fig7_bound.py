@@ -14,7 +14,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from paper_figs.common import apply_style, method_color, save_figure, single_thread, write_csv
+from paper_figs.common import apply_style, method_color, save_figure, single_thread
+from sim.record import write_records
 from theory import convergence
 
 NAME = "fig7_bound"
@@ -93,7 +94,7 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
         print(f"  σ_n={s['noise_std']:<4} {s['label']:<14} n={s['settings']:>2}  bound/avg "
               f"{s['bound_over_avg_min']:.1f}–{s['bound_over_avg_max']:.1f}  bound/min {s['bound_over_min_min']:.1f}–"
               f"{s['bound_over_min_max']:.1f}  violations {s['violations']}  κ̄ ≥ {s['retention_min']:.3f}")
-    write_csv(rows, out_dir / f"{NAME}.csv")
-    write_csv(summary, out_dir / f"{NAME}_tightness.csv")
+    write_records(rows, out_dir / f"{NAME}.csv")
+    write_records(summary, out_dir / f"{NAME}_tightness.csv")
     save_figure(fig, out_dir, NAME)
     return rows

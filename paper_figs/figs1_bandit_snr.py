@@ -11,11 +11,12 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from paper_figs import toy
-from paper_figs.cache import cached_runs
-from paper_figs.common import apply_style, method_color, save_figure, write_csv
+from experiments import toy
+from experiments.cache import cached_runs
+from paper_figs.common import apply_style, method_color, save_figure
 from sim.bandit import run_bandit
 from sim.grid import setting
+from sim.record import write_records
 
 NAME = "figs1_bandit_snr"
 STALENESS = (0, 2, 4, 8, 16)
@@ -51,7 +52,7 @@ def run_table(profile: str) -> list[dict]:
 
 def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
     table = cached_runs(NAME, profile, device, lambda: run_table(profile))
-    write_csv(table, out_dir / f"{NAME}.csv")
+    write_records(table, out_dir / f"{NAME}.csv")
     apply_style()
     fig, axes = plt.subplots(2, len(PROBLEMS), figsize=(3.3 * len(PROBLEMS), 4.8), squeeze=False)
     shades = ["#c6dbef", "#6baed6", "#2171b5", "#08306b", "#000000"]

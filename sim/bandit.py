@@ -23,14 +23,13 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm import tqdm
 
+from sim.advantages import ADVANTAGES, group_advantages
 from sim.grid import GridResult, GridUpdater, Recorder, Setting, check_models
 from sim.stabilizers import STALE_DATA, BAPOConfig, bapo_clip_bounds_rows, bapo_unclipped, m2po_mask_rows, tis_weights
 from sim.staleness import TensorVersionBuffer
 
-ADVANTAGES = ("grpo", "mean")
 DIVERGENCE_FACTOR = 1e6
 """Gaussian bandit: diverged when the reward gap exceeds DIVERGENCE_FACTOR × the initial gap (or is not finite)."""
-ADVANTAGE_EPS = 1e-6
 
 
 @dataclass(frozen=True)
@@ -141,14 +140,6 @@ class SoftmaxBandit:
         return -(logp.exp() * logp).sum(-1).mean(-1)
 
 
-def group_advantages(rewards: torch.Tensor, advantage: str = "grpo") -> torch.Tensor:
-    """GRPO advantages over the last dim (the group): (r − mean)/(std + ε), or r − mean for "mean"."""
-    centred = rewards - rewards.mean(-1, keepdim=True)
-    if advantage == "mean":
-        return centred
-    return centred / (rewards.std(-1, unbiased=False, keepdim=True) + ADVANTAGE_EPS)
-
-
 class _SampleWeights:
     """Per-row sample weights of the stale-data methods, from the log-ratio log π_θ(a) − log π_b(a)."""
 
@@ -188,10 +179,10 @@ def run_bandit(problem: GaussianBandit | SoftmaxBandit, settings: list[Setting],
                seed: int = 0, groups: int = 8, group_size: int = 16, advantage: str = "grpo",
                record_every: int = 1, warmup: int | None = None, tail: int | None = None,
                progress: bool = False) -> GridResult:
-    """Run every setting × seed; one tensor update per step for all runs (sim name "bandit_<kind>").
+    """Run every setting × seed; one tensor update per step for all runs (sim name: ``sim_name(problem)``).
 
     ``groups`` B and ``group_size`` G set the signal-to-noise of the gradient (B·G samples per step).
-    Extras recorded: kl (KL(π_b ‖ π_θ)), entropy, reward_gap (J* − J), mean_weight (mean sample weight).
+    Extras recorded (``sim.schema``): kl_behaviour, entropy, reward_gap (J* − J), mean_weight.
     """
     if steps < 1 or seeds < 1 or groups < 1 or group_size < 2:
         raise ValueError(f"need steps, seeds, groups >= 1 and group_size >= 2, got {steps}, {seeds}, {groups}, "
@@ -207,7 +198,7 @@ def run_bandit(problem: GaussianBandit | SoftmaxBandit, settings: list[Setting],
     buffer = TensorVersionBuffer(theta, int(updater.max_staleness.max()) + 1)
     gen = torch.Generator().manual_seed(int(seed))
     optimum = problem.optimal_reward()
-    extras = ("kl", "entropy", "reward_gap", "mean_weight")
+    extras = ("kl_behaviour", "entropy", "reward_gap", "mean_weight")
     recorder = Recorder(rows, steps, record_every, steps // 5 if warmup is None else warmup,
                         max(1, steps // 10) if tail is None else tail, extras=extras, dtype=dtype,
                         higher_is_better=True)
@@ -239,13 +230,20 @@ def run_bandit(problem: GaussianBandit | SoftmaxBandit, settings: list[Setting],
         diverged = diverged | bad
         theta = torch.where(diverged[:, None], theta, theta_new)
         buffer.push(step + 1, theta)
-        info.update(objective=reward, diverged=diverged, kl=kl, entropy=entropy, reward_gap=gap,
+        info.update(objective=reward, diverged=diverged, kl_behaviour=kl, entropy=entropy, reward_gap=gap,
                     mean_weight=weights.mean(-1))
         recorder.observe(step, info)
     meta = {"problem": {"kind": problem.kind, **asdict(problem)}, "steps": steps, "groups": groups,
             "group_size": group_size, "advantage": advantage, "optimal_reward": optimum,
             "initial_reward": optimum - initial_gap}
-    return recorder.result(f"bandit_{problem.kind}", settings, seeds, seed, meta)
+    return recorder.result(sim_name(problem), settings, seeds, seed, meta)
+
+
+def sim_name(problem: GaussianBandit | SoftmaxBandit) -> str:
+    """The record's ``sim``: bandit_gaussian, bandit_softmax (one context) or bandit_contextual."""
+    if problem.kind == "softmax" and problem.contexts > 1:
+        return "bandit_contextual"
+    return f"bandit_{problem.kind}"
 
 
 def _gaussian_gradient(problem: GaussianBandit, mu, behaviour, gen, seeds, seed_index, groups, group_size,
@@ -290,4 +288,4 @@ def _softmax_gradient(problem: SoftmaxBandit, feats, probs, theta, behaviour, ge
     return grad, log_ratio, weights.reshape(rows, -1)
 
 
-__all__ = ["GaussianBandit", "SoftmaxBandit", "group_advantages", "run_bandit", "ADVANTAGES"]
+__all__ = ["GaussianBandit", "SoftmaxBandit", "group_advantages", "run_bandit", "sim_name", "ADVANTAGES"]

@@ -16,7 +16,7 @@ import torch
 
 import gac
 from sim import stabilizers
-from sim.record import NO_REGIME, make_row
+from sim.schema import NO_REGIME, columns, make_row
 from sim.staleness import KINDS
 
 OPTIMIZERS = ("sgd", "adam")
@@ -230,21 +230,22 @@ class GridResult:
         mode = s.method_params()["mode"] if s.method == "gac" else ""
         return [NO_REGIME if c < 0 else gac.regime_name(c, mode) for c in codes.tolist()]
 
-    def records(self, extras: tuple[str, ...] = ()) -> list[dict]:
-        """The per-step record rows (sim.record columns, then label, lr, diverged and ``extras``)."""
+    def records(self) -> list[dict]:
+        """The per-step record rows, built by ``sim.schema.make_row``: exactly ``sim.schema.columns(self.sim)``.
+
+        Every column the grid recorded a trace for is filled; the others (e.g. cos_halves) are NaN.
+        """
         rows = []
         t = self.traces
+        traced = [name for name in columns(self.sim) if name in t and name not in ("regime", "diverged")]
         for si, s in enumerate(self.settings):
             for k in range(self.seeds):
                 r = self.row_of(si, k)
                 names = self.regime_names(t["regime"][:, r], si)
                 for j, step in enumerate(self.steps.tolist()):
-                    extra = {"label": s.name, "lr": float(t["lr"][j, r]), "diverged": bool(t["diverged"][j, r])}
-                    extra.update({name: float(t[name][j, r]) for name in extras})
-                    rows.append(make_row(self.sim, step, k, s.method, s.staleness, float(t["objective"][j, r]),
-                                         float(t["grad_norm"][j, r]), float(t["cos_prev"][j, r]),
-                                         float(t["cos_applied"][j, r]), names[j], float(t["parallel_scale"][j, r]),
-                                         **extra))
+                    values = {name: float(t[name][j, r]) for name in traced}
+                    rows.append(make_row(self.sim, step=step, seed=k, method=s.method, staleness=s.staleness,
+                                         label=s.name, regime=names[j], diverged=bool(t["diverged"][j, r]), **values))
         return rows
 
     def summary_rows(self) -> list[dict]:

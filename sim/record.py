@@ -1,8 +1,7 @@
-"""The per-step record every simulator writes (DESIGN.md, "Per-step record"), and its writers.
+"""Writers and readers of record rows (the per-step rows of ``sim.schema``, or any table of dicts).
 
-One row per (run, step): the fixed columns below, then the run's own extras (lr, diverged, kl,
-entropy, ...). Writers are atomic (temp file, then rename) and need nothing beyond the stdlib, so
-the LLM run can use them as well.
+CSV, JSON lines and TensorBoard. Writers are atomic (temp file, then rename) and CSV/JSONL need
+nothing beyond the stdlib, so the LLM run and the figures use the same ones.
 """
 
 from __future__ import annotations
@@ -16,40 +15,24 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-COLUMNS = ("sim", "step", "seed", "method", "staleness", "objective", "grad_norm", "cos_prev", "cos_applied",
-           "regime", "parallel_scale")
-"""The fixed columns, in order. cos_prev = cos(raw g_t, raw g_{t−1}); cos_applied = cos of the applied
-update with the previous applied update; regime = "keep" | "project" | "cap" | "skip" for GAC runs and
-"n/a" for methods without a GAC decision; a diverged run carries ``diverged=True`` from its first bad step."""
-
-NO_REGIME = "n/a"
-
-
-def make_row(sim: str, step: int, seed: int, method: str, staleness: int, objective: float, grad_norm: float,
-             cos_prev: float, cos_applied: float, regime: str = NO_REGIME, parallel_scale: float = 1.0,
-             **extras) -> dict:
-    """One record row with the fixed columns first, then ``extras`` (e.g. lr=, diverged=, kl=)."""
-    row = {"sim": sim, "step": int(step), "seed": int(seed), "method": method, "staleness": int(staleness),
-           "objective": float(objective), "grad_norm": float(grad_norm), "cos_prev": float(cos_prev),
-           "cos_applied": float(cos_applied), "regime": regime, "parallel_scale": float(parallel_scale)}
-    row.update(extras)
-    return row
-
 
 def columns_of(rows: Sequence[dict]) -> list[str]:
-    """COLUMNS first, then every extra key in first-seen order."""
-    extra = dict.fromkeys(k for row in rows for k in row if k not in COLUMNS)
-    return [*COLUMNS, *extra]
+    """Every key of ``rows`` in first-seen order (for rows of one simulator: its ``sim.schema.columns``)."""
+    return list(dict.fromkeys(key for row in rows for key in row))
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temp file in the same folder and a rename."""
+    """Write ``data`` to ``path`` through a temp file in the same folder and a rename.
+
+    The file gets the mode a plain ``open`` would give it (0666 minus the umask), not the temp file's 0600.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+            os.fchmod(handle.fileno(), 0o666 & ~_current_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -57,8 +40,40 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
     return path
 
 
+def publish_together(staging: Path | str, out_dir: Path | str, name: str) -> list[Path]:
+    """Move every file of ``staging`` into ``out_dir`` as one set, then write ``NAME.complete`` (their names) last.
+
+    The old marker is removed first, so a reader that finds ``NAME.complete`` (``is_complete``) knows every file
+    it lists is from the same, finished run; a kill in between leaves no marker rather than a mixed set.
+    """
+    staging, out_dir = Path(staging), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    marker = out_dir / f"{name}.complete"
+    marker.unlink(missing_ok=True)
+    files = sorted(p for p in staging.iterdir() if p.is_file())
+    for path in files:
+        os.replace(path, out_dir / path.name)
+    atomic_write_bytes(marker, "".join(f"{p.name}\n" for p in files).encode())
+    return [out_dir / p.name for p in files]
+
+
+def is_complete(out_dir: Path | str, name: str) -> bool:
+    """Whether ``out_dir`` holds a finished set of ``name``'s files (its marker, and every file the marker lists)."""
+    marker = Path(out_dir) / f"{name}.complete"
+    return marker.exists() and all((Path(out_dir) / f).exists() for f in marker.read_text().split())
+
+
+def _current_umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
+
+
 def write_records(rows: Sequence[dict], path: Path | str, columns: Iterable[str] | None = None) -> Path:
-    """Write record rows as CSV (``.csv``) or JSON lines (``.jsonl``), atomically."""
+    """Write rows as CSV (``.csv``) or JSON lines (``.jsonl``), atomically.
+
+    CSV columns default to every key in first-seen order; a key not in ``columns`` raises ValueError.
+    """
     path = Path(path)
     if path.suffix == ".jsonl":
         text = "".join(json.dumps({k: _json_safe(v) for k, v in row.items()}) + "\n" for row in rows)
@@ -117,5 +132,5 @@ def _json_safe(value):
     return value
 
 
-__all__ = ["COLUMNS", "NO_REGIME", "make_row", "columns_of", "atomic_write_bytes", "write_records", "read_records",
+__all__ = ["columns_of", "publish_together", "is_complete", "atomic_write_bytes", "write_records", "read_records",
            "write_tensorboard", "RUN_KEYS"]

@@ -1,6 +1,6 @@
 """Which parameter version produced the data (or gradient) used at step t.
 
-Two models share these schedules (DESIGN.md, "Staleness"): stale-gradient g_t = ∇f(θ_{t−s}) and
+Two models share these schedules: stale-gradient g_t = ∇f(θ_{t−s}) and
 stale-data (rollouts from π_{θ_{t−s}}). Sync is s = 0; bounded-random staleness draws
 s_t ∈ {0..s_max} uniformly each step; the first steps use θ_0 (version = max(0, t − s_t)).
 Buffers hold only s_max + 1 versions.

@@ -5,8 +5,8 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _isolated_run_cache(tmp_path_factory, monkeypatch):
-    import paper_figs.cache
+    import experiments.cache
 
-    monkeypatch.setattr(paper_figs.cache, "CACHE_DIR", tmp_path_factory.mktemp("run-cache"))
+    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path_factory.mktemp("run-cache"))
     monkeypatch.delenv("GAC_LAB_FORCE", raising=False)
     monkeypatch.setenv("GAC_LAB_JOBS", "1")  # the LLM sweep's parallel path has its own test

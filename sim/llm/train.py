@@ -349,7 +349,7 @@ def save_checkpoint(out_dir: Path, state: dict) -> None:
 
 
 def main(argv=None) -> int:
-    from paper_figs.common import write_csv
+    from sim.record import write_records as write_csv
 
     try:
         args, _ = parse(Args, argv, prog="python -m sim.llm.train", description=__doc__.splitlines()[0])

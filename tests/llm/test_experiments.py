@@ -1,22 +1,22 @@
 """The LLM sweep and fig5 end to end on a tiny profile (tiny model, 3 steps, 1 seed; cache in tmp)."""
 
-import paper_figs.cache
+import experiments.cache
+from experiments import llm
 from paper_figs import fig5_llm_grpo
-from sim.llm import experiments
 
 
 def test_sweep_feeds_fig1_fig3_fig5(tiny_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr(paper_figs.cache, "CACHE_DIR", tmp_path / "cache")
-    monkeypatch.setitem(experiments.PROFILES, "test", dict(
+    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setitem(llm.PROFILES, "test", dict(
         base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=3, prompts_per_step=4, group_size=4,
                   minibatches=2, eval_every=2, eval_problems=8, temperature=0.5, ratio_to="proximal"),
         seeds=(0,), main_lr=3e-3, small_lrs=(1e-3,), grid={1e-3: (0, 2), 3e-3: (0, 2), 1e-2: (0,)},
         line_staleness=(0, 2), high_staleness=2))
-    runs = experiments.sweep("test")
+    runs = llm.sweep("test")
     assert len({(r.args.method, r.args.staleness, r.args.lr, r.args.ratio_to) for r in runs}) == len(runs)
-    cosine_rows = experiments.llm_cosine_rows("test")
+    cosine_rows = llm.llm_cosine_rows("test")
     assert {r["staleness"] for r in cosine_rows} == {0, 2} and {r["sim"] for r in cosine_rows} == {"llm"}
-    divergence_rows = experiments.llm_divergence_rows("test")
+    divergence_rows = llm.llm_divergence_rows("test")
     assert {r["method"] for r in divergence_rows} == {"sync", "none", "gac"}
     cached_files = sorted((tmp_path / "cache").glob("llm_grpo-*.json"))
     assert len(cached_files) == len(runs)  # second and third calls read the cache

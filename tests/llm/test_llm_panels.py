@@ -2,19 +2,19 @@
 
 import csv
 
-import paper_figs.cache
+import experiments.cache
+from experiments import llm
 from paper_figs import fig1_cosine, fig3_divergence
-from sim.llm import experiments
 
 
 def test_llm_panels_of_fig1_and_fig3(tiny_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr(paper_figs.cache, "CACHE_DIR", tmp_path / "cache")
-    monkeypatch.setitem(experiments.PROFILES, "test", dict(
+    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setitem(llm.PROFILES, "test", dict(
         base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=3, prompts_per_step=4, group_size=4,
                   minibatches=2, eval_every=2, eval_problems=8, temperature=0.5, ratio_to="proximal"),
         seeds=(0,), main_lr=3e-3, small_lrs=(1e-3,), grid={3e-3: (0, 2)}, line_staleness=(0, 2), high_staleness=2))
-    llm = [p for p in fig1_cosine.PANELS if p.name == "llm"]
-    table = fig1_cosine.main("test", tmp_path, panels=llm)
+    llm_panels = [p for p in fig1_cosine.PANELS if p.name == "llm"]
+    table = fig1_cosine.main("test", tmp_path, panels=llm_panels)
     assert {(row["sim"], row["staleness"]) for row in table} == {("llm", 0), ("llm", 2)}
     assert all(-1.0 <= row["mean_cos_prev_before_divergence"] <= 1.0 for row in table)
     summary = fig3_divergence.main("test", tmp_path, panels=[p for p in fig3_divergence.PANELS if p.name == "llm"])
@@ -25,14 +25,14 @@ def test_llm_panels_of_fig1_and_fig3(tiny_checkpoint, tmp_path, monkeypatch):
 
 
 def test_parallel_sweep_equals_serial(tiny_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setitem(experiments.PROFILES, "test", dict(
+    monkeypatch.setitem(llm.PROFILES, "test", dict(
         base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=3, prompts_per_step=4, group_size=4,
                   minibatches=2, eval_every=2, eval_problems=8, temperature=0.5, ratio_to="proximal"),
         seeds=(0, 1), main_lr=3e-3, small_lrs=(), grid={3e-3: (0, 2)}, line_staleness=(0, 2), high_staleness=2))
     outcomes = []
     for jobs in (1, 2):
-        monkeypatch.setattr(paper_figs.cache, "CACHE_DIR", tmp_path / f"cache{jobs}")
-        results = experiments.sweep_results("test", log=lambda *a: None, jobs=jobs)
+        monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / f"cache{jobs}")
+        results = llm.sweep_results("test", log=lambda *a: None, jobs=jobs)
         outcomes.append([(item.args.label, item.args.staleness, item.args.seed, res["records"])
                          for item, res in results])
         assert len(list((tmp_path / f"cache{jobs}").glob("llm_grpo-*.json"))) == len(results)  # workers used it

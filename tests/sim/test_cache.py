@@ -1,8 +1,12 @@
 """The figure run cache: computed once per configuration, recomputed on change or when forced."""
 
+import json
 import math
+import warnings
 
-from paper_figs import cache
+import pytest
+
+from experiments import cache
 
 
 def test_cached_computes_once_per_config_and_force_recomputes(monkeypatch):
@@ -39,3 +43,47 @@ def test_lookup_never_computes():
     assert cache.lookup("unit-lookup", {"a": 1}) is None
     cache.cached("unit-lookup", {"a": 1}, lambda: {"x": 1})
     assert cache.lookup("unit-lookup", {"a": 1}) == {"x": 1}
+
+
+def test_fingerprint_follows_source_edits_in_the_given_folders(tmp_path):
+    for folder in ("gac", "sim", "paper_figs"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "m.py").write_text("x = 1\n")
+    before = cache.code_fingerprint(("gac", "sim"), tmp_path)
+    (tmp_path / "paper_figs" / "m.py").write_text("x = 2\n")
+    cache.code_fingerprint.cache_clear()
+    assert cache.code_fingerprint(("gac", "sim"), tmp_path) == before  # a folder outside the run's code
+    (tmp_path / "sim" / "m.py").write_text("x = 2\n")
+    cache.code_fingerprint.cache_clear()
+    assert cache.code_fingerprint(("gac", "sim"), tmp_path) != before
+
+
+def test_llm_runs_are_keyed_by_their_source(monkeypatch):
+    """Editing sim/ or gac/ recomputes an LLM run; reverting the edit serves the first result again."""
+    from experiments import llm
+    from sim.llm.train import Args
+
+    calls = []
+    monkeypatch.setattr(llm, "run_records", lambda args: calls.append(1) or {"records": [len(calls)], "summary": {}})
+    fingerprint = {"value": "v1"}
+    monkeypatch.setattr(cache, "code_fingerprint", lambda *a, **k: fingerprint["value"])
+    args = Args(size="tiny", steps=1)
+    assert llm.run_cached(args)["records"] == [1]
+    assert llm.run_cached(args)["records"] == [1] and len(calls) == 1
+    fingerprint["value"] = "v2"
+    assert llm.run_cached(args)["records"] == [2]
+    fingerprint["value"] = "v1"
+    assert llm.run_cached(args)["records"] == [1] and len(calls) == 2
+
+
+@pytest.mark.parametrize("content", ["", '{"kind": "unit", "config": {}, "res', '{"kind": "unit"}', "\xff\xfe"])
+def test_corrupt_entry_is_a_miss_that_warns_with_its_path_and_is_rewritten(content):
+    path = cache.cache_path("unit-corrupt", {"c": content})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content.encode("latin-1"))
+    with pytest.warns(RuntimeWarning, match=str(path)):
+        assert cache.lookup("unit-corrupt", {"c": content}) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once per entry, not again
+        assert cache.cached("unit-corrupt", {"c": content}, lambda: [1, 2]) == [1, 2]
+    assert json.loads(path.read_text())["result"] == [1, 2]

@@ -2,7 +2,8 @@
 
 import pytest
 
-from sim.record import make_row, write_tensorboard
+from sim.record import write_tensorboard
+from sim.schema import make_row
 
 pytest.importorskip("tensorboard")
 
@@ -10,8 +11,9 @@ pytest.importorskip("tensorboard")
 def test_tensorboard_scalars_have_record_names_and_values(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    rows = [make_row("quadratic", step, seed, "gac", 8, objective=1.0 / (step + 1), grad_norm=2.0,
-                     cos_prev=0.1 * step, cos_applied=0.0, regime="project", parallel_scale=0.0, diverged=False)
+    rows = [make_row("quadratic", step=step, seed=seed, method="gac", staleness=8, objective=1.0 / (step + 1),
+                     grad_norm=2.0, cos_prev=0.1 * step, cos_applied=0.0, regime="project", parallel_scale=0.0,
+                     diverged=False)
             for seed in (0, 1) for step in range(3)]
     folders = write_tensorboard(rows, tmp_path)
     assert len(folders) == 2  # one run per seed

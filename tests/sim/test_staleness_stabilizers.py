@@ -1,6 +1,8 @@
 """Staleness schedules/buffers and each stabilizer against hand-computed examples."""
 
 import math
+import os
+import stat
 
 import pytest
 import torch
@@ -8,7 +10,8 @@ import torch
 import gac
 from sim import stabilizers
 from sim.grid import setting
-from sim.record import COLUMNS, make_row, read_records, write_records
+from sim.record import atomic_write_bytes, read_records, write_records
+from sim.schema import columns, make_row
 from sim.staleness import Staleness, TensorVersionBuffer, VersionRing, versions
 
 
@@ -83,9 +86,23 @@ def test_gac_config_from_registry_and_errors():
 
 
 def test_record_row_and_writers(tmp_path):
-    row = make_row("quadratic", 3, 0, "gac", 8, 1.5, 2.0, 0.7, 0.1, "project", 0.0, lr=0.1, diverged=False)
-    assert list(row)[: len(COLUMNS)] == list(COLUMNS)
+    row = make_row("quadratic", step=3, seed=0, method="gac", staleness=8, objective=1.5, grad_norm=2.0, cos_prev=0.7,
+                   cos_applied=0.1, regime="project", parallel_scale=0.0, lr=0.1, diverged=False)
+    assert list(row) == list(columns("quadratic"))
     write_records([row], tmp_path / "r.csv")
     write_records([row], tmp_path / "r.jsonl")
     assert read_records(tmp_path / "r.csv")[0]["regime"] == "project"
-    assert read_records(tmp_path / "r.jsonl")[0] == row
+    back = read_records(tmp_path / "r.jsonl")[0]
+    assert list(back) == list(row)
+    assert {k: v for k, v in back.items() if v != "nan"} == {k: v for k, v in row.items() if v == v}  # NaN -> "nan"
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_atomic_writes_follow_the_umask(tmp_path, umask, mode):
+    previous = os.umask(umask)
+    try:
+        path = atomic_write_bytes(tmp_path / "out.csv", b"a\n")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+    assert path.read_bytes() == b"a\n" and not list(tmp_path.glob(".*.tmp"))

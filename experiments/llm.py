@@ -1,4 +1,4 @@
-"""The LLM sweep behind fig1 (LLM panel), fig3 (LLM panel) and fig5: one cached set of GRPO runs.
+"""The LLM scale: the sweep behind fig1 (LLM panel), fig3 (LLM panel) and fig5, one cached set of GRPO runs.
 
 ``sweep(profile)`` lists the runs: naive async on a step size × staleness grid (the regime map),
 the cosine-vs-staleness line at the main step size, GAC at high staleness and the controls that
@@ -7,9 +7,9 @@ grid holds), the peers TIS and M2PO, and naive async with the clip ratio taken a
 policy (``ratio_to="behaviour"``, the CLI default). The sweep's naive/GAC runs use ``ratio_to="proximal"``:
 the learner recomputes the old log-probs, i.e. stale data used as if fresh (the registry's "none"),
 which TIS then corrects. GAC also runs at the small step size, where naive async's cosine is highest.
-Every run goes through ``paper_figs.cache.cached``, so the
-figures share them. The ``*_rows`` functions return per-step records (DESIGN.md columns);
-the ``plot_*`` helpers draw one panel on a given Axes.
+Every run goes through ``experiments.cache.cached``, so the figures share them; missing runs are
+computed in a process pool. The ``*_rows`` functions return per-step records (the ``sim.schema``
+columns); ``summary_rows`` and ``aggregate`` reduce them per run and per setting.
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments import cache
 from sim.llm.train import Args, run
+
+# TODO(merge): the trainer's new API returns this directly; delete this shim when that branch merges.
+run_records = lambda args: run(args, log=lambda *a: None)
 
 # What each profile runs. quick: the "small" 0.6M model, fits about 15 minutes on 2 CPU cores.
 PROFILES = {
@@ -89,21 +93,25 @@ def sweep(profile: str, device: str = "cpu") -> list[Run]:
             for (m, s, lr, seed, ratio), roles in runs.items()]
 
 
+RUN_SOURCE_DIRS = ("gac", "sim")
+"""The code a GRPO run executes: its cache key holds a fingerprint of these folders, so editing them recomputes."""
+
+
 def run_key(args: Args) -> dict:
-    return {k: v for k, v in asdict(args).items() if k not in KEY_EXCLUDE}
+    """The run's cache key: every argument that can change its numbers, and the fingerprint of its code."""
+    key = {k: v for k, v in asdict(args).items() if k not in KEY_EXCLUDE}
+    return {**key, "code": cache.code_fingerprint(RUN_SOURCE_DIRS)}
 
 
 def run_cached(args: Args, force: bool = False) -> dict:
     """The run's {"records", "summary"} from the figure cache (computed on first use)."""
-    from paper_figs.cache import cached
-
     def compute():
         start = time.perf_counter()
-        result = run(args, log=lambda *a: None)
+        result = run_records(args)
         result["summary"]["wall_s"] = time.perf_counter() - start
         return result
 
-    return cached("llm_grpo", run_key(args), compute, force=force)
+    return cache.cached("llm_grpo", run_key(args), compute, force=force)
 
 
 _print_now = functools.partial(print, flush=True)
@@ -121,21 +129,16 @@ def default_jobs(device: str) -> int:
 
 def _compute_in_worker(args: Args, cache_dir: str, force: bool) -> dict:
     """Worker entry (a fresh process): the run through the same cache folder as the parent."""
-    import paper_figs.cache
-
-    paper_figs.cache.CACHE_DIR = Path(cache_dir)
+    cache.CACHE_DIR = Path(cache_dir)
     return run_cached(args, force=force)
 
 
 def sweep_results(profile: str, device: str = "cpu", log=_print_now, jobs: int | None = None) -> list[tuple[Run, dict]]:
     """Every run of the sweep with its result (cached; missing runs are computed ``jobs`` at a time)."""
-    import paper_figs.cache
-    from paper_figs.cache import lookup
-
     runs = sweep(profile, device)
     jobs = default_jobs(device) if jobs is None else jobs
     force = os.environ.get("GAC_LAB_FORCE") == "1"
-    results = {} if force else {i: lookup("llm_grpo", run_key(item.args)) for i, item in enumerate(runs)}
+    results = {} if force else {i: cache.lookup("llm_grpo", run_key(item.args)) for i, item in enumerate(runs)}
     pending = [i for i in range(len(runs)) if results.get(i) is None]
     start, done = time.perf_counter(), len(runs) - len(pending)
 
@@ -153,7 +156,7 @@ def sweep_results(profile: str, device: str = "cpu", log=_print_now, jobs: int |
     if jobs > 1 and len(rest) > 1:
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            futures = {pool.submit(_compute_in_worker, runs[i].args, str(paper_figs.cache.CACHE_DIR), force): i
+            futures = {pool.submit(_compute_in_worker, runs[i].args, str(cache.CACHE_DIR), force): i
                        for i in rest}
             for future in as_completed(futures):
                 results[futures[future]] = future.result()
@@ -186,75 +189,28 @@ def llm_cosine_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:
     return _rows(sweep_results(profile, device), "cosine")
 
 
+def llm_cosine_rows_with_run_means(profile: str = "quick", device: str = "cpu") -> list[dict]:
+    """fig1 LLM panel: ``llm_cosine_rows`` (without the final-eval rows, label = method), each row carrying its
+    run's mean cosine after the first fifth of the steps (NaN if the run diverged), its mean cosine over all
+    steps before divergence, and whether it diverged: the per-run columns of the toy panels."""
+    rows = [dict(r, label=r["method"]) for r in llm_cosine_rows(profile, device) if not r.get("final_eval")]
+    for key in {(r["staleness"], r["seed"]) for r in rows}:
+        run = [r for r in rows if (r["staleness"], r["seed"]) == key]
+        warmup = max(r["step"] for r in run) // 5
+        alive = [r["cos_prev"] for r in run if not r.get("diverged") and r["cos_prev"] == r["cos_prev"]]
+        late = [r["cos_prev"] for r in run if r["step"] >= warmup and not r.get("diverged")]
+        diverged = any(r.get("diverged") for r in run)
+        for r in run:
+            r.update(run_mean_cos_prev=sum(late) / len(late) if late and not diverged else float("nan"),
+                     run_mean_cos_prev_alive=sum(alive) / len(alive) if alive else float("nan"),
+                     run_diverged=diverged)
+    return rows
+
+
 def llm_divergence_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:
     """fig3 LLM panel: per-step records of sync, naive async and async+GAC at high staleness (main step size)."""
     rows = _rows(sweep_results(profile, device), "methods")
     return [r for r in rows if r["method"] in ("sync", "none", "gac") and r["ratio_to"] == "proximal"]
-
-
-def smooth(values: np.ndarray, window: int = 9) -> np.ndarray:
-    """Centered moving average that ignores NaN (for noisy per-step curves)."""
-    values = np.asarray(values, dtype=float)
-    if len(values) == 0:
-        return values
-    ok = np.isfinite(values)
-    kernel = np.ones(min(window, len(values)))
-    num = np.convolve(np.where(ok, values, 0.0), kernel, mode="same")
-    den = np.convolve(ok.astype(float), kernel, mode="same")
-    return np.where(den > 0, num / np.maximum(den, 1), np.nan)
-
-
-def curve(rows: list[dict], key: str, **match) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(steps, mean over seeds, spread = std over seeds) of ``key`` for rows matching ``match``."""
-    sel = [r for r in rows if all(r.get(k) == v for k, v in match.items()) and r.get(key) is not None
-           and not r.get("diverged")]
-    if not sel:
-        return np.array([]), np.array([]), np.array([])
-    steps = np.array(sorted({r["step"] for r in sel}))
-    seeds = sorted({r["seed"] for r in sel})
-    table = np.full((len(seeds), len(steps)), np.nan)
-    index = {s: i for i, s in enumerate(steps)}
-    for r in sel:
-        table[seeds.index(r["seed"]), index[r["step"]]] = float(r[key])
-    return steps, np.nanmean(table, 0), np.nanstd(table, 0)
-
-
-def _label(method: str, staleness: int) -> str:
-    return "sync" if method == "sync" else f"{method} (s={staleness})"
-
-
-def plot_llm_cosine(ax, rows: list[dict]) -> None:
-    """cos(g_k, g_{k−1}) over RL steps (seed mean, smoothed), one line per staleness."""
-    import matplotlib.pyplot as plt
-
-    stalenesses = sorted({r["staleness"] for r in rows})
-    cmap = plt.get_cmap("viridis")
-    for i, s in enumerate(stalenesses):
-        steps, mean, _ = curve(rows, "cos_prev", staleness=s)
-        color = "black" if s == 0 else cmap(i / max(1, len(stalenesses) - 1))
-        ax.plot(steps, smooth(mean), color=color, label="sync" if s == 0 else f"async s={s}")
-    ax.axhline(0, color="grey", lw=0.6)
-    ax.set(xlabel="RL step", ylabel="cos(g_k, g_{k-1}) (seed mean, smoothed)", title="LLM GRPO")
-    ax.legend()
-
-
-def plot_llm_divergence(axes, rows: list[dict]) -> None:
-    """Three panels: reward, held-out accuracy, gradient norm over steps (mean ± std over seeds)."""
-    from paper_figs.common import method_color
-
-    runs = sorted({(r["method"], r["staleness"]) for r in rows}, key=lambda m: (m[0] != "sync", m[0]))
-    for method, s in runs:
-        color = method_color(method)
-        for ax, key, sm in zip(axes, ("objective", "accuracy", "grad_norm"), (True, False, True), strict=True):
-            steps, mean, spread = curve(rows, key, method=method, staleness=s)
-            if sm:
-                mean, spread = smooth(mean), smooth(spread)
-            ax.plot(steps, mean, color=color, label=_label(method, s), marker=None if sm else "o", ms=2)
-            ax.fill_between(steps, mean - spread, mean + spread, color=color, alpha=0.12, lw=0)
-    axes[0].set(xlabel="RL step", ylabel="mean reward (train batch)")
-    axes[1].set(xlabel="RL step", ylabel="held-out accuracy")
-    axes[2].set(xlabel="RL step", ylabel="raw gradient norm")
-    axes[0].legend()
 
 
 def summary_rows(results) -> list[dict]:
@@ -294,13 +250,3 @@ def aggregate(rows: list[dict], keys=("method", "staleness", "lr", "ratio_to")) 
                     "cos_prev_mean": float(np.mean([r["cos_prev_mean"] for r in rs])),
                     "diverged": int(sum(r["diverged"] for r in rs)), "roles": rs[0]["roles"]})
     return out
-
-
-def rank_correlation(x, y) -> float:
-    """Spearman rank correlation (ties broken by order; enough for a report)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    ok = np.isfinite(x) & np.isfinite(y)
-    if ok.sum() < 3:
-        return math.nan
-    rx, ry = np.argsort(np.argsort(x[ok])), np.argsort(np.argsort(y[ok]))
-    return float(np.corrcoef(rx, ry)[0, 1])
