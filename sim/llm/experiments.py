@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.llm.train import Args, run
+from sim.llm.train import Args, run_records
 
 # What each profile runs. quick: the "small" 0.6M model, fits about 15 minutes on 2 CPU cores.
 PROFILES = {
@@ -99,7 +99,7 @@ def run_cached(args: Args, force: bool = False) -> dict:
 
     def compute():
         start = time.perf_counter()
-        result = run(args, log=lambda *a: None)
+        result = run_records(args, log=lambda *a: None)
         result["summary"]["wall_s"] = time.perf_counter() - start
         return result
 
