@@ -204,9 +204,14 @@ def smooth(values: np.ndarray, window: int = 9) -> np.ndarray:
     return np.where(den > 0, num / np.maximum(den, 1), np.nan)
 
 
+def measured(value) -> bool:
+    """A record value that was measured: not missing (None) and not NaN (the schema's "not measured")."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
 def curve(rows: list[dict], key: str, **match) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(steps, mean over seeds, spread = std over seeds) of ``key`` for rows matching ``match``."""
-    sel = [r for r in rows if all(r.get(k) == v for k, v in match.items()) and r.get(key) is not None
+    sel = [r for r in rows if all(r.get(k) == v for k, v in match.items()) and measured(r.get(key))
            and not r.get("diverged")]
     if not sel:
         return np.array([]), np.array([]), np.array([])
@@ -263,15 +268,15 @@ def summary_rows(results) -> list[dict]:
     for item, res in results:
         a, records = item.args, res["records"]
         ok = [r for r in records if not r.get("diverged")]
-        start_acc = next((r["accuracy"] for r in ok if r.get("accuracy") is not None), math.nan)
-        half = [r["cos_prev"] for r in ok[: max(1, len(ok) // 2)] if r.get("cos_prev") is not None]
+        start_acc = next((r["accuracy"] for r in ok if measured(r.get("accuracy"))), math.nan)
+        half = [r["cos_prev"] for r in ok[: max(1, len(ok) // 2)] if measured(r.get("cos_prev"))]
         rows.append({
             "method": a.label, "staleness": a.staleness, "lr": a.lr, "ratio_to": a.ratio_to, "seed": a.seed,
             "roles": "+".join(item.roles),
             "start_accuracy": start_acc, "final_accuracy": res["summary"]["final_accuracy"],
             "delta_accuracy": res["summary"]["final_accuracy"] - start_acc,
             "cos_prev_first_half": float(np.mean(half)) if half else math.nan,
-            "cos_prev_mean": float(np.mean([r["cos_prev"] for r in ok if r.get("cos_prev") is not None] or [np.nan])),
+            "cos_prev_mean": float(np.mean([r["cos_prev"] for r in ok if measured(r.get("cos_prev"))] or [np.nan])),
             "kl_behaviour_mean": float(np.mean([r["kl_behaviour"] for r in ok] or [np.nan])),
             "clip_frac_mean": float(np.mean([r["clip_frac"] for r in ok] or [np.nan])),
             "diverged": any(r.get("diverged") for r in records), "wall_s": res["summary"].get("wall_s"),
