@@ -13,6 +13,7 @@ step and returns its record (columns of sim/schema.py), ``train(args)`` yields t
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import io
@@ -419,7 +420,7 @@ def train(args: Args, state: TrainState | None = None, log=print) -> Iterator[di
     stops (``mark``). With ``checkpoint_every`` the out_dir is locked and checkpoints are written.
     """
     state = setup(args, log) if state is None else state
-    with OutDirLock(Path(args.out_dir)) if args.checkpoint_every else _no_lock():
+    with OutDirLock(Path(args.out_dir)) if args.checkpoint_every else contextlib.nullcontext():
         from tqdm.auto import tqdm
         bar = tqdm(range(state.step, args.steps), disable=not args.progress, initial=state.step, total=args.steps,
                    desc=f"{args.label} s={args.staleness}", leave=False)
@@ -565,14 +566,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # alive, owned by someone else
         return True
     return True
-
-
-class _no_lock:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
 
 
 # -- command line ---------------------------------------------------------------------------------------
