@@ -327,6 +327,13 @@ def snr_probe(state: TrainState, batch: dict) -> float:
     return cosine(grads[0], grads[1])
 
 
+def snr_from_cosine(c: float) -> float:
+    """Per-half SNR_h = c/(1 − c) implied by the halves' cosine c (E[c] ≈ SNR_h/(1 + SNR_h)); NaN if c ≤ 0."""
+    if not c > 0:
+        return math.nan
+    return math.inf if c >= 1 else c / (1 - c)
+
+
 def apply_gac(state: TrainState) -> tuple[str, float]:
     """GAC on the parameters' .grad in place (method gac); returns (regime, parallel scale)."""
     if state.args.registry_method != "gac":
@@ -399,7 +406,7 @@ def rl_step(state: TrainState) -> dict:
         objective=float(batch["reward"].mean()), grad_norm=mean_of(updates, "grad_norm"),
         cos_prev=mean_of(updates, "cos_prev"), cos_prev_step=cosine(step_grad, state.prev_step_grad),
         cos_update=mean_of(updates, "cos_update"), cos_halves=cos_halves,
-        snr_halves=cos_halves / (1 - cos_halves) if cos_halves > 0 else math.nan,
+        snr_halves=snr_from_cosine(cos_halves),
         cos_applied=mean_of(updates, "cos_applied"),
         regime=Counter(u["regime"] for u in updates).most_common(1)[0][0],
         parallel_scale=mean_of(updates, "parallel_scale"), lr=lr, kl_behaviour=updates[0]["kl_behaviour"],

@@ -114,6 +114,12 @@ def test_every_cosine_equals_a_direct_computation(tiny_args):
     assert math.isnan(records[0]["cos_prev_step"])
 
 
+def test_snr_from_cosine():
+    assert train_module.snr_from_cosine(0.5) == pytest.approx(1.0) and train_module.snr_from_cosine(0.2) == 0.25
+    assert math.isnan(train_module.snr_from_cosine(0.0)) and math.isnan(train_module.snr_from_cosine(math.nan))
+    assert train_module.snr_from_cosine(1.0) == math.inf
+
+
 def test_snr_probe_does_not_change_the_training_numbers(tiny_args):
     probed = run_records(tiny_args(method="gac", staleness=2, snr_every=1), **QUIET)["records"]
     plain = run_records(tiny_args(method="gac", staleness=2, snr_every=1000, seed=0), **QUIET)["records"]
