@@ -5,7 +5,14 @@ Pure functions of lists of record rows (dicts); NaN marks a value that was not m
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+
+def measured(value) -> bool:
+    """A record value that was measured: not missing (None) and not NaN (the schema's "not measured")."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
 def select(rows: list[dict], **match) -> list[dict]:
@@ -35,9 +42,9 @@ def _nanmedian(values: list[float]) -> float:
 def seed_mean(rows: list[dict], key: str, **match) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(steps, mean over seeds, std over seeds) of ``key`` among rows matching ``match``.
 
-    Rows where ``key`` is None and rows of a diverged run (``diverged`` True) are left out.
+    Rows where ``key`` was not measured (None or NaN) and rows of a diverged run (``diverged`` True) are left out.
     """
-    sel = [r for r in select(rows, **match) if r.get(key) is not None and not r.get("diverged")]
+    sel = [r for r in select(rows, **match) if measured(r.get(key)) and not r.get("diverged")]
     if not sel:
         return np.array([]), np.array([]), np.array([])
     steps = np.array(sorted({r["step"] for r in sel}))
@@ -74,4 +81,4 @@ def centered_mean(values, window: int = 9) -> np.ndarray:
     return np.where(den > 0, num / np.maximum(den, 1), np.nan)
 
 
-__all__ = ["select", "seed_median", "seed_mean", "trailing_mean", "centered_mean"]
+__all__ = ["measured", "select", "seed_median", "seed_mean", "trailing_mean", "centered_mean"]

@@ -26,10 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from experiments import cache
-from sim.llm.train import Args, run
+from experiments.aggregate import measured
+from sim.llm.train import Args, run_records
 
-# TODO(merge): the trainer's new API returns this directly; delete this shim when that branch merges.
-run_records = lambda args: run(args, log=lambda *a: None)
 
 # What each profile runs. quick: the "small" 0.6M model, fits about 15 minutes on 2 CPU cores.
 PROFILES = {
@@ -107,7 +106,7 @@ def run_cached(args: Args, force: bool = False) -> dict:
     """The run's {"records", "summary"} from the figure cache (computed on first use)."""
     def compute():
         start = time.perf_counter()
-        result = run_records(args)
+        result = run_records(args, log=lambda *a: None)
         result["summary"]["wall_s"] = time.perf_counter() - start
         return result
 
@@ -219,15 +218,15 @@ def summary_rows(results) -> list[dict]:
     for item, res in results:
         a, records = item.args, res["records"]
         ok = [r for r in records if not r.get("diverged")]
-        start_acc = next((r["accuracy"] for r in ok if r.get("accuracy") is not None), math.nan)
-        half = [r["cos_prev"] for r in ok[: max(1, len(ok) // 2)] if r.get("cos_prev") is not None]
+        start_acc = next((r["accuracy"] for r in ok if measured(r.get("accuracy"))), math.nan)
+        half = [r["cos_prev"] for r in ok[: max(1, len(ok) // 2)] if measured(r.get("cos_prev"))]
         rows.append({
             "method": a.label, "staleness": a.staleness, "lr": a.lr, "ratio_to": a.ratio_to, "seed": a.seed,
             "roles": "+".join(item.roles),
             "start_accuracy": start_acc, "final_accuracy": res["summary"]["final_accuracy"],
             "delta_accuracy": res["summary"]["final_accuracy"] - start_acc,
             "cos_prev_first_half": float(np.mean(half)) if half else math.nan,
-            "cos_prev_mean": float(np.mean([r["cos_prev"] for r in ok if r.get("cos_prev") is not None] or [np.nan])),
+            "cos_prev_mean": float(np.mean([r["cos_prev"] for r in ok if measured(r.get("cos_prev"))] or [np.nan])),
             "kl_behaviour_mean": float(np.mean([r["kl_behaviour"] for r in ok] or [np.nan])),
             "clip_frac_mean": float(np.mean([r["clip_frac"] for r in ok] or [np.nan])),
             "diverged": any(r.get("diverged") for r in records), "wall_s": res["summary"].get("wall_s"),

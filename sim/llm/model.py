@@ -58,15 +58,24 @@ def build_model(size: str, seed: int) -> Qwen3ForCausalLM:
         return Qwen3ForCausalLM(model_config(size)).float()
 
 
-def load_model(path: str | Path) -> Qwen3ForCausalLM:
-    """A model from a local checkpoint directory (config.json + weights); fails with one line if absent."""
+def check_model_dir(path: str | Path) -> Qwen3Config:
+    """The config of a local checkpoint directory; one-line ValueError if absent, unreadable or not this task's."""
     path = Path(path)
     if not (path / "config.json").exists():
         raise ValueError(f"--model {path}: no config.json there (expected a save_pretrained directory)")
-    model = Qwen3ForCausalLM.from_pretrained(path, local_files_only=True, torch_dtype=torch.float32)
-    if model.config.vocab_size != len(VOCAB):
-        raise ValueError(f"--model {path}: vocab_size {model.config.vocab_size} != this task's {len(VOCAB)}")
-    return model
+    try:
+        config = Qwen3Config.from_pretrained(path, local_files_only=True)
+    except Exception as err:  # transformers raises several kinds (OSError, JSONDecodeError, TypeError)
+        raise ValueError(f"--model {path}: config.json is not a readable model config ({type(err).__name__})") from None
+    if config.vocab_size != len(VOCAB):
+        raise ValueError(f"--model {path}: vocab_size {config.vocab_size} != this task's {len(VOCAB)}")
+    return config
+
+
+def load_model(path: str | Path) -> Qwen3ForCausalLM:
+    """A model from a local checkpoint directory (config.json + weights); fails with one line if absent."""
+    check_model_dir(path)
+    return Qwen3ForCausalLM.from_pretrained(Path(path), local_files_only=True, torch_dtype=torch.float32)
 
 
 def parameter_count(model: torch.nn.Module) -> int:

@@ -6,37 +6,44 @@ is split into ``minibatches`` updates (one pass), each: token-level clipped loss
 (method ``gac``) → clip_grad_norm → AdamW step. Several updates per batch keep the clip active in the
 synchronous baseline too (its later minibatches are off-policy by the earlier updates).
 
-"Consecutive gradients" are those of consecutive optimizer updates (also across RL steps): the
-record's ``cos_prev`` is the mean over the step's updates of cos(raw g_k, raw g_{k−1}), raw = after
-backward, before GAC and clipping — the same pair the gac library compares.
+The trainer reads like CleanRL: ``setup(args)`` builds a TrainState, ``rl_step(state)`` does one RL
+step and returns its record (columns of sim/schema.py), ``train(args)`` yields the records one by one
+(stop it early by breaking out), ``summary(state)`` gives the final held-out accuracy.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import hashlib
+import io
 import json
 import math
 import os
 import sys
-import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
 
 import gac
+from gac.control import regime_name
 from sim.llm import grpo
-from sim.llm.cli import parse
-from sim.llm.model import SIZES, load_model, sample, token_logprobs
+from sim.llm.model import SIZES, check_model_dir, load_model, sample, token_logprobs
 from sim.llm.task import AdditionTask
 from sim.llm.warmstart import WarmStartConfig, heldout_accuracy, load_warm_start
+from sim.record import atomic_write_bytes, write_records
+from sim.schema import NO_REGIME, columns, make_row
 from sim.stabilizers import STALE_DATA, gac_config, get_stabilizer, method_params
 from sim.staleness import KINDS, Staleness, VersionRing
 
-RECORD_COLUMNS = ["sim", "step", "seed", "method", "staleness", "objective", "grad_norm", "cos_prev", "cos_applied",
-                  "regime", "parallel_scale", "accuracy", "kl_behaviour", "entropy", "response_length", "lr",
-                  "clip_frac", "diverged"]
-EXTRA_COLUMNS = ["train_accuracy", "behaviour_version", "cos_prev_step", "ratio_to"]
+GAC_REFERENCES = ("update", "step")
+OUTPUT_ONLY = ("progress", "threads", "resume", "out_dir", "checkpoint_every", "steps")
+"""Args fields that cannot change a run's numbers: they may differ between a checkpoint and ``--resume``
+(``steps`` only upwards, checked on its own)."""
+CHECKPOINT_MAGIC = b"gac-lab checkpoint v2 sha256="
 
 
 @dataclass
@@ -79,6 +86,8 @@ class Args:
     """GAC τ: project when cos(g, g_prev) > τ"""
     gac_mode: str = "project"
     """GAC mode: project or cap"""
+    gac_reference: str = "update"
+    """GAC reference: update = the previous optimizer update's raw gradient; step = the previous RL step's sum"""
     tis_cap: float = 2.0
     """TIS truncation C"""
     m2_threshold: float = 0.04
@@ -87,6 +96,8 @@ class Args:
     """held-out accuracy every this many steps"""
     eval_problems: int = 256
     """held-out problems per evaluation (a fixed set)"""
+    snr_every: int = 10
+    """SNR probe (cos_halves) every this many steps: one extra backward at the step's start"""
     warm_target: float = 0.3
     """warm start: supervised steps until held-out accuracy reaches this"""
     warm_seed: int = 0
@@ -117,8 +128,10 @@ class Args:
             raise ValueError(f"staleness_kind must be one of {KINDS}")
         if self.size not in SIZES:
             raise ValueError(f"unknown size {self.size!r}; choose from {', '.join(SIZES)}")
-        if self.steps < 1 or self.prompts_per_step < 1 or self.eval_every < 1 or self.eval_problems < 1:
-            raise ValueError("steps, prompts_per_step, eval_every and eval_problems must be >= 1")
+        if min(self.steps, self.prompts_per_step, self.eval_every, self.eval_problems, self.digits) < 1:
+            raise ValueError("steps, prompts_per_step, eval_every, eval_problems and digits must be >= 1")
+        if self.snr_every < 1:
+            raise ValueError(f"snr_every must be >= 1, got {self.snr_every}")
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 (group-normalised advantages), got {self.group_size}")
         if self.minibatches < 1 or self.prompts_per_step % self.minibatches:
@@ -129,14 +142,18 @@ class Args:
         if self.kl_coef < 0 or self.m2_threshold <= 0 or self.checkpoint_every < 0 or self.threads < 1:
             raise ValueError("kl_coef >= 0, m2_threshold > 0, checkpoint_every >= 0, threads >= 1 required")
         self.gac_cfg()  # τ in [0, 1), mode known
+        if self.gac_reference not in GAC_REFERENCES:
+            raise ValueError(f"gac_reference must be one of {GAC_REFERENCES}, got {self.gac_reference!r}")
         if self.ratio_to not in ("behaviour", "proximal"):
             raise ValueError(f"ratio_to must be behaviour or proximal, got {self.ratio_to!r}")
         if self.on_nonfinite not in ("raise", "mark"):
             raise ValueError(f"on_nonfinite must be raise or mark, got {self.on_nonfinite!r}")
+        if self.device != "cpu" and not self.device.split(":")[0] == "cuda":
+            raise ValueError(f"--device must be cpu, cuda or cuda:N, got {self.device!r}")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"--device {self.device} but torch sees no CUDA device")
-        if self.model is not None and not (Path(self.model) / "config.json").exists():
-            raise ValueError(f"--model {self.model}: no config.json there (expected a save_pretrained directory)")
+        if self.model is not None:
+            check_model_dir(self.model)
         if self.resume and not (Path(self.out_dir) / "checkpoint.pt").exists():
             raise ValueError(f"--resume but {self.out_dir}/checkpoint.pt does not exist")
 
@@ -161,8 +178,41 @@ class NonFiniteError(FloatingPointError):
     """A non-finite loss or gradient; the message names the RL step."""
 
 
+@dataclass
+class TrainState:
+    """Everything one run carries from step to step; the ``prev_*`` fields are the cosines' references."""
+
+    args: Args
+    task: AdditionTask
+    heldout: torch.Tensor
+    policy: torch.nn.Module
+    reference: torch.nn.Module
+    behaviour: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    controller: gac.GradientAlignmentControl | None
+    schedule: torch.Tensor
+    ring: VersionRing
+    generator: torch.Generator
+    warm_info: dict
+    step: int = 0
+    records: list = field(default_factory=list)
+    prev_raw: torch.Tensor | None = None  # raw gradient of the previous optimizer update
+    prev_applied: torch.Tensor | None = None  # its applied (post-GAC) gradient
+    prev_delta: torch.Tensor | None = None  # its parameter update θ_{k+1} − θ_k
+    prev_step_grad: torch.Tensor | None = None  # summed raw gradient of the previous RL step
+    diverged_at: int | None = None
+
+    @property
+    def params(self) -> list[torch.Tensor]:
+        return [p for p in self.policy.parameters() if p.requires_grad]
+
+
 def flat_grad(params) -> torch.Tensor:
     return torch.cat([p.grad.reshape(-1) for p in params])
+
+
+def flat_params(params) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in params])
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor | None) -> float:
@@ -173,198 +223,378 @@ def snapshot(model) -> dict:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def run(args: Args, hooks: dict | None = None, log=print) -> dict:
-    """Train; returns {"records": [...], "summary": {...}}. ``hooks`` (tests): after_update(step, k, raw, applied)
-    and after_step(step) callbacks."""
-    args.validate()
-    hooks = hooks or {}
-    torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    method, params_m = args.registry_method, method_params(args.registry_method, **args.method_params())
-    task = AdditionTask(digits=args.digits)
-    heldout = task.heldout_set(args.eval_problems)
-    out_dir = Path(args.out_dir)
-
-    # Policy θ, reference (the starting point), behaviour (loaded from snapshots as needed).
+# -- setup --------------------------------------------------------------------------------------------
+def load_models(args: Args, device: torch.device, log) -> tuple:
+    """Policy θ, reference (the starting point) and behaviour (loaded from snapshots): loaded once, then copied."""
     if args.model is not None:
-        policy, reference, behaviour = (load_model(args.model).to(device) for _ in range(3))
-        warm_info = {"source": args.model}
+        policy, warm_info = load_model(args.model).to(device), {"source": args.model}
     else:
         ws = WarmStartConfig(size=args.size, digits=args.digits, seed=args.warm_seed, target_accuracy=args.warm_target)
         policy, warm_info = load_warm_start(ws, args.device, log)
-        reference, _ = load_warm_start(ws, args.device, log)
-        behaviour, _ = load_warm_start(ws, args.device, log)
+    reference, behaviour = copy.deepcopy(policy), copy.deepcopy(policy)
     for m in (reference, behaviour):
         m.eval().requires_grad_(False)
     policy.train()
+    return policy, reference, behaviour, warm_info
+
+
+def setup(args: Args, log=print) -> TrainState:
+    """Validate ``args``, build the run's state, and restore it from the checkpoint with ``--resume``."""
+    args.validate()
+    checkpoint = checked_resume(args) if args.resume else None  # refuse before the models are built
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    policy, reference, behaviour, warm_info = load_models(args, device, log)
     params = [p for p in policy.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
-    controller = gac.GradientAlignmentControl(params, args.gac_cfg()) if method == "gac" else None
-    schedule = Staleness(args.staleness, args.staleness_kind).sample(
-        args.steps, generator=torch.Generator().manual_seed(args.seed + 7))
-    ring = VersionRing(args.staleness + 1)
-    generator = torch.Generator().manual_seed(args.seed)
-    records, prev_raw, prev_step_grad, start = [], None, None, 0
-    timing = {"step_s": 0.0, "gac_s": 0.0, "sample_s": 0.0, "tokens": 0, "steps": 0}
-
-    if args.resume:
-        ckpt = torch.load(out_dir / "checkpoint.pt", map_location=device, weights_only=False)
-        policy.load_state_dict(ckpt["policy"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        if controller is not None:
-            controller.load_state_dict(ckpt["gac"])
-        ring.load_state_dict(ckpt["ring"])
-        generator.set_state(ckpt["generator"].cpu())  # map_location moved it; the generator lives on the CPU
-        records, prev_raw, start = ckpt["records"], ckpt["prev_raw"], ckpt["step"]
-        prev_step_grad = ckpt["prev_step_grad"]
-        log(f"[train] resumed from {out_dir / 'checkpoint.pt'} at step {start}")
-
-    from tqdm.auto import tqdm
-    bar = tqdm(range(start, args.steps), disable=not args.progress, desc=f"{args.label} s={args.staleness}",
-               initial=start, total=args.steps, leave=False)
-    diverged_at = None
-    for step in bar:
-        t0 = time.perf_counter()
-        accuracy = heldout_accuracy(policy, task, heldout) if step % args.eval_every == 0 else None
-        t_eval = time.perf_counter() - t0
-
-        # 1. Sample: the behaviour policy θ_{t−s_t} answers P prompts G times each.
-        ring.push(step, snapshot(policy))
-        version = max(0, step - int(schedule[step]))
-        behaviour.load_state_dict(ring.get(version))
-        t_sample = time.perf_counter()
-        operands = task.sample_operands(args.prompts_per_step, generator).repeat_interleave(args.group_size, 0)
-        prompts = task.prompts(operands).to(device)
-        responses, behaviour_logp, mask = sample(behaviour, prompts, task.answer_len, generator, args.temperature)
-        timing["sample_s"] += time.perf_counter() - t_sample
-        timing["tokens"] += int(mask.sum())
-
-        # 2. Reward and group-normalised advantage.
-        reward, correct, _ = task.reward(operands, responses.cpu())
-        advantages = grpo.group_advantages(reward, args.group_size).to(device)
-        prox_logp = None
-        if method == "tis" or args.ratio_to == "proximal":
-            with torch.no_grad():
-                prox_logp, _ = token_logprobs(policy, prompts, responses, args.temperature)
-        # The clip's denominator: π_b (default) or, with ratio_to=proximal, π_θ at the step's start.
-        old_logp = prox_logp if args.ratio_to == "proximal" and method not in ("tis", "m2po") else behaviour_logp
-
-        # 3. Minibatch updates: loss → backward → GAC → clip → step.
-        lr = args.lr / (1 + int(schedule[step])) if method == "lr_scale" else args.lr
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        # Minibatches split by prompt group (each group whole in one update): consecutive updates then
-        # see different prompts, so their gradients share no samples.
-        groups = torch.randperm(args.prompts_per_step, generator=generator)
-        order = (groups[:, None] * args.group_size + torch.arange(args.group_size)).reshape(-1).to(device)
-        updates, step_grad = [], None
-        try:
-            for k, idx in enumerate(order.chunk(args.minibatches)):
-                logp, entropy = token_logprobs(policy, prompts[idx], responses[idx], args.temperature)
-                loss, stats = grpo.policy_loss(method, logp, old_logp[idx], advantages[idx], mask[idx],
-                                               args.clip_eps, params_m, None if prox_logp is None else prox_logp[idx])
-                if args.kl_coef > 0:
-                    with torch.no_grad():
-                        ref_logp, _ = token_logprobs(reference, prompts[idx], responses[idx], args.temperature)
-                    loss = loss + args.kl_coef * grpo.kl_k3(logp, ref_logp, mask[idx])
-                if not torch.isfinite(loss):
-                    raise NonFiniteError(f"non-finite loss at step {step} (update {k}): {loss.item()}")
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                raw = flat_grad(params)
-                if not torch.isfinite(raw).all():
-                    raise NonFiniteError(f"non-finite gradient at step {step} (update {k})")
-                regime, scale = "keep", 1.0
-                if controller is not None:
-                    t_gac = time.perf_counter()
-                    report = controller.apply()  # the library edits .grad in place
-                    timing["gac_s"] += time.perf_counter() - t_gac
-                    regime, scale = report.regime, report.parallel_scale
-                applied = flat_grad(params) if controller is not None else raw
-                updates.append({"grad_norm": float(raw.norm()), "cos_prev": cosine(raw, prev_raw),
-                                "cos_applied": cosine(applied, prev_raw), "regime": regime, "parallel_scale": scale,
-                                "clip_frac": stats["clip_frac"],
-                                "kl_behaviour": grpo.behaviour_kl(logp, behaviour_logp[idx], mask[idx]),
-                                "entropy": float(grpo.masked_mean(entropy.detach(), mask[idx].float()))})
-                if "after_update" in hooks:
-                    hooks["after_update"](step, k, raw, applied)
-                prev_raw = raw
-                step_grad = raw.clone() if step_grad is None else step_grad.add_(raw)
-                torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
-                if regime != "skip":
-                    optimizer.step()
-        except NonFiniteError as err:
-            if args.on_nonfinite == "raise":
-                raise
-            log(f"[train] {args.label} s={args.staleness} seed={args.seed}: {err}; run stopped")
-            records.append({"sim": "llm", "step": step, "seed": args.seed, "method": args.label,
-                            "staleness": args.staleness, "diverged": True})
-            diverged_at = step
-            break
-        timing["step_s"] += time.perf_counter() - t0 - t_eval
-        timing["steps"] += 1
-
-        # 4. Log: one record per RL step (update-level numbers averaged over the step's updates).
-        def mean(key, updates=updates):
-            values = [u[key] for u in updates if not math.isnan(u[key])]
-            return sum(values) / len(values) if values else None
-
-        records.append({
-            "sim": "llm", "step": step, "seed": args.seed, "method": args.label, "staleness": args.staleness,
-            "objective": float(reward.mean()), "grad_norm": mean("grad_norm"), "cos_prev": mean("cos_prev"),
-            "cos_applied": mean("cos_applied"),
-            "regime": Counter(u["regime"] for u in updates).most_common(1)[0][0],
-            "parallel_scale": mean("parallel_scale"), "accuracy": accuracy,
-            "kl_behaviour": updates[0]["kl_behaviour"], "entropy": updates[0]["entropy"],
-            "response_length": float(mask.sum(1).float().mean()), "lr": lr, "clip_frac": mean("clip_frac"),
-            "diverged": False, "train_accuracy": float(correct.mean()), "behaviour_version": version,
-            # The rollout-level view: cosine of the summed raw gradients of consecutive RL steps.
-            "cos_prev_step": None if prev_step_grad is None else cosine(step_grad, prev_step_grad),
-            "ratio_to": args.ratio_to,
-        })
-        prev_step_grad = step_grad
-        bar.set_postfix(reward=f"{records[-1]['objective']:.2f}", cos=f"{records[-1]['cos_prev'] or 0:.2f}")
-        if "after_step" in hooks:
-            hooks["after_step"](step)
-        if args.checkpoint_every and (step + 1) % args.checkpoint_every == 0 and step + 1 < args.steps:
-            save_checkpoint(out_dir, {"policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
-                                      "gac": None if controller is None else controller.state_dict(),
-                                      "ring": ring.state_dict(), "generator": generator.get_state(),
-                                      "records": records, "prev_raw": prev_raw, "prev_step_grad": prev_step_grad,
-                                      "step": step + 1,
-                                      "args": asdict(args)})
-    bar.close()
-    final_accuracy = heldout_accuracy(policy, task, heldout)
-    summary = {"args": asdict(args), "label": args.label, "warm_start": warm_info, "final_accuracy": final_accuracy,
-               "diverged_at": diverged_at, "timing": timing}
-    return {"records": records, "summary": summary}
+    method = args.registry_method
+    use_tracker = method == "gac" and args.gac_reference == "update"
+    task = AdditionTask(digits=args.digits)
+    state = TrainState(
+        args=args, task=task, heldout=task.heldout_set(args.eval_problems), policy=policy, reference=reference,
+        behaviour=behaviour, optimizer=torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0),
+        controller=gac.GradientAlignmentControl(params, args.gac_cfg()) if use_tracker else None,
+        schedule=Staleness(args.staleness, args.staleness_kind).sample(
+            args.steps, generator=torch.Generator().manual_seed(args.seed + 7)),
+        ring=VersionRing(args.staleness + 1), generator=torch.Generator().manual_seed(args.seed), warm_info=warm_info)
+    if checkpoint is not None:
+        restore(state, checkpoint)
+        log(f"[train] resumed from {Path(args.out_dir) / 'checkpoint.pt'} at step {state.step}")
+    return state
 
 
-def save_checkpoint(out_dir: Path, state: dict) -> None:
-    """Write checkpoint.pt atomically (temp file, then rename)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / "checkpoint.pt.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, out_dir / "checkpoint.pt")
+# -- one RL step ----------------------------------------------------------------------------------------
+def sample_batch(state: TrainState) -> dict:
+    """The behaviour policy θ_{t−s_t} answers P prompts G times each; rewards and group advantages."""
+    args, step, device = state.args, state.step, torch.device(state.args.device)
+    state.ring.push(step, snapshot(state.policy))
+    version = max(0, step - int(state.schedule[step]))
+    state.behaviour.load_state_dict(state.ring.get(version))
+    operands = state.task.sample_operands(args.prompts_per_step, state.generator).repeat_interleave(args.group_size, 0)
+    prompts = state.task.prompts(operands).to(device)
+    responses, behaviour_logp, mask = sample(state.behaviour, prompts, state.task.answer_len, state.generator,
+                                             args.temperature)
+    reward, correct, _ = state.task.reward(operands, responses.cpu())
+    advantages = grpo.group_advantages(reward, args.group_size).to(device)
+    prox_logp = None
+    if args.registry_method == "tis" or args.ratio_to == "proximal":
+        with torch.no_grad():
+            prox_logp, _ = token_logprobs(state.policy, prompts, responses, args.temperature)
+    # The clip's denominator: π_b (default) or, with ratio_to=proximal, π_θ at the step's start.
+    proximal_clip = args.ratio_to == "proximal" and args.registry_method not in ("tis", "m2po")
+    return {"version": version, "prompts": prompts, "responses": responses, "behaviour_logp": behaviour_logp,
+            "mask": mask, "reward": reward, "correct": correct, "advantages": advantages, "prox_logp": prox_logp,
+            "old_logp": prox_logp if proximal_clip else behaviour_logp}
 
 
-def main(argv=None) -> int:
-    from sim.record import write_records as write_csv
+def minibatch_loss(state: TrainState, batch: dict, idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """The method's token-level loss on the samples ``idx`` (plus the KL penalty), with its statistics."""
+    args = state.args
+    prompts, responses, mask = batch["prompts"][idx], batch["responses"][idx], batch["mask"][idx]
+    logp, entropy = token_logprobs(state.policy, prompts, responses, args.temperature)
+    prox = None if batch["prox_logp"] is None else batch["prox_logp"][idx]
+    loss, stats = grpo.policy_loss(args.registry_method, logp, batch["old_logp"][idx], batch["advantages"][idx],
+                                   mask, args.clip_eps, method_params(args.registry_method, **args.method_params()),
+                                   prox)
+    if args.kl_coef > 0:
+        with torch.no_grad():
+            ref_logp, _ = token_logprobs(state.reference, prompts, responses, args.temperature)
+        loss = loss + args.kl_coef * grpo.kl_k3(logp, ref_logp, mask)
+    stats = {**stats, "kl_behaviour": grpo.behaviour_kl(logp, batch["behaviour_logp"][idx], mask),
+             "entropy": float(grpo.masked_mean(entropy.detach(), mask.float()))}
+    return loss, stats
 
+
+def group_samples(groups: torch.Tensor, group_size: int, device) -> torch.Tensor:
+    """Sample indices of whole prompt groups (each group's G samples are contiguous)."""
+    return (groups[:, None] * group_size + torch.arange(group_size)).reshape(-1).to(device)
+
+
+def snr_probe(state: TrainState, batch: dict) -> float:
+    """cos between the raw gradients of two disjoint halves of the step's prompt groups, at the current θ.
+
+    Uses no random numbers and leaves no gradient behind, so the step's numbers do not change.
+    """
+    halves = torch.arange(state.args.prompts_per_step).chunk(2)
+    if len(halves) < 2:
+        return math.nan
+    grads = []
+    for half in halves:
+        state.optimizer.zero_grad(set_to_none=True)
+        loss, _ = minibatch_loss(state, batch, group_samples(half, state.args.group_size, state.args.device))
+        loss.backward()
+        grads.append(flat_grad(state.params))
+    state.optimizer.zero_grad(set_to_none=True)
+    return cosine(grads[0], grads[1])
+
+
+def snr_from_cosine(c: float) -> float:
+    """Per-half SNR_h = c/(1 − c) implied by the halves' cosine c (E[c] ≈ SNR_h/(1 + SNR_h)); NaN if c ≤ 0."""
+    if not c > 0:
+        return math.nan
+    return math.inf if c >= 1 else c / (1 - c)
+
+
+def apply_gac(state: TrainState) -> tuple[str, float]:
+    """GAC on the parameters' .grad in place (method gac); returns (regime, parallel scale)."""
+    if state.args.registry_method != "gac":
+        return NO_REGIME, 1.0
+    if state.controller is not None:  # reference: the previous optimizer update's raw gradient
+        report = state.controller.apply()
+        return report.regime, report.parallel_scale
+    if state.prev_step_grad is None:  # reference "step" before any RL step: nothing to compare with
+        return "keep", 1.0
+    cfg = state.args.gac_cfg()
+    out = gac.control(flat_grad(state.params), state.prev_step_grad, cfg)
+    for p, new in zip(state.params, out.grad.split([p.numel() for p in state.params]), strict=True):
+        p.grad.copy_(new.view_as(p.grad))
+    return regime_name(int(out.regime), cfg.mode), float(out.parallel_scale)
+
+
+def optimizer_update(state: TrainState, batch: dict, idx: torch.Tensor, where: str) -> dict:
+    """One update on the samples ``idx``: loss → backward → GAC → clip → AdamW; its update-level numbers."""
+    loss, stats = minibatch_loss(state, batch, idx)
+    if not torch.isfinite(loss):
+        raise NonFiniteError(f"non-finite loss at {where}: {loss.item()}")
+    state.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    raw = flat_grad(state.params)
+    if not torch.isfinite(raw).all():
+        raise NonFiniteError(f"non-finite gradient at {where}")
+    regime, scale = apply_gac(state)
+    applied = raw if regime == NO_REGIME else flat_grad(state.params)
+    numbers = {"grad_norm": float(raw.norm()), "cos_prev": cosine(raw, state.prev_raw),
+               "cos_applied": cosine(applied, state.prev_applied), "regime": regime, "parallel_scale": scale,
+               "clip_frac": stats["clip_frac"], "kl_behaviour": stats["kl_behaviour"], "entropy": stats["entropy"],
+               "raw": raw, "cos_update": math.nan}
+    state.prev_raw, state.prev_applied = raw, applied
+    torch.nn.utils.clip_grad_norm_(state.params, state.args.max_grad_norm)
+    if regime != "skip":  # a skipped update moves nothing; the Δθ reference stays the last real move
+        before = flat_params(state.params)
+        state.optimizer.step()
+        delta = flat_params(state.params) - before
+        numbers["cos_update"] = cosine(delta, state.prev_delta)
+        state.prev_delta = delta
+    return numbers
+
+
+def mean_of(updates: list[dict], key: str) -> float:
+    """Mean of an update-level number over the step's updates (NaN entries left out; NaN if none)."""
+    values = [u[key] for u in updates if not math.isnan(u[key])]
+    return sum(values) / len(values) if values else math.nan
+
+
+def rl_step(state: TrainState) -> dict:
+    """One RL step: sample, reward, advantage, (SNR probe), minibatch updates, log. Returns its record."""
+    args, step = state.args, state.step
+    accuracy = heldout_accuracy(state.policy, state.task, state.heldout) if step % args.eval_every == 0 else None
+    batch = sample_batch(state)
+    cos_halves = snr_probe(state, batch) if step % args.snr_every == 0 else math.nan
+    lr = args.lr / (1 + int(state.schedule[step])) if args.registry_method == "lr_scale" else args.lr
+    for group in state.optimizer.param_groups:
+        group["lr"] = lr
+    # Minibatches split by prompt group (each group whole in one update): consecutive updates then
+    # see different prompts, so their gradients share no samples.
+    order = group_samples(torch.randperm(args.prompts_per_step, generator=state.generator), args.group_size,
+                          args.device)
+    updates = [optimizer_update(state, batch, idx, f"step {step} (update {k})")
+               for k, idx in enumerate(order.chunk(args.minibatches))]
+    step_grad = updates[0]["raw"].clone()
+    for u in updates[1:]:
+        step_grad.add_(u["raw"])
+    record = make_row(
+        "llm", step=step, seed=args.seed, method=args.label, label=args.label, staleness=args.staleness,
+        objective=float(batch["reward"].mean()), grad_norm=mean_of(updates, "grad_norm"),
+        cos_prev=mean_of(updates, "cos_prev"), cos_prev_step=cosine(step_grad, state.prev_step_grad),
+        cos_update=mean_of(updates, "cos_update"), cos_halves=cos_halves,
+        snr_halves=snr_from_cosine(cos_halves),
+        cos_applied=mean_of(updates, "cos_applied"),
+        regime=Counter(u["regime"] for u in updates).most_common(1)[0][0],
+        parallel_scale=mean_of(updates, "parallel_scale"), lr=lr, kl_behaviour=updates[0]["kl_behaviour"],
+        entropy=updates[0]["entropy"], accuracy=accuracy, train_accuracy=float(batch["correct"].mean()),
+        response_length=float(batch["mask"].sum(1).float().mean()), clip_frac=mean_of(updates, "clip_frac"),
+        behaviour_version=batch["version"], ratio_to=args.ratio_to)
+    state.prev_step_grad = step_grad
+    state.records.append(record)
+    state.step += 1
+    return record
+
+
+# -- the loop -------------------------------------------------------------------------------------------
+def train(args: Args, state: TrainState | None = None, log=print) -> Iterator[dict]:
+    """Yield the record of each RL step from ``state.step`` (a fresh ``setup(args)`` if not given) to args.steps.
+
+    A non-finite step raises NonFiniteError (``on_nonfinite=raise``) or yields a ``diverged`` record and
+    stops (``mark``). With ``checkpoint_every`` the out_dir is locked and checkpoints are written.
+    """
+    state = setup(args, log) if state is None else state
+    with OutDirLock(Path(args.out_dir)) if args.checkpoint_every else contextlib.nullcontext():
+        from tqdm.auto import tqdm
+        bar = tqdm(range(state.step, args.steps), disable=not args.progress, initial=state.step, total=args.steps,
+                   desc=f"{args.label} s={args.staleness}", leave=False)
+        for step in bar:
+            try:
+                record = rl_step(state)
+            except NonFiniteError as err:
+                if args.on_nonfinite == "raise":
+                    raise
+                log(f"[train] {args.label} s={args.staleness} seed={args.seed}: {err}; run stopped")
+                state.diverged_at = step
+                record = make_row("llm", step=step, seed=args.seed, method=args.label, label=args.label,
+                                  staleness=args.staleness, diverged=True)
+                state.records.append(record)
+                yield record
+                break
+            bar.set_postfix(reward=f"{record['objective']:.2f}", cos=f"{record['cos_prev']:.2f}")
+            if args.checkpoint_every and state.step % args.checkpoint_every == 0 and state.step < args.steps:
+                save_checkpoint(Path(args.out_dir) / "checkpoint.pt", checkpoint_payload(state))
+            yield record
+        bar.close()
+
+
+def summary(state: TrainState) -> dict:
+    """The run's summary: its args, label, warm start, final held-out accuracy and first diverged step."""
+    final_accuracy = heldout_accuracy(state.policy, state.task, state.heldout)
+    return {"args": asdict(state.args), "label": state.args.label, "warm_start": state.warm_info,
+            "final_accuracy": final_accuracy, "diverged_at": state.diverged_at}
+
+
+def run_records(args: Args, log=print) -> dict:
+    """Train to the end; ``{"records": every record (a resumed run's earlier ones too), "summary": ...}``."""
+    state = setup(args, log)
+    for _ in train(args, state, log):
+        pass
+    return {"records": state.records, "summary": summary(state)}
+
+
+# -- checkpoints ----------------------------------------------------------------------------------------
+def checkpoint_payload(state: TrainState) -> dict:
+    return {"policy": state.policy.state_dict(), "optimizer": state.optimizer.state_dict(),
+            "gac": None if state.controller is None else state.controller.state_dict(),
+            "ring": state.ring.state_dict(), "generator": state.generator.get_state(), "records": state.records,
+            "prev_raw": state.prev_raw, "prev_applied": state.prev_applied, "prev_delta": state.prev_delta,
+            "prev_step_grad": state.prev_step_grad, "step": state.step, "args": asdict(state.args)}
+
+
+def save_checkpoint(path: Path, payload: dict) -> None:
+    """Write ``payload`` (torch.save) atomically, headed by the SHA-256 of its bytes (checked at load)."""
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    data = buffer.getvalue()
+    atomic_write_bytes(path, CHECKPOINT_MAGIC + hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+
+
+def load_checkpoint(path: Path, device: str = "cpu") -> dict:
+    """The payload of a checkpoint; one-line ValueError if it is empty, truncated, corrupt or unreadable."""
     try:
-        args, _ = parse(Args, argv, prog="python -m sim.llm.train", description=__doc__.splitlines()[0])
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise ValueError(f"checkpoint {path} cannot be read: {err.strerror}") from None
+    head, _, payload = data.partition(b"\n")
+    if not head.startswith(CHECKPOINT_MAGIC):
+        raise ValueError(f"checkpoint {path} is empty, truncated or not a gac-lab checkpoint (no checksum header)")
+    if hashlib.sha256(payload).hexdigest().encode() != head[len(CHECKPOINT_MAGIC):]:
+        raise ValueError(f"checkpoint {path} is corrupt or truncated (SHA-256 mismatch); delete it to start over")
+    try:
+        return torch.load(io.BytesIO(payload), map_location=device, weights_only=False)
+    except Exception as err:  # a payload that passed the checksum but cannot be unpickled (other torch version)
+        raise ValueError(f"checkpoint {path} cannot be loaded: {type(err).__name__}") from None
+
+
+def checked_resume(args: Args) -> dict:
+    """The checkpoint to resume from, after refusing args that differ from its run's or that shrink outputs."""
+    out_dir = Path(args.out_dir)
+    checkpoint = load_checkpoint(out_dir / "checkpoint.pt", args.device)
+    saved, current = checkpoint["args"], asdict(args)
+    differing = [f.name for f in fields(Args) if f.name not in OUTPUT_ONLY and saved.get(f.name) != current[f.name]]
+    if differing:
+        raise ValueError("--resume with args that differ from the checkpoint's run: " + ", ".join(
+            f"{name} (checkpoint {saved.get(name)!r}, now {current[name]!r})" for name in differing))
+    written = existing_record_count(out_dir / "records.csv")
+    if args.steps < max(checkpoint["step"], written):
+        raise ValueError(f"--steps {args.steps} would shrink the outputs: the checkpoint is at step "
+                         f"{checkpoint['step']} and records.csv has {written} records")
+    return checkpoint
+
+
+def existing_record_count(path: Path) -> int:
+    """Rows in an existing records.csv (0 if there is none)."""
+    return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
+
+
+def restore(state: TrainState, checkpoint: dict) -> None:
+    """Put a checkpoint's state into ``state`` (same numbers as an uninterrupted run from here on)."""
+    state.policy.load_state_dict(checkpoint["policy"])
+    state.optimizer.load_state_dict(checkpoint["optimizer"])
+    if state.controller is not None:
+        state.controller.load_state_dict(checkpoint["gac"])
+    state.ring.load_state_dict(checkpoint["ring"])
+    state.generator.set_state(checkpoint["generator"].cpu())  # map_location moved it; the generator lives on the CPU
+    state.records, state.step = checkpoint["records"], checkpoint["step"]
+    for name in ("prev_raw", "prev_applied", "prev_delta", "prev_step_grad"):
+        setattr(state, name, checkpoint[name])
+
+
+class OutDirLock:
+    """A lock file (out_dir/.lock, holding the pid) refusing an out_dir that another live run holds.
+
+    A lock left by a dead process is taken over; the holder itself may enter again (main → train).
+    """
+
+    def __init__(self, out_dir: Path):
+        self.path, self.acquired = Path(out_dir) / ".lock", False
+
+    def __enter__(self) -> OutDirLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        holder = self._holder()
+        if holder == os.getpid():
+            return self
+        if holder is not None and _alive(holder):
+            raise ValueError(f"--out-dir {self.path.parent} is in use by the live run pid {holder} ({self.path})")
+        atomic_write_bytes(self.path, str(os.getpid()).encode())
+        self.acquired = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.acquired and self._holder() == os.getpid():
+            self.path.unlink(missing_ok=True)
+
+    def _holder(self) -> int | None:
+        try:
+            return int(self.path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+# -- command line ---------------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    import tyro
+
+    args = tyro.cli(Args, args=argv, prog="python -m sim.llm.train", description=__doc__.splitlines()[0])
+    out_dir = Path(args.out_dir)
+    try:
         args.validate()
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ValueError(f"--out-dir {out_dir} is a file, not a folder")
+        with OutDirLock(out_dir):
+            result = run_records(args)
+            write_records(result["records"], out_dir / "records.csv", columns("llm"))
+            atomic_write_bytes(out_dir / "summary.json", json.dumps(result["summary"], indent=1).encode())
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    try:
-        result = run(args)
     except NonFiniteError as err:
         print(f"error: {err} (nothing written to the checkpoint)", file=sys.stderr)
         return 3
-    out_dir = Path(args.out_dir)
-    write_csv(result["records"], out_dir / "records.csv", RECORD_COLUMNS + EXTRA_COLUMNS)
-    (out_dir / "summary.json").write_text(json.dumps(result["summary"], indent=1))
     print(f"[train] {args.label} s={args.staleness}: final held-out accuracy {result['summary']['final_accuracy']:.3f}"
           f" -> {out_dir}/records.csv")
     return 0

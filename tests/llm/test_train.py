@@ -6,60 +6,165 @@ import torch
 
 from sim.llm import grpo
 from sim.llm import train as train_module
-from sim.llm.train import RECORD_COLUMNS, Args, NonFiniteError, run
+from sim.llm.train import Args, NonFiniteError, rl_step, run_records, setup, summary, train
+from sim.schema import columns
 
 QUIET = dict(log=lambda *a: None)
+
+
+def same(a, b) -> bool:
+    """Record values equal, NaN equal to NaN."""
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+def cos(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+class Capture:
+    """Gradients and parameters seen from outside the trainer: the raw gradient of every backward pass
+    (post-accumulate hooks, before GAC), the gradient handed to AdamW and θ before/after each AdamW step."""
+
+    def __init__(self, state):
+        self.params = state.params
+        self.backwards, self.pending, self.stepped, self.before, self.after = [], {}, [], [], []
+        for i, p in enumerate(self.params):
+            p.register_post_accumulate_grad_hook(lambda p, i=i: self._grad(i, p))
+        state.optimizer.register_step_pre_hook(lambda *a: self._pre())
+        state.optimizer.register_step_post_hook(lambda *a: self.after.append(self._theta()))
+
+    @staticmethod
+    def _flat(tensors):
+        return torch.cat([t.reshape(-1) for t in tensors]).double().numpy().copy()
+
+    def _grad(self, i, p):
+        self.pending[i] = p.grad.detach().clone()
+        if len(self.pending) == len(self.params):
+            self.backwards.append(self._flat(self.pending[j] for j in range(len(self.params))))
+            self.pending = {}
+
+    def _theta(self):
+        return self._flat(p.detach() for p in self.params)
+
+    def _pre(self):
+        self.stepped.append(self._flat(p.grad for p in self.params))
+        self.before.append(self._theta())
+
+
+def stepped(state, seen: Capture) -> tuple[list, list]:
+    """Run the state's steps one by one: the records and, per step, the raw gradients of its backward passes."""
+    records, backwards_at = [], []
+    for _ in range(state.args.steps):
+        start = len(seen.backwards)
+        records.append(rl_step(state))
+        backwards_at.append(seen.backwards[start:])
+    return records, backwards_at
 
 
 @pytest.mark.parametrize("method,staleness", [("sync", 0), ("none", 2), ("gac", 2), ("tis", 2), ("m2po", 2),
                                               ("lr_scale", 2), ("gac", 0)])
 def test_every_method_runs_end_to_end(tiny_args, method, staleness):
-    result = run(tiny_args(method=method, staleness=staleness, staleness_kind="random" if method == "tis" else "fixed"),
-                 **QUIET)
+    result = run_records(tiny_args(method=method, staleness=staleness,
+                                   staleness_kind="random" if method == "tis" else "fixed"), **QUIET)
     records = result["records"]
     assert [r["step"] for r in records] == [0, 1, 2, 3]
     for r in records:
-        assert set(RECORD_COLUMNS) <= set(r)
+        assert tuple(r) == columns("llm")
         assert math.isfinite(r["objective"]) and math.isfinite(r["grad_norm"]) and not r["diverged"]
     assert records[0]["method"] == ("sync" if method == "sync" else method)
     assert all(r["behaviour_version"] == max(0, r["step"] - staleness) for r in records) or method == "tis"
-    assert [r["accuracy"] is not None for r in records] == [True, False, True, False]
+    assert [math.isfinite(r["accuracy"]) for r in records] == [True, False, True, False]
+    assert (records[0]["regime"] == "n/a") == (method != "gac")
     assert 0.0 <= result["summary"]["final_accuracy"] <= 1.0
+    assert set(result["summary"]) == {"args", "label", "warm_start", "final_accuracy", "diverged_at"}
 
 
-def test_logged_cosine_equals_cosine_of_saved_gradients(tiny_args):
-    saved = {}
-    hooks = {"after_update": lambda step, k, raw, applied: saved.__setitem__(
-        (step, k), (raw.detach().double().numpy().copy(), applied.detach().double().numpy().copy()))}
-    records = run(tiny_args(method="gac", staleness=2), hooks=hooks, **QUIET)["records"]
+def test_every_cosine_equals_a_direct_computation(tiny_args):
+    """cos_prev, cos_prev_step, cos_update, cos_applied and cos_halves against gradients and parameters
+    captured from outside. Method gac (τ = 0) so applied ≠ raw; the probe runs at steps 0 and 2."""
+    args = tiny_args(method="gac", staleness=2, snr_every=2)
+    state = setup(args, **QUIET)
+    seen = Capture(state)
+    records, backwards_at = stepped(state, seen)
+    raw = [b[-2:] for b in backwards_at]  # the two updates of each step (after the probe's two backwards)
+    assert [len(b) for b in backwards_at] == [4, 2, 4, 2]
+    applied = [seen.stepped[2 * t: 2 * t + 2] for t in range(args.steps)]  # clipped: a scalar, same cosines
+    delta = [a - b for a, b in zip(seen.after, seen.before, strict=True)]
+    for t in (1, 2, 3):
+        r = records[t]
+        assert r["cos_prev"] == pytest.approx((cos(raw[t][0], raw[t - 1][1]) + cos(raw[t][1], raw[t][0])) / 2, abs=1e-9)
+        assert r["cos_applied"] == pytest.approx(
+            (cos(applied[t][0], applied[t - 1][1]) + cos(applied[t][1], applied[t][0])) / 2, abs=1e-9)
+        # The trainer sums the updates' gradients in float32, the test in float64.
+        assert r["cos_prev_step"] == pytest.approx(cos(sum(raw[t]), sum(raw[t - 1])), abs=1e-7)
+        assert r["cos_update"] == pytest.approx(
+            (cos(delta[2 * t], delta[2 * t - 1]) + cos(delta[2 * t + 1], delta[2 * t])) / 2, abs=1e-9)
+        # GAC with τ = 0 leaves no positive alignment with the previous raw gradient.
+        assert cos(applied[t][0], raw[t - 1][1]) <= 1e-6 and cos(applied[t][1], raw[t][0]) <= 1e-6
+    for t in (0, 2):
+        halves = backwards_at[t][:2]
+        c = cos(*halves)
+        assert records[t]["cos_halves"] == pytest.approx(c, abs=1e-9)
+        assert not np.allclose(halves[0], halves[1])  # two different halves of the batch
+        snr = records[t]["snr_halves"]
+        assert math.isnan(snr) if c <= 0 else snr == pytest.approx(c / (1 - c))
+    assert math.isnan(records[1]["cos_halves"]) and math.isnan(records[3]["snr_halves"])
+    assert records[0]["cos_prev"] == pytest.approx(cos(raw[0][1], raw[0][0]), abs=1e-9)  # update 0 has no predecessor
+    assert math.isnan(records[0]["cos_prev_step"])
 
-    def cos(a, b):
-        return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
 
-    step = 2  # updates (2,0) and (2,1); their predecessors (1,1) and (2,0)
-    expected = (cos(saved[2, 0][0], saved[1, 1][0]) + cos(saved[2, 1][0], saved[2, 0][0])) / 2
-    assert records[step]["cos_prev"] == pytest.approx(expected, abs=1e-9)
-    applied = (cos(saved[2, 0][1], saved[1, 1][0]) + cos(saved[2, 1][1], saved[2, 0][0])) / 2
-    assert records[step]["cos_applied"] == pytest.approx(applied, abs=1e-9)
-    # GAC with τ = 0 leaves no positive alignment with the previous raw gradient, at every update.
-    order = sorted(saved)
-    for prev, key in zip(order, order[1:], strict=False):
-        assert cos(saved[key][1], saved[prev][0]) <= 1e-6
+def test_snr_from_cosine():
+    assert train_module.snr_from_cosine(0.5) == pytest.approx(1.0) and train_module.snr_from_cosine(0.2) == 0.25
+    assert math.isnan(train_module.snr_from_cosine(0.0)) and math.isnan(train_module.snr_from_cosine(math.nan))
+    assert train_module.snr_from_cosine(1.0) == math.inf
 
 
-def test_resume_gives_the_same_records(tiny_args, tmp_path):
-    common = dict(method="gac", staleness=2, steps=6, checkpoint_every=3)
-    uninterrupted = run(tiny_args(out_dir=str(tmp_path / "a"), **common), **QUIET)
+def test_snr_probe_does_not_change_the_training_numbers(tiny_args):
+    probed = run_records(tiny_args(method="gac", staleness=2, snr_every=1), **QUIET)["records"]
+    plain = run_records(tiny_args(method="gac", staleness=2, snr_every=1000, seed=0), **QUIET)["records"]
+    for a, b in zip(probed, plain, strict=True):
+        assert all(same(a[k], b[k]) for k in a if k not in ("cos_halves", "snr_halves")), (a, b)
+    assert all(math.isfinite(r["cos_halves"]) for r in probed)
 
-    def kill(step):
-        if step == 4:
-            raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        run(tiny_args(out_dir=str(tmp_path / "b"), **common), hooks={"after_step": kill}, **QUIET)
-    resumed = run(tiny_args(out_dir=str(tmp_path / "b"), resume=True, **common), **QUIET)
-    assert resumed["records"] == uninterrupted["records"]
+def test_gac_step_reference_compares_with_the_previous_rl_steps_summed_gradient(tiny_args):
+    args = tiny_args(method="gac", staleness=2, gac_reference="step", snr_every=1000)
+    state = setup(args, **QUIET)
+    seen = Capture(state)
+    records, backwards_at = stepped(state, seen)
+    raw = [b[-2:] for b in backwards_at]
+    applied = [seen.stepped[2 * t: 2 * t + 2] for t in range(args.steps)]
+    assert records[0]["regime"] == "keep" and np.allclose(applied[0][0] / np.linalg.norm(applied[0][0]),
+                                                          raw[0][0] / np.linalg.norm(raw[0][0]))
+    for t in (1, 2, 3):
+        for k in (0, 1):
+            assert cos(applied[t][k], sum(raw[t - 1])) <= 1e-6
+    # The update reference would compare with the previous update instead: some alignment left there.
+    update_ref_cosines = [cos(applied[t][1], raw[t][0]) for t in (1, 2, 3)]
+    assert max(abs(c) for c in update_ref_cosines) > 1e-3
+
+
+def test_stopping_train_early_then_resume_gives_the_same_records(tiny_args, tmp_path):
+    common = dict(method="gac", staleness=2, steps=6, checkpoint_every=3, snr_every=2)
+    uninterrupted = run_records(tiny_args(out_dir=str(tmp_path / "a"), **common), **QUIET)
+    stopped = tiny_args(out_dir=str(tmp_path / "b"), **common)
+    for record in train(stopped, **QUIET):
+        if record["step"] == 4:
+            break  # a kill after step 4: the checkpoint holds steps 0..2
+    resumed = run_records(tiny_args(out_dir=str(tmp_path / "b"), resume=True, **common), **QUIET)
+    assert len(resumed["records"]) == 6
+    for a, b in zip(resumed["records"], uninterrupted["records"], strict=True):
+        assert all(same(a[k], b[k]) for k in a), (a, b)
     assert resumed["summary"]["final_accuracy"] == uninterrupted["summary"]["final_accuracy"]
+
+
+def test_summary_after_list_of_train(tiny_args):
+    args = tiny_args(steps=2)
+    state = setup(args, **QUIET)
+    records = list(train(args, state, **QUIET))
+    assert [r["step"] for r in records] == [0, 1] and state.records == records
+    assert summary(state)["diverged_at"] is None and 0 <= summary(state)["final_accuracy"] <= 1
 
 
 def test_nonfinite_loss_names_the_step_and_is_not_checkpointed(tiny_args, tmp_path, monkeypatch):
@@ -69,17 +174,19 @@ def test_nonfinite_loss_names_the_step_and_is_not_checkpointed(tiny_args, tmp_pa
     def poisoned(*args, **kwargs):
         loss, stats = real(*args, **kwargs)
         calls["n"] += 1
-        return (loss * float("nan") if calls["n"] == 7 else loss), stats  # step 3, update 1
+        return (loss * float("nan") if calls["n"] == 10 else loss), stats  # step 3, update 1 (probe: 2 at step 0)
 
     monkeypatch.setattr(grpo, "policy_loss", poisoned)
-    args = tiny_args(steps=6, checkpoint_every=2, out_dir=str(tmp_path / "nan"))
+    args = tiny_args(steps=6, checkpoint_every=2, snr_every=1000, out_dir=str(tmp_path / "nan"))
     with pytest.raises(NonFiniteError, match="step 3"):
-        run(args, **QUIET)
-    ckpt = torch.load(tmp_path / "nan" / "checkpoint.pt", weights_only=False)
+        run_records(args, **QUIET)
+    ckpt = train_module.load_checkpoint(tmp_path / "nan" / "checkpoint.pt")
     assert ckpt["step"] == 2 and all(torch.isfinite(v).all() for v in ckpt["policy"].values())
     calls["n"] = 0
-    marked = run(tiny_args(steps=6, on_nonfinite="mark", out_dir=str(tmp_path / "mark")), **QUIET)
-    assert marked["records"][-1] == {**marked["records"][-1], "step": 3, "diverged": True}
+    marked = run_records(tiny_args(steps=6, snr_every=1000, on_nonfinite="mark", out_dir=str(tmp_path / "m")),
+                         **QUIET)
+    assert marked["records"][-1]["step"] == 3 and marked["records"][-1]["diverged"] is True
+    assert math.isnan(marked["records"][-1]["objective"])
     assert marked["summary"]["diverged_at"] == 3
 
 
@@ -91,22 +198,113 @@ def test_nonfinite_loss_names_the_step_and_is_not_checkpointed(tiny_args, tmp_pa
     (["--method", "sync", "--staleness", "4"], "method sync means staleness 0"),
     (["--minibatches", "3"], "must divide prompts_per_step"),
     (["--model", "/nonexistent"], "no config.json"),
+    (["--device", "gpu"], "--device must be cpu, cuda or cuda:N"),
+    (["--digits", "0"], "digits must be >= 1"),
+    (["--snr-every", "0"], "snr_every must be >= 1"),
+    (["--gac-reference", "rl"], "gac_reference must be one of"),
 ])
-def test_invalid_configuration_fails_with_one_line(argv, needle, capsys):
+def test_invalid_configuration_fails_with_one_line(argv, needle, capsys, monkeypatch):
+    monkeypatch.setattr(train_module, "load_models", lambda *a: pytest.fail("work started"))
     assert train_module.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.parametrize("text", ['{"vocab_size": ', '[1, 2]', '{"model_type": "qwen3"}'])
+def test_model_folder_with_a_junk_config_fails_with_one_line(tmp_path, capsys, monkeypatch, text):
+    (tmp_path / "config.json").write_text(text)
+    monkeypatch.setattr(train_module, "load_models", lambda *a: pytest.fail("work started"))
+    assert train_module.main(["--model", str(tmp_path), "--out-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--model {tmp_path}" in err and len(err.splitlines()) == 1
+
+
+CLI_TINY = ["--size", "tiny", "--digits", "1", "--prompts-per-step", "2", "--group-size", "4", "--eval-problems", "8",
+            "--no-progress", "--method", "gac", "--staleness", "1"]
+
+
 def test_cli_writes_records(tiny_checkpoint, tmp_path):
     out = tmp_path / "cli"
-    code = train_module.main(["--size", "tiny", "--model", str(tiny_checkpoint), "--digits", "1", "--steps", "2",
-                              "--prompts-per-step", "2", "--group-size", "4", "--eval-problems", "8",
-                              "--progress", "false",
-                              "--out-dir", str(out), "--method", "gac", "--staleness", "1"])
-    assert code == 0
+    assert train_module.main([*CLI_TINY, "--model", str(tiny_checkpoint), "--steps", "2", "--out-dir", str(out)]) == 0
     header = (out / "records.csv").read_text().splitlines()[0].split(",")
-    assert header[: len(RECORD_COLUMNS)] == RECORD_COLUMNS
+    assert tuple(header) == columns("llm")
+    assert not (out / ".lock").exists()
+
+
+@pytest.fixture
+def checkpointed(tiny_checkpoint, tmp_path):
+    """A finished 4-step CLI run with a checkpoint at step 2; returns (argv, out_dir)."""
+    out = tmp_path / "ck"
+    argv = [*CLI_TINY, "--model", str(tiny_checkpoint), "--steps", "4", "--checkpoint-every", "2",
+            "--out-dir", str(out)]
+    assert train_module.main(argv) == 0
+    return argv, out
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--method", "none"], "method (checkpoint 'gac', now 'none')"),
+    (["--lr", "0.01"], "lr (checkpoint"),
+    (["--steps", "3"], "would shrink the outputs"),
+])
+def test_resume_refuses_other_args_and_shrinking(checkpointed, capsys, extra, needle):
+    argv, out = checkpointed
+    before = (out / "records.csv").read_bytes()
+    assert train_module.main([*argv, "--resume", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
+    assert (out / "records.csv").read_bytes() == before
+
+
+def test_resume_allows_output_only_fields(checkpointed):
+    argv, out = checkpointed
+    before = (out / "records.csv").read_bytes()
+    assert train_module.main([*argv, "--resume", "--threads", "2", "--progress"]) == 0
+    assert (out / "records.csv").read_bytes() == before  # the same numbers from the checkpoint on
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty"])
+def test_damaged_checkpoint_fails_with_one_line_and_keeps_outputs(checkpointed, capsys, damage):
+    argv, out = checkpointed
+    path, before = out / "checkpoint.pt", (out / "records.csv").read_bytes()
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        middle = len(data) // 2
+        data[middle: middle + 64] = bytes(b ^ 0xFF for b in data[middle: middle + 64])
+    path.write_bytes(bytes(data[: len(data) // 2]) if damage == "truncate" else b"" if damage == "empty" else data)
+    assert train_module.main([*argv, "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "checkpoint" in err and len(err.splitlines()) == 1
+    assert (out / "records.csv").read_bytes() == before
+
+
+def test_out_dir_held_by_a_live_run_is_refused_and_a_dead_ones_lock_taken_over(tiny_checkpoint, tmp_path, capsys):
+    import subprocess
+    import sys
+
+    out = tmp_path / "shared"
+    out.mkdir()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (out / ".lock").write_text(str(live.pid))
+        argv = [*CLI_TINY, "--model", str(tiny_checkpoint), "--steps", "1", "--out-dir", str(out)]
+        assert train_module.main(argv) == 2
+        assert f"in use by the live run pid {live.pid}" in capsys.readouterr().err
+        assert not (out / "records.csv").exists()
+    finally:
+        live.kill()
+        live.wait()
+    assert train_module.main(argv) == 0  # the holder is dead now: its lock is taken over
+    assert (out / "records.csv").exists() and not (out / ".lock").exists()
+
+
+def test_checkpoint_temp_names_are_unique(tiny_checkpoint, tmp_path):
+    """Another trainer's temp file under the old shared name does not break this one's checkpoint."""
+    out = tmp_path / "tmpname"
+    (out / "checkpoint.pt.tmp").mkdir(parents=True)  # in the way of a fixed temp name
+    argv = [*CLI_TINY, "--model", str(tiny_checkpoint), "--steps", "3", "--checkpoint-every", "2",
+            "--out-dir", str(out)]
+    assert train_module.main(argv) == 0
+    assert train_module.load_checkpoint(out / "checkpoint.pt")["step"] == 2
 
 
 def test_args_validate_rejects_before_work():
