@@ -29,7 +29,6 @@ from experiments import cache
 from experiments.aggregate import measured
 from sim.llm.train import Args, run_records
 
-
 # What each profile runs. quick: the "small" 0.6M model, fits about 15 minutes on 2 CPU cores.
 PROFILES = {
     "quick": dict(base=dict(size="small", steps=80, prompts_per_step=16, group_size=8, minibatches=2,

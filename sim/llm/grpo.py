@@ -20,14 +20,6 @@ import torch
 from sim.stabilizers import m2po_mask, tis_weights
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
-    """A_i = (r_i − mean_group) / (std_group + eps) for rewards laid out group after group."""
-    grouped = rewards.reshape(-1, group_size)
-    mean = grouped.mean(1, keepdim=True)
-    std = grouped.std(1, keepdim=True, unbiased=False)
-    return ((grouped - mean) / (std + eps)).reshape(-1)
-
-
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp_min(1)
 

@@ -30,6 +30,7 @@ import torch
 
 import gac
 from gac.control import regime_name
+from sim.advantages import group_advantages
 from sim.llm import grpo
 from sim.llm.model import SIZES, check_model_dir, load_model, sample, token_logprobs
 from sim.llm.task import AdditionTask
@@ -274,7 +275,7 @@ def sample_batch(state: TrainState) -> dict:
     responses, behaviour_logp, mask = sample(state.behaviour, prompts, state.task.answer_len, state.generator,
                                              args.temperature)
     reward, correct, _ = state.task.reward(operands, responses.cpu())
-    advantages = grpo.group_advantages(reward, args.group_size).to(device)
+    advantages = group_advantages(reward.reshape(-1, args.group_size)).reshape(-1).to(device)
     prox_logp = None
     if args.registry_method == "tis" or args.ratio_to == "proximal":
         with torch.no_grad():

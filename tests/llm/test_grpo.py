@@ -1,12 +1,13 @@
 import torch
 
+from sim.advantages import group_advantages
 from sim.llm import grpo
 from sim.stabilizers import method_params
 
 
 def test_group_advantages_are_normalised_per_group():
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
-    adv = grpo.group_advantages(rewards, 4)
+    adv = group_advantages(rewards.reshape(-1, 4)).reshape(-1)
     assert torch.allclose(adv[:4], torch.tensor([1.0, -1.0, -1.0, 1.0]), atol=1e-5)
     assert torch.equal(adv[4:], torch.zeros(4))  # no signal from a group where all agree
 
