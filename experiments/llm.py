@@ -44,6 +44,13 @@ PROFILES = {
                  grid={lr: (0, 2, 4, 8, 16) for lr in (3e-5, 1e-4, 3e-4, 1e-3)},
                  line_staleness=(0, 2, 4, 8, 16), high_staleness=16, gac_small_lrs=(1e-4, 3e-5),
                  sync_gac_small_lrs=(1e-4, 3e-5)),
+    # gpu: the 25M-parameter model, 64 prompts × 16 samples, 300 steps, 3 seeds of the key cells (sync, naive
+    # async, GAC, TIS, M2PO at s = 16 and the controls), several runs at once on one GPU. Sized for about 8
+    # minutes on one H200 by estimate: not yet measured on a device.
+    "gpu": dict(base=dict(size="gpu", steps=300, prompts_per_step=64, group_size=16, minibatches=2,
+                          eval_every=50, eval_problems=512, ratio_to="proximal"),
+                seeds=(0, 1, 2), main_lr=3e-4, small_lrs=(1e-4,), grid={3e-4: (0, 16)},
+                line_staleness=(0, 16), high_staleness=16, jobs=6),
 }
 KEY_EXCLUDE = ("progress", "out_dir", "threads", "resume", "checkpoint_every")
 
@@ -64,10 +71,11 @@ def sweep(profile: str, device: str = "cpu") -> list[Run]:
     base = Args(**p["base"], device=device, progress=False, on_nonfinite="mark")
     if profile == "full" and device.startswith("cuda"):
         base = replace(base, size="gpu")  # the 25M-parameter model on one GPU
+    seeds = p["seeds"][:1] if dry_run() else p["seeds"]
     runs: dict[tuple, list[str]] = {}
 
     def add(role, method, staleness, lr, ratio_to="proximal"):
-        for seed in p["seeds"]:
+        for seed in seeds:
             runs.setdefault((method, staleness, lr, seed, ratio_to), []).append(role)
 
     high, main = p["high_staleness"], p["main_lr"]
@@ -87,8 +95,24 @@ def sweep(profile: str, device: str = "cpu") -> list[Run]:
         add("gac_small_step", "gac", high, lr)
     for lr in p.get("sync_gac_small_lrs", ()):
         add("control_sync_gac", "gac", 0, lr)
-    return [Run(replace(base, method=m, staleness=s, lr=lr, seed=seed, ratio_to=ratio), tuple(dict.fromkeys(roles)))
+    return [Run(dry_run_args(replace(base, method=m, staleness=s, lr=lr, seed=seed, ratio_to=ratio)),
+                tuple(dict.fromkeys(roles)))
             for (m, s, lr, seed, ratio), roles in runs.items()]
+
+
+def dry_run() -> bool:
+    """``GAC_LAB_DRY_RUN=1`` (``python -m paper_figs ... --dry-run``): every run shrunk by ``dry_run_args``."""
+    return os.environ.get("GAC_LAB_DRY_RUN") == "1"
+
+
+def dry_run_args(args: Args) -> Args:
+    """Under a dry run, ``args`` shrunk to a smoke test of its command: the tiny model on 1-digit sums (its warm
+    start stops at the first check), 2 RL steps, 4 × 4 samples, on the CPU; unchanged otherwise."""
+    if not dry_run():
+        return args
+    return replace(args, size="tiny", model=None, digits=1, steps=2, prompts_per_step=4, group_size=4,
+                   minibatches=min(args.minibatches, 2), eval_every=1, eval_problems=8, snr_every=1,
+                   warm_target=0.0, device="cpu")
 
 
 RUN_SOURCE_DIRS = ("gac", "sim")
@@ -133,8 +157,14 @@ def _compute_in_worker(args: Args, cache_dir: str, force: bool) -> dict:
 
 def sweep_results(profile: str, device: str = "cpu", log=_print_now, jobs: int | None = None) -> list[tuple[Run, dict]]:
     """Every run of the sweep with its result (cached; missing runs are computed ``jobs`` at a time)."""
-    runs = sweep(profile, device)
-    jobs = default_jobs(device) if jobs is None else jobs
+    jobs = PROFILES[profile].get("jobs") if jobs is None and device.startswith("cuda") else jobs
+    return compute_runs(sweep(profile, device), device, log, jobs)
+
+
+def compute_runs(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int | None = None,
+                 ) -> list[tuple[Run, dict]]:
+    """Each run with its result (cached; missing runs are computed ``jobs`` at a time, in ``runs``' order)."""
+    jobs = 1 if dry_run() else default_jobs(device) if jobs is None else jobs  # a dry run's runs take a second
     force = os.environ.get("GAC_LAB_FORCE") == "1"
     results = {} if force else {i: cache.lookup("llm_grpo", run_key(item.args)) for i, item in enumerate(runs)}
     pending = [i for i in range(len(runs)) if results.get(i) is None]
@@ -144,7 +174,7 @@ def sweep_results(profile: str, device: str = "cpu", log=_print_now, jobs: int |
         nonlocal done
         done += 1
         a = runs[index].args
-        log(f"[llm sweep {done}/{len(runs)}] {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
+        log(f"[llm runs {done}/{len(runs)}] {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
             f"{result['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.0f} s elapsed)")
 
     if pending:  # the first run also trains and caches the warm start, before any parallel worker needs it
@@ -229,6 +259,7 @@ def summary_rows(results) -> list[dict]:
             "kl_behaviour_mean": float(np.mean([r["kl_behaviour"] for r in ok] or [np.nan])),
             "clip_frac_mean": float(np.mean([r["clip_frac"] for r in ok] or [np.nan])),
             "diverged": any(r.get("diverged") for r in records), "wall_s": res["summary"].get("wall_s"),
+            "device": a.device,
         })
     return rows
 
