@@ -217,16 +217,27 @@ def llm_cosine_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:
     return _rows(sweep_results(profile, device), "cosine")
 
 
+DEFAULT_CONFIG = "sweep default: 2 updates/step, proximal ratio, grad clip 1.0, 2 digits"
+"""fig1's name of this sweep's configuration (next to the signature map's strongest one)."""
+
+
 def llm_cosine_rows_with_run_means(profile: str = "quick", device: str = "cpu") -> list[dict]:
-    """fig1 LLM panel: ``llm_cosine_rows`` (without the final-eval rows, label = method), each row carrying its
-    run's mean cosine after the first fifth of the steps (NaN if the run diverged), its mean cosine over all
-    steps before divergence, and whether it diverged: the per-run columns of the toy panels."""
-    rows = [dict(r, label=r["method"]) for r in llm_cosine_rows(profile, device) if not r.get("final_eval")]
-    for key in {(r["staleness"], r["seed"]) for r in rows}:
-        run = [r for r in rows if (r["staleness"], r["seed"]) == key]
+    """fig1 LLM panel: ``llm_cosine_rows`` (without the final-eval rows, label = method, config named) with the
+    per-run columns of ``with_run_means``."""
+    rows = [dict(r, label=r["method"], config=DEFAULT_CONFIG) for r in llm_cosine_rows(profile, device)
+            if not r.get("final_eval")]
+    return with_run_means(rows)
+
+
+def with_run_means(rows: list[dict], key: str = "cos_prev") -> list[dict]:
+    """``rows`` (per-step records of one configuration), each carrying its run's mean ``key`` after the first
+    fifth of the steps (NaN if the run diverged), its mean over all steps before divergence, and whether it
+    diverged: the per-run columns of fig1's toy panels (named run_mean_cos_prev whatever ``key`` is)."""
+    for run_id in {(r["staleness"], r["seed"]) for r in rows}:
+        run = [r for r in rows if (r["staleness"], r["seed"]) == run_id]
         warmup = max(r["step"] for r in run) // 5
-        alive = [r["cos_prev"] for r in run if not r.get("diverged") and r["cos_prev"] == r["cos_prev"]]
-        late = [r["cos_prev"] for r in run if r["step"] >= warmup and not r.get("diverged")]
+        alive = [r[key] for r in run if not r.get("diverged") and measured(r.get(key))]
+        late = [r[key] for r in run if r["step"] >= warmup and not r.get("diverged") and measured(r.get(key))]
         diverged = any(r.get("diverged") for r in run)
         for r in run:
             r.update(run_mean_cos_prev=sum(late) / len(late) if late and not diverged else float("nan"),

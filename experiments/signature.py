@@ -15,7 +15,7 @@ import numpy as np
 from scipy.stats import bootstrap
 
 from experiments.aggregate import measured
-from experiments.llm import Run, compute_runs, dry_run, dry_run_args
+from experiments.llm import Run, compute_runs, dry_run, dry_run_args, with_run_means
 from sim.llm.train import Args
 
 # The base: one optimizer update per RL step, behaviour-policy clip ratio, no gradient-norm clipping, 3-digit
@@ -89,6 +89,22 @@ def sweep_results(profile: str, device: str = "cpu", log=print, jobs: int | None
     runs = sweep(profile, device)
     jobs = PROFILES[profile].get("jobs") if jobs is None and device.startswith("cuda") else jobs
     return compute_runs(runs, device, lambda *a: log(*a, flush=True), jobs)
+
+
+STRONGEST = ("updates=2", "cos_prev_step")
+"""fig1's LLM signature panel: the configuration with the largest async − sync cosine gap in the map and the
+granularity at which it shows (measured: paper_figs/README.md, figs2)."""
+
+
+def strongest_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:
+    """fig1: per-step records of the STRONGEST configuration at each s of ``profile``, with the per-run means of
+    its granularity (``experiments.llm.with_run_means``); the plotted cosine is copied into ``cos_prev_shown``."""
+    config, key = STRONGEST
+    runs = [run for run in sweep(profile, device) if run.roles[0] == config]
+    rows = [dict(r, label=r["method"], config=f"{config}, behaviour ratio, no grad clip, 3 digits ({key})",
+                 cos_prev_shown=r[key])
+            for _, res in compute_runs(runs, device) for r in res["records"]]
+    return with_run_means(rows, key)
 
 
 def _mean(records: list[dict], key: str) -> float:
