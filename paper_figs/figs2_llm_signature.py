@@ -43,6 +43,31 @@ def summary_table(rows: list[dict]) -> list[dict]:
     return table
 
 
+GAP_KEYS = (*PANEL_KEYS, "kl_behaviour_mean", "cos_prev_q1", "cos_prev_step_q1", "accuracy_q1", "accuracy_q2")
+
+
+def gaps(rows: list[dict]) -> list[dict]:
+    """Per configuration: async at its largest s minus sync, paired by seed, for each of GAP_KEYS (mean over seeds
+    and seed-bootstrap interval), with sync's per-half SNR: the numbers behind the hypotheses H1–H4."""
+    out = []
+    for config in dict.fromkeys(r["config"] for r in rows):
+        mine = [r for r in rows if r["config"] == config]
+        s_max = max(r["staleness"] for r in mine)
+        sync = {r["seed"]: r for r in mine if r["staleness"] == 0}
+        stale = {r["seed"]: r for r in mine if r["staleness"] == s_max}
+        seeds = sorted(set(sync) & set(stale))
+        if s_max == 0 or not seeds:
+            continue
+        row = {"config": config, "staleness": s_max, "seeds": len(seeds),
+               "sync_snr_halves": signature.seed_interval([sync[k]["snr_halves"] for k in seeds])[0],
+               "async_snr_halves": signature.seed_interval([stale[k]["snr_halves"] for k in seeds])[0]}
+        for key in GAP_KEYS:
+            diff = [stale[k][key] - sync[k][key] for k in seeds]
+            row[f"gap_{key}"], row[f"gap_{key}_low"], row[f"gap_{key}_high"] = signature.seed_interval(diff)
+        out.append(row)
+    return out
+
+
 def plot_vs_staleness(ax, table: list[dict], key: str, colors: dict) -> None:
     for config, color in colors.items():
         mine = sorted((r for r in table if r["config"] == config), key=lambda r: r["staleness"])
@@ -82,7 +107,13 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
     plot_snr(axes[4], table, colors)
     write_records(rows, out_dir / f"{NAME}.csv")
     write_records(table, out_dir / f"{NAME}_table.csv")
+    gap_rows = gaps(rows)
+    write_records(gap_rows, out_dir / f"{NAME}_gaps.csv")
     save_figure(fig, out_dir, NAME)
+    for g in gap_rows:
+        print(f"  gap {g['config']:<16} s={g['staleness']:>2} − sync: " + "  ".join(
+            f"{key} {g[f'gap_{key}']:+.3f} [{g[f'gap_{key}_low']:+.3f}, {g[f'gap_{key}_high']:+.3f}]"
+            for key in GAP_KEYS) + f"  SNR_h sync {g['sync_snr_halves']:.3f}")
     for r in table:
         print(f"  {r['config']:<16} s={r['staleness']:>2}  cos_prev {r['cos_prev']:+.3f}  cos_prev_step "
               f"{r['cos_prev_step']:+.3f}  cos_update {r['cos_update']:+.3f}  SNR_h {r['snr_halves']:.3f}  "

@@ -116,3 +116,16 @@ def test_fig1_llm_panels_name_default_and_strongest(tiny_checkpoint, tmp_path, m
                         and not math.isnan(r[key])]
                 per_seed.append(np.mean(late))
         assert row["mean_cos_prev"] == pytest.approx(np.mean(per_seed))
+
+
+def test_gaps_paired_by_seed():
+    def row(config, s, seed, value):
+        return {"config": config, "staleness": s, "seed": seed, "snr_halves": 0.1,
+                **{key: value for key in figs2_llm_signature.GAP_KEYS}}
+
+    rows = [row("base", 0, 0, 0.1), row("base", 0, 1, 0.3), row("base", 16, 0, 0.5), row("base", 16, 1, 0.4),
+            row("base", 4, 0, 9.0), row("sync only", 0, 0, 0.2)]
+    (gap,) = figs2_llm_signature.gaps(rows)
+    assert gap["staleness"] == 16 and gap["seeds"] == 2
+    assert gap["gap_cos_prev"] == pytest.approx(((0.5 - 0.1) + (0.4 - 0.3)) / 2)
+    assert gap["gap_cos_prev_low"] <= gap["gap_cos_prev"] <= gap["gap_cos_prev_high"]
