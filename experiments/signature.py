@@ -14,8 +14,9 @@ import sys
 import numpy as np
 from scipy.stats import bootstrap
 
+from experiments import cache
 from experiments.aggregate import measured
-from experiments.llm import Run, compute_runs, dry_run, dry_run_args, with_run_means
+from experiments.llm import Run, compute_runs, dry_run, dry_run_args, run_key, with_run_means
 from sim.llm.train import Args
 
 # The base: one optimizer update per RL step, behaviour-policy clip ratio, no gradient-norm clipping, 3-digit
@@ -228,26 +229,37 @@ def gac_table(rows: list[dict]) -> list[dict]:
     return table
 
 
+def cached_only(runs: list[Run]) -> list[tuple[Run, dict]]:
+    """The runs already in the cache, with their results (nothing is computed); the missing ones are named."""
+    found = [(run, cache.lookup("llm_grpo", run_key(run.args))) for run in runs]
+    for run, result in found:
+        if result is None:
+            print(f"not in the cache (left out): {run.roles[0]} seed {run.args.seed}", file=sys.stderr)
+    return [(run, result) for run, result in found if result is not None]
+
+
 def main(argv=None) -> int:
-    """``python -m experiments.signature gac-table OUT.csv [ARM ...]``: run the GAC table (cached) and write it."""
+    """``python -m experiments.signature gac-table OUT.csv [--cached] [ARM ...]``: run the GAC table (cached) and
+    write it; ``--cached`` computes nothing and tabulates the runs already in the cache."""
     from pathlib import Path
 
     from sim.record import write_records
 
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) < 2 or argv[0] != "gac-table":
-        print("usage: python -m experiments.signature gac-table OUT.csv [ARM ...]", file=sys.stderr)
+        print("usage: python -m experiments.signature gac-table OUT.csv [--cached] [ARM ...]", file=sys.stderr)
         return 2
-    arms = tuple(argv[2:]) or tuple(GAC_ARMS)
+    only_cached = "--cached" in argv
+    arms = tuple(a for a in argv[2:] if a != "--cached") or tuple(GAC_ARMS)
     unknown = [a for a in arms if a not in GAC_ARMS]
     if unknown:
         print(f"error: unknown arm(s) {unknown}; choose from {list(GAC_ARMS)}", file=sys.stderr)
         return 2
     out = Path(argv[1])
-    results = compute_runs(gac_runs(arms), log=lambda *a: print(*a, flush=True))
-    rows = [run_row(item, res) for item, res in results]
-    if "gac τ=0 update" in arms:
-        rows += [run_row(item, res) for item, res in compute_runs(small_step_run(rows))]
+    run_all = cached_only if only_cached else lambda runs: compute_runs(runs, log=lambda *a: print(*a, flush=True))
+    rows = [run_row(item, res) for item, res in run_all(gac_runs(arms))]
+    if any(r["config"] == "gac τ=0 update" for r in rows):
+        rows += [run_row(item, res) for item, res in run_all(small_step_run(rows))]
     write_records(rows, out.with_name(out.stem + "_runs.csv"))
     write_records(gac_table(rows), out)
     return 0
