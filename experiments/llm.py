@@ -3,7 +3,7 @@
 ``sweep(profile)`` lists the runs: naive async on a step size × staleness grid (the regime map),
 the cosine-vs-staleness line at the main step size, GAC at high staleness and the controls that
 separate a staleness fix from damping (sync + GAC; naive async at a smaller step size, which the
-grid holds), the peers TIS and M2PO, and naive async with the clip ratio taken against the behaviour
+grid holds), the peers TIS, M2PO and BAPO, and naive async with the clip ratio taken against the behaviour
 policy (``ratio_to="behaviour"``, the CLI default). The sweep's naive/GAC runs use ``ratio_to="proximal"``:
 the learner recomputes the old log-probs, i.e. stale data used as if fresh (the registry's "none"),
 which TIS then corrects. GAC also runs at the small step size, where naive async's cosine is highest.
@@ -76,7 +76,7 @@ def sweep(profile: str, device: str = "cpu") -> list[Run]:
             add("regime", "none", s, lr)
     for s in p["line_staleness"]:
         add("cosine", "none", s, main)
-    for method in ("none", "gac", "tis", "m2po"):
+    for method in ("none", "gac", "tis", "m2po", "bapo"):
         add("methods", method, high, main)
     add("methods", "none", 0, main)
     add("control_sync_gac", "gac", 0, main)

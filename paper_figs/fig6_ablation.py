@@ -42,7 +42,7 @@ GAC_VARIANTS = {
     "gac_project_adaptive": {"threshold_rule": "ema"},
     "gac_cap_adaptive": {"mode": "cap", "threshold_rule": "ema"},
 }
-PEERS = {"quadratic": ("none", "lr_scale", "dc"), "bandit_gaussian": ("none", "lr_scale", "tis", "m2po")}
+PEERS = {"quadratic": ("none", "lr_scale", "dc"), "bandit_gaussian": ("none", "lr_scale", "tis", "m2po", "bapo")}
 
 
 def _settings(lr: float, peers: tuple[str, ...]) -> list:
