@@ -47,7 +47,8 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
     # (a) reward over steps: every method at high staleness, sync, and the two controls.
     shown = [("sync", 0, main_lr, "-", "proximal"), ("none", high, main_lr, "-", "proximal"),
              ("gac", high, main_lr, "-", "proximal"), ("tis", high, main_lr, "-", "proximal"),
-             ("m2po", high, main_lr, "-", "proximal"), ("bapo", high, main_lr, "-", "proximal"), ("gac", 0, main_lr, "--", "proximal"),
+             ("m2po", high, main_lr, "-", "proximal"), ("bapo", high, main_lr, "-", "proximal"),
+             ("gac", 0, main_lr, "--", "proximal"),
              ("none", high, main_lr, "-.", "behaviour")]
     tiny_lr = p["small_lrs"][-1]
     shown_small = [("sync", 0, tiny_lr, "-", "proximal"), ("none", high, tiny_lr, "-", "proximal"),

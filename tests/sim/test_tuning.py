@@ -1,4 +1,4 @@
-"""The tuned-baselines protocol (experiments_tuning_draft) on a synthetic table with known answers."""
+"""The tuned-baselines protocol (experiments.tuning) on a synthetic table with known answers."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import experiments_tuning_draft as tuning
+from experiments import tuning
 
 LRS = [0.01, 0.03, 0.1, 0.3, 1.0]
 TUNE, REPORT = [0, 1, 2], [3, 4, 5]
