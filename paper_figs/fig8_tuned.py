@@ -20,6 +20,8 @@ NAME = "fig8_tuned"
 SIMS = ("quadratic", "bandit_gaussian", "llm")
 YLABEL = {"quadratic": "final loss f(θ_T) (log)", "bandit_gaussian": "final reward gap J* − J (log)",
           "llm": "final held-out accuracy"}
+GAP = {"quadratic": "final loss", "bandit_gaussian": "final J* − J", "llm": "1 − final held-out accuracy"}
+"""What the tables' mean, low and high measure on each scale (lower is better)."""
 ROBUST_STALENESS = 16
 """The staleness of the per-step-size table (the quadratic's robustness check)."""
 
@@ -37,7 +39,7 @@ def summary_table(sim: str, results: dict[str, pd.DataFrame], grid: tuning.Tunin
     """One row per (method, staleness): tuned lr, reported mean and interval, robust range, winner flag."""
     table = results["reported"].merge(results["ranges"], on=["method", "staleness"])
     winners = set(zip(results["winners"]["staleness"], results["winners"]["winner"], strict=True))
-    return table.assign(sim=sim, lr_at_grid_edge=table["lr"].isin([min(grid.lrs), max(grid.lrs)]),
+    return table.assign(sim=sim, gap=GAP[sim], lr_at_grid_edge=table["lr"].isin([min(grid.lrs), max(grid.lrs)]),
                         winner=[(s, m) in winners for s, m in zip(table["staleness"], table["method"], strict=True)])
 
 
