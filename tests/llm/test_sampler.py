@@ -16,7 +16,8 @@ TASK = AdditionTask(digits=2)
 
 def grouped_prompts(n_prompts=8, group=4, seed=0):
     """GRPO's layout: each prompt repeated ``group`` times (the shared-prefill path)."""
-    return TASK.prompts(TASK.sample_operands(n_prompts, torch.Generator().manual_seed(seed))).repeat_interleave(group, 0)
+    prompts = TASK.prompts(TASK.sample_operands(n_prompts, torch.Generator().manual_seed(seed)))
+    return prompts.repeat_interleave(group, 0)
 
 
 def distinct_prompts(n=24, seed=0):
