@@ -161,7 +161,9 @@ def _lean_forward(model, ids: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     for layer, (keys, values) in zip(body.layers, cache, strict=True):
         x = x + _attention_block(layer.self_attn, layer.input_layernorm(x), cos, sin, keys, values, start, rows)
         x = x + layer.mlp(layer.post_attention_layernorm(x))
-    logits = model.lm_head(body.norm(x[:, -1]))
+    # The last position sliced as HF's forward slices it, a (u, 1, hidden) view: torch's matmul rounds
+    # such an input one way or another depending on whether the weights require grad; this matches both.
+    logits = model.lm_head(body.norm(x)[:, -1:])[:, -1]
     return logits if rows is None else logits[rows]
 
 
