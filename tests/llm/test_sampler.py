@@ -93,3 +93,14 @@ def test_mixed_up_prefill_rows_are_caught(models, monkeypatch):
 
     monkeypatch.setattr(model_module.torch, "unique", shifted_rows)
     assert max_error_against_full_forward(models["random"], grouped_prompts()) > 1e-3
+
+
+def test_training_records_are_the_same_with_either_sampler(tiny_args, monkeypatch):
+    from sim.llm import train as train_module
+    from sim.llm import warmstart as warmstart_module
+
+    args = dict(method="tis", staleness=2, staleness_kind="random")
+    fast = train_module.run(tiny_args(**args), log=lambda *a: None)["records"]
+    monkeypatch.setattr(train_module, "sample", sample_reference)
+    monkeypatch.setattr(warmstart_module, "sample", sample_reference)
+    assert train_module.run(tiny_args(**args), log=lambda *a: None)["records"] == fast
