@@ -280,3 +280,42 @@ def run_gac_quadratic(curvatures, eta: float, staleness: int, steps: int = 3000,
     diverged = (~torch.isfinite(final)) | (final > 1e6 * mid.clamp_min(1e-300))
     return {"rho_bar": float(torch.nan_to_num(torch.stack(coefficients)).mean()), "final_sq": float(final.median()),
             "mid_sq": float(mid.median()), "diverged": float(diverged.double().mean())}
+
+
+def spiked_curvatures(staleness: int, dim: int) -> np.ndarray:
+    """The test spectrum of the GAC checks: 10% of directions at λ = 1, the rest at 0.05·a*(s) (η·λ_max = η)."""
+    out = np.full(dim, 0.05 * float(stability_boundary_closed_form(staleness)))
+    out[: max(1, dim // 10)] = 1.0
+    return out
+
+
+RHO_SETTINGS = [(2, 0.5), (2, 1.5), (4, 1.1), (4, 2.0)]
+"""(s, η·λ_max / a*(s)) of the ρ* check: inside a*(s) and well beyond it (where only the filter keeps it stable)."""
+
+
+def check_self_consistent_rho(settings=RHO_SETTINGS, dim: int = 1000, steps: int = 2000, seeds: int = 2,
+                              seed: int = 0) -> list[dict]:
+    """Self-consistent ρ* (mean-field, Lyapunov with the filter) against the mean removed coefficient of real
+    GAC (``gac.control``, project, τ = 0) on ``spiked_curvatures``, noise σ = 1. Rows: s, fraction, eta,
+    "predicted", "measured", "abs_error", "diverged"."""
+    rows = []
+    for k, (staleness, fraction) in enumerate(settings):
+        curvatures = spiked_curvatures(staleness, dim)
+        eta = fraction * float(stability_boundary_closed_form(staleness))
+        predicted = self_consistent_rho(eta, curvatures, staleness)
+        run = run_gac_quadratic(curvatures, eta, staleness, steps, seeds, seed=seed + k)
+        rows.append({"staleness": staleness, "fraction": fraction, "eta": eta, "predicted": predicted,
+                     "measured": run["rho_bar"], "abs_error": abs(predicted - run["rho_bar"]),
+                     "diverged": run["diverged"]})
+    return rows
+
+
+def check_max_stable_step(staleness: int, factors=(0.95, 1.05), dim: int = 1000, steps: int = 3000, seeds: int = 2,
+                          seed: int = 0) -> dict:
+    """Predicted largest stable η·λ_max of mean-field GAC (``predicted_max_stable_step`` on the spiked spectrum;
+    equals ``top_mode_limit``) and real GAC runs at factor × that value. Returns {"predicted", "top_mode_limit",
+    "runs": {factor: run_gac_quadratic result}}."""
+    curvatures = spiked_curvatures(staleness, dim)
+    predicted = predicted_max_stable_step(curvatures, staleness, tol=1e-3)
+    runs = {f: run_gac_quadratic(curvatures, f * predicted, staleness, steps, seeds, seed=seed) for f in factors}
+    return {"predicted": predicted, "top_mode_limit": top_mode_limit(staleness)["a_max"], "runs": runs}
