@@ -49,7 +49,7 @@ def bound_table() -> str:
 
 
 def gac_table(stalenesses=(1, 2, 4, 8, 16, 32), rhos=(0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.95)) -> str:
-    lines = ["| s | a*(s) | a* for 1/cos(π/(2s+3)) | " + " | ".join(f"ρ = {r}" for r in rhos) + " |",
+    lines = ["| s | a*(s) | 1/cos(π/(2s+3)) | " + " | ".join(f"ρ = {r}" for r in rhos) + " |",
              "|---" * (len(rhos) + 3) + "|"]
     for s in stalenesses:
         ratios = " | ".join(f"{gac_stability.step_cut_ratio(s, r):.3f}" for r in rhos)
