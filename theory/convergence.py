@@ -202,7 +202,7 @@ def check_bound(settings, dim: int = 50, steps: int = 300, seeds: int = 32) -> l
     η = eta_fraction · max_step_size(L, s). σ² = P·noise_std², σ_∥² = noise_std² (isotropic noise, reference
     F_t-measurable); the bound uses nothing measured on the run. Rows carry "bound", "measured_kept" (average
     over t of the seed-averaged kept energy ⟨∇f, D∇f⟩, the quantity bounded), "measured_avg" and "measured_min"
-    (of E‖∇f‖²), "tightness_avg" = bound / measured_kept, "retention" (Σ kept / Σ E‖∇f‖², for information) and
+    (of E‖∇f‖²), "bound_over_kept" = bound / measured_kept, "retention" (Σ kept / Σ E‖∇f‖², for information) and
     "acted" (share of steps GAC acted on).
     """
     rows = []
@@ -220,7 +220,7 @@ def check_bound(settings, dim: int = 50, steps: int = 300, seeds: int = 32) -> l
         kept = float(run["kept_sq"].mean())
         rows.append({**setting, "eta": eta, "L": L, "bound": bound, "measured_kept": kept,
                      "measured_min": float(run["grad_sq"].min()), "measured_avg": float(run["grad_sq"].mean()),
-                     "tightness_avg": bound / kept, "retention": float(run["kept_sq"].sum() / run["grad_sq"].sum()),
+                     "bound_over_kept": bound / kept, "retention": float(run["kept_sq"].sum() / run["grad_sq"].sum()),
                      "acted": float(run["acted"].mean())})
     return rows
 

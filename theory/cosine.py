@@ -402,3 +402,28 @@ def check_anisotropic_cosine(dim: int = 2000, steps: int = 3000, burn_in: int = 
                      "isotropic_predicted": predicted_cosine(eta, curvatures, staleness, 1.0),
                      "snr": snr(eta, curvatures, staleness, noise), "snr_simulated": simulated["snr"]})
     return rows
+
+
+def series_cosine(eta: float, curvatures, staleness, noise=1.0, order: int = 2):
+    """Predicted cosine with each direction's cosine replaced by ``cosine_series`` (s ≥ 1) or −a/2 (s = 0).
+
+    Aggregated with the exact weights σ_i²E[g_i²] of ``gradient_moments``, so it differs from
+    ``predicted_cosine`` only by the truncation of the series: the small-step curve of fig2. Array in, array out.
+    """
+    a = eta * np.atleast_1d(np.asarray(curvatures, dtype=float))
+    noise_sq = np.broadcast_to(np.asarray(noise, dtype=float) ** 2, a.shape)
+    symbol = sp.Symbol("a", positive=True)
+    stalenesses = np.atleast_1d(np.asarray(staleness, dtype=int))
+    out = np.empty(stalenesses.shape)
+    for k, s in enumerate(stalenesses):
+        weights = noise_sq * gradient_moments(a, int(s))[1]
+        per_direction = -a / 2 if s == 0 else sp.lambdify(symbol, cosine_series(int(s), order), "numpy")(a)
+        out[k] = np.nan if np.any(np.isnan(weights)) else float((weights * per_direction).sum() / weights.sum())
+    return float(out[0]) if np.ndim(staleness) == 0 else out
+
+
+def snr_bound(eta: float, curvatures, staleness, noise=1.0):
+    """SNR/(1+SNR) at each staleness (``snr``): the upper bound on the predicted cosine for s ≥ 1 (−cos at s = 0)."""
+    values = np.array([snr(eta, curvatures, int(s), noise) for s in np.atleast_1d(staleness)])
+    out = values / (1.0 + values)
+    return float(out[0]) if np.ndim(staleness) == 0 else out

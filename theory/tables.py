@@ -44,7 +44,7 @@ def bound_table() -> str:
         mode = r["mode"] if r["mode"] == "none" else f"{r['mode']} ({r['threshold']})"
         lines.append(f"| {r['noise_std']} | {r['kind']} | {s} | {r['eta_fraction']} | {mode} | {r['acted']:.2f} | "
                      f"{r['bound']:.4g} | {r['measured_kept']:.4g} | {r['measured_avg']:.4g} | "
-                     f"{r['tightness_avg']:.1f} |")
+                     f"{r['bound_over_kept']:.1f} |")
     return "\n".join(lines)
 
 

@@ -122,3 +122,15 @@ def test_mutation_dropping_noise_weights_fails_the_check(monkeypatch):
     monkeypatch.setattr(cosine, "predicted_cosine", lambda eta, curv, s, noise=1.0: original(eta, curv, s, 1.0))
     rows = cosine.check_anisotropic_cosine(dim=500, steps=600, burn_in=300)
     assert max(row["abs_error"] for row in rows) > 0.005
+
+
+def test_series_curve_and_snr_bound_curve():
+    curvatures = cosine.spectrum("log", 200)
+    grid = np.arange(0, 9)
+    predicted = cosine.predicted_cosine(0.03, curvatures, grid)
+    series = cosine.series_cosine(0.03, curvatures, grid)
+    bound = cosine.snr_bound(0.03, curvatures, grid)
+    assert np.max(np.abs(series - predicted)) < 1e-3
+    assert abs(series[0] - predicted[0]) < 1e-12  # s = 0 is exact
+    assert abs(bound[0] + predicted[0]) < 1e-12
+    assert np.all(predicted[1:] <= bound[1:])
