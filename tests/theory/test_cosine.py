@@ -125,7 +125,7 @@ def test_mutation_dropping_noise_weights_fails_the_check(monkeypatch):
 
 
 def test_series_curve_and_snr_bound_curve():
-    curvatures = cosine.spectrum("log", 200)
+    curvatures = cosine.spectrum("log", 80)
     grid = np.arange(0, 9)
     predicted = cosine.predicted_cosine(0.03, curvatures, grid)
     series = cosine.series_cosine(0.03, curvatures, grid)
