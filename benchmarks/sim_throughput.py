@@ -6,7 +6,8 @@ the previous raw gradient, cosine, loss); the vectorized run does one tensor upd
 Both include their own noise generation. Prints runs·steps per second for each and the speed-up, and one
 vectorized step in units of one copy of the runs × d float64 tensor (``y.copy_(x)``, a STREAM-like
 reference timed in the same process), each next to its target.
-Run: ``python benchmarks/sim_throughput.py [--steps N] [--lrs K] [--seeds S] [--dim D]``.
+Run: ``python -m benchmarks.sim_throughput [--steps N] [--lrs K] [--seeds S] [--dim D]`` (from the repository
+root, so that its ``sim`` is the one measured).
 """
 
 from __future__ import annotations
