@@ -85,7 +85,8 @@ def check_models(settings, model: str) -> None:
 def _as_slice_if_contiguous(rows: torch.Tensor) -> torch.Tensor | slice:
     """A slice for consecutive rows: reading them is then a view, not a gather (same values)."""
     start = int(rows[0])
-    return slice(start, start + len(rows)) if torch.equal(rows, torch.arange(start, start + len(rows))) else rows
+    consecutive = torch.equal(rows, torch.arange(start, start + len(rows), device=rows.device))
+    return slice(start, start + len(rows)) if consecutive else rows
 
 
 @dataclass
@@ -223,7 +224,7 @@ class _Scaled:
 
     @classmethod
     def of(cls, x: torch.Tensor) -> _Scaled:
-        scaled = x.to(torch.float64) * pow2_scale(x).reciprocal_()  # 1/2^k is exact: the same as ÷ 2^k, faster
+        scaled = x.to(torch.float64) / pow2_scale(x)
         return cls(scaled, (scaled * scaled).sum(-1), torch.promote_types(x.dtype, torch.float32))
 
     def cosine(self, previous: _Scaled) -> torch.Tensor:
