@@ -136,7 +136,7 @@ def snr_bound_curves() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     curvatures = toy.QUADRATIC.curvatures().numpy()
     lam = toy.QUADRATIC.curvature_max
     grid = np.arange(1, max(STALENESS) + 1)  # at s = 0 the law is an equality for −cos, not a bound
-    curves = {r: (grid, np.array([snr_bound(r * toy.stability_boundary(int(s)) / lam, curvatures, int(s))
+    curves = {r: (grid, np.array([snr_bound(r * float(a_star(int(s))) / lam, curvatures, int(s))
                                   for s in grid])) for r in BOUNDARY_FRACTIONS}
     curves["fixed"] = (grid, snr_bound(FIXED_ETA_LAMBDA / lam, curvatures, grid))
     return curves
