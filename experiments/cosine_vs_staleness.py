@@ -15,7 +15,7 @@ from experiments.cache import cached_runs
 from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.quadratic import run_quadratic
-from theory.cosine import cosine_at_boundary, predicted_cosine
+from theory.cosine import cosine_at_boundary, predicted_cosine, series_cosine, snr_bound
 from theory.stability import stability_boundary_closed_form as a_star
 
 STALENESS = toy.STALENESS
@@ -126,3 +126,20 @@ def theory_curves() -> dict[str, tuple[np.ndarray, np.ndarray]]:
                                      for s in grid]))
     curves["fixed"] = (grid, predicted_cosine(FIXED_ETA_LAMBDA / lam, curvatures, grid))
     return curves
+
+
+def snr_bound_curves() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """SNR/(1+SNR) at every integer s per series: the upper bound on panel a's lines for s ≥ 1 (theory.cosine.snr)."""
+    curvatures = toy.QUADRATIC.curvatures().numpy()
+    lam = toy.QUADRATIC.curvature_max
+    grid = np.arange(1, max(STALENESS) + 1)  # at s = 0 the law is an equality for −cos, not a bound
+    curves = {r: (grid, np.array([snr_bound(r * float(a_star(int(s))) / lam, curvatures, int(s))
+                                  for s in grid])) for r in BOUNDARY_FRACTIONS}
+    curves["fixed"] = (grid, snr_bound(FIXED_ETA_LAMBDA / lam, curvatures, grid))
+    return curves
+
+
+def fixed_series_curve(staleness: np.ndarray) -> np.ndarray:
+    """``theory.cosine.series_cosine`` (a/2 + (s−1)a²/2 per direction) at the fixed step size, at each s."""
+    return series_cosine(FIXED_ETA_LAMBDA / toy.QUADRATIC.curvature_max, toy.QUADRATIC.curvatures().numpy(),
+                         staleness)

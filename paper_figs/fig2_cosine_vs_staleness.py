@@ -16,7 +16,14 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from experiments.cosine_vs_staleness import STALENESS, TRANSIENT_WINDOW, cosine_rows, theory_curves
+from experiments.cosine_vs_staleness import (
+    STALENESS,
+    TRANSIENT_WINDOW,
+    cosine_rows,
+    fixed_series_curve,
+    snr_bound_curves,
+    theory_curves,
+)
 from paper_figs.common import apply_style, save_figure, single_thread
 from sim.record import write_records
 from theory.cosine import cosine_at_boundary
@@ -52,6 +59,11 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
     for key, (grid, values) in theory_curves().items():
         ax.plot(grid, values, color=FRACTION_COLORS[key], lw=1.0, alpha=0.8)
     ax.plot(boundary_s, cosine_at_boundary(boundary_s), "k--", lw=0.9, label="cos(π/(2s+1)), limit at a*(s)")
+    for key, (grid, values) in snr_bound_curves().items():
+        ax.plot(grid, values, color=FRACTION_COLORS[key], lw=0.7, ls=":",
+                label="SNR/(1+SNR), bound for s ≥ 1" if key == "fixed" else None)
+    ax.plot(boundary_s, fixed_series_curve(boundary_s),
+            color=FRACTION_COLORS["fixed"], lw=0.9, ls="-.", label="series a/2 + (s−1)a²/2 (fixed η)")
     _plot_points(ax, rows, "stationary", offset_step=0.04)
     ax.set(title="(a) stationary, noisy quadratic\n(lines: predicted_cosine at integer s)", xlabel="staleness s",
            ylabel="mean cos(g_t, g_{t-1})", ylim=(-1.05, 1.05), **symlog)
