@@ -35,7 +35,7 @@ GAC_VARIANTS = {
     "gac_project_adaptive": {"threshold_rule": "ema"},
     "gac_cap_adaptive": {"mode": "cap", "threshold_rule": "ema"},
 }
-PEERS = {"quadratic": ("none", "lr_scale", "dc"), "bandit_gaussian": ("none", "lr_scale", "tis", "m2po")}
+PEERS = {"quadratic": ("none", "lr_scale", "dc"), "bandit_gaussian": ("none", "lr_scale", "tis", "m2po", "bapo")}
 SIMS = ("quadratic", "bandit_gaussian", "quadratic_adam")
 """The ``sim`` values of the table, in plotting order."""
 

@@ -3,7 +3,7 @@
 ``sweep(profile)`` lists the runs: naive async on a step size × staleness grid (the regime map),
 the cosine-vs-staleness line at the main step size, GAC at high staleness and the controls that
 separate a staleness fix from damping (sync + GAC; naive async at a smaller step size, which the
-grid holds), the peers TIS and M2PO, and naive async with the clip ratio taken against the behaviour
+grid holds), the peers TIS, M2PO and BAPO, and naive async with the clip ratio taken against the behaviour
 policy (``ratio_to="behaviour"``, the CLI default). The sweep's naive/GAC runs use ``ratio_to="proximal"``:
 the learner recomputes the old log-probs, i.e. stale data used as if fresh (the registry's "none"),
 which TIS then corrects. GAC also runs at the small step size, where naive async's cosine is highest.
@@ -76,7 +76,7 @@ def sweep(profile: str, device: str = "cpu") -> list[Run]:
             add("regime", "none", s, lr)
     for s in p["line_staleness"]:
         add("cosine", "none", s, main)
-    for method in ("none", "gac", "tis", "m2po"):
+    for method in ("none", "gac", "tis", "m2po", "bapo"):
         add("methods", method, high, main)
     add("methods", "none", 0, main)
     add("control_sync_gac", "gac", 0, main)
@@ -133,7 +133,12 @@ def _compute_in_worker(args: Args, cache_dir: str, force: bool) -> dict:
 
 def sweep_results(profile: str, device: str = "cpu", log=_print_now, jobs: int | None = None) -> list[tuple[Run, dict]]:
     """Every run of the sweep with its result (cached; missing runs are computed ``jobs`` at a time)."""
-    runs = sweep(profile, device)
+    return results_of(sweep(profile, device), device, log, jobs)
+
+
+def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int | None = None,
+               name: str = "llm sweep") -> list[tuple[Run, dict]]:
+    """Every run of ``runs`` with its result (cached; missing runs are computed ``jobs`` at a time)."""
     jobs = default_jobs(device) if jobs is None else jobs
     force = os.environ.get("GAC_LAB_FORCE") == "1"
     results = {} if force else {i: cache.lookup("llm_grpo", run_key(item.args)) for i, item in enumerate(runs)}
@@ -144,7 +149,7 @@ def sweep_results(profile: str, device: str = "cpu", log=_print_now, jobs: int |
         nonlocal done
         done += 1
         a = runs[index].args
-        log(f"[llm sweep {done}/{len(runs)}] {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
+        log(f"[{name} {done}/{len(runs)}] {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
             f"{result['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.0f} s elapsed)")
 
     if pending:  # the first run also trains and caches the warm start, before any parallel worker needs it

@@ -37,7 +37,8 @@ def plot_reward_curves(ax_curve, ax_small, records: list[dict], p: dict) -> None
     high, main_lr, small_lr = p["high_staleness"], p["main_lr"], p["small_lrs"][0]
     shown = [("sync", 0, main_lr, "-", "proximal"), ("none", high, main_lr, "-", "proximal"),
              ("gac", high, main_lr, "-", "proximal"), ("tis", high, main_lr, "-", "proximal"),
-             ("m2po", high, main_lr, "-", "proximal"), ("gac", 0, main_lr, "--", "proximal"),
+             ("m2po", high, main_lr, "-", "proximal"), ("bapo", high, main_lr, "-", "proximal"),
+             ("gac", 0, main_lr, "--", "proximal"),
              ("none", high, main_lr, "-.", "behaviour")]
     tiny_lr = p["small_lrs"][-1]
     shown_small = [("sync", 0, tiny_lr, "-", "proximal"), ("none", high, tiny_lr, "-", "proximal"),

@@ -51,7 +51,7 @@ CHECKPOINT_MAGIC = b"gac-lab checkpoint v2 sha256="
 @dataclass
 class Args:
     method: str = "none"
-    """method from sim/stabilizers.py (none = naive async, gac, tis, m2po, lr_scale) or sync (= none at s=0)"""
+    """method from sim/stabilizers.py (none = naive async, gac, tis, m2po, bapo, lr_scale) or sync (= none at s=0)"""
     staleness: int = 0
     """staleness s: rollouts of step t come from the policy of step t − s (max s when kind is random)"""
     staleness_kind: str = "fixed"
@@ -282,7 +282,7 @@ def sample_batch(state: TrainState) -> dict:
         with torch.no_grad():
             prox_logp, _ = token_logprobs(state.policy, prompts, responses, args.temperature)
     # The clip's denominator: π_b (default) or, with ratio_to=proximal, π_θ at the step's start.
-    proximal_clip = args.ratio_to == "proximal" and args.registry_method not in ("tis", "m2po")
+    proximal_clip = args.ratio_to == "proximal" and args.registry_method not in ("tis", "m2po", "bapo")
     return {"version": version, "prompts": prompts, "responses": responses, "behaviour_logp": behaviour_logp,
             "mask": mask, "reward": reward, "correct": correct, "advantages": advantages, "prox_logp": prox_logp,
             "old_logp": prox_logp if proximal_clip else behaviour_logp}
@@ -366,7 +366,8 @@ def optimizer_update(state: TrainState, batch: dict, idx: torch.Tensor, where: s
     applied = raw if regime == NO_REGIME else flat_grad(state.params)
     numbers = {"grad_norm": float(raw.norm()), "cos_prev": cosine(raw, state.prev_raw),
                "cos_applied": cosine(applied, state.prev_applied), "regime": regime, "parallel_scale": scale,
-               "clip_frac": stats["clip_frac"], "kl_behaviour": stats["kl_behaviour"], "entropy": stats["entropy"],
+               "clip_frac": stats["clip_frac"], "clip_low": stats["clip_low"], "clip_high": stats["clip_high"],
+               "kl_behaviour": stats["kl_behaviour"], "entropy": stats["entropy"],
                "raw": raw, "cos_update": math.nan}
     state.prev_raw, state.prev_applied = raw, applied
     torch.nn.utils.clip_grad_norm_(state.params, state.args.max_grad_norm)
@@ -414,6 +415,7 @@ def rl_step(state: TrainState) -> dict:
         parallel_scale=mean_of(updates, "parallel_scale"), lr=lr, kl_behaviour=updates[0]["kl_behaviour"],
         entropy=updates[0]["entropy"], accuracy=accuracy, train_accuracy=float(batch["correct"].mean()),
         response_length=float(batch["mask"].sum(1).float().mean()), clip_frac=mean_of(updates, "clip_frac"),
+        clip_low=mean_of(updates, "clip_low"), clip_high=mean_of(updates, "clip_high"),
         behaviour_version=batch["version"], ratio_to=args.ratio_to)
     state.prev_step_grad = step_grad
     state.records.append(record)
