@@ -25,9 +25,11 @@ Direction, fixed in advance for every signal: a higher value is the warning (a s
 what noise explains, a policy drifting from its data, an exploding gradient, more clipping, an entropy
 blow-up). An AUC below 0.5 means the signal moves the other way before a collapse; it is not flipped.
 
-Statistics pool every scored step of every run of one simulator. AUC = U / (n₊ n₋) with U the
-Mann–Whitney statistic of scipy (ties count one half). The alarm threshold is the 90th percentile of
-the signal over the negative steps (alarm: value > threshold, so at most 10% of negatives alarm);
+Statistics pool every scored step of every run of one simulator (``auc_collapsing_runs``: of the runs that
+collapse only, which gives less credit to telling healthy runs from doomed ones, as the staleness alone
+does). AUC = U / (n₊ n₋) with U the Mann–Whitney statistic of scipy (ties count one half). The alarm
+threshold is the 90th percentile of the signal over the negative steps (alarm: value > threshold, so at
+most 10% of negatives alarm);
 precision = alarmed positives / alarmed steps; the lead time of a collapse at c is c − the earliest
 alarmed step in [c − k, c), 0 when no step there alarms (a missed collapse); the median is over collapses.
 """
@@ -185,7 +187,11 @@ def lead_time(steps: np.ndarray, values: np.ndarray, collapse: float, threshold:
 def score_signal(runs: dict[tuple, list[dict]], collapses: dict[tuple, float | None], name: str,
                  horizon: int) -> dict:
     """AUC, the 10%-false-alarm threshold, its precision and achieved false-alarm rate, the share of collapses
-    it detects and the median lead time, for signal ``name`` and horizon k over the steps of ``runs``."""
+    it detects and the median lead time, for signal ``name`` and horizon k over the steps of ``runs``.
+
+    ``auc_collapsing_runs`` is the AUC over the steps of the runs that collapse only: whether the signal rises
+    as the collapse nears within those runs, where the pooled AUC also credits a signal that merely separates
+    the runs (e.g. by their staleness)."""
     series = []  # (steps, values, labels, collapse) of each run, the steps where the signal is measured
     for key, run in runs.items():
         steps = np.array([row["step"] for row in run], dtype=float)
@@ -196,8 +202,11 @@ def score_signal(runs: dict[tuple, list[dict]], collapses: dict[tuple, float | N
     values = np.concatenate([v for _, v, _, _ in series])
     labels = np.concatenate([lab for _, _, lab, _ in series])
     events = [(s, v, c) for s, v, _, c in series if c is not None]
+    collapsing = [(v, lab) for _, v, lab, c in series if c is not None]
     out = {"scored_steps": len(values), "positives": int((labels == 1).sum()), "negatives": int((labels == 0).sum()),
-           "auc": roc_auc(values, labels)}
+           "auc": roc_auc(values, labels),
+           "auc_collapsing_runs": roc_auc(np.concatenate([v for v, _ in collapsing] or [[]]),
+                                          np.concatenate([lab for _, lab in collapsing] or [[]]))}
     negatives = values[labels == 0]
     if not len(negatives) or not out["positives"]:
         return {**out, "threshold": math.nan, "false_alarm_rate": math.nan, "precision": math.nan,

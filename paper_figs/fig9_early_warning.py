@@ -67,14 +67,15 @@ def plot(axes, table: list[dict], sim: str, signals, horizons) -> None:
 
 
 def markdown(table: list[dict]) -> str:
-    lines = ["| sim | signal | k | collapses/runs | pos/neg steps | AUC | precision (base rate) | detected | "
-             "median lead |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| sim | signal | k | collapses/runs | pos/neg steps | AUC | AUC in collapsing runs "
+             "| precision (base rate) | detected | median lead |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table:
         if not r["scored_steps"] or not r["collapses"]:
             continue
         base = r["positives"] / max(1, r["positives"] + r["negatives"])
         lines.append(f"| {r['sim']} | {r['signal']} | {r['k']} | {r['collapses']}/{r['runs']} | "
-                     f"{r['positives']}/{r['negatives']} | {r['auc']:.3f} | {r['precision']:.3f} ({base:.3f}) | "
+                     f"{r['positives']}/{r['negatives']} | {r['auc']:.3f} | {r['auc_collapsing_runs']:.3f} | "
+                     f"{r['precision']:.3f} ({base:.3f}) | "
                      f"{r['detected']:.2f} | {r['median_lead']:g} |")
     return "\n".join(lines)
 

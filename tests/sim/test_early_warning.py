@@ -68,7 +68,8 @@ def test_rising_signal_gives_auc_one_and_a_falling_one_is_not_flipped():
     assert sorted(collapses.values(), key=str) == [40, None]
     score = ew.score_signal(runs, collapses, "grad_norm", 5)
     assert (score["positives"], score["negatives"]) == (5, 35 + 41)
-    assert score["auc"] == 1.0
+    assert score["auc"] == 1.0 and score["auc_collapsing_runs"] == 1.0
+    assert ew.score_signal(runs, collapses, "staleness", 5)["auc_collapsing_runs"] == 0.5  # constant in a run
     # negatives sorted: 41 at 1.00, then 6 each at 1.01..1.05, 5 at 1.06; the 90th percentile (index 67.5 of 76)
     # is 1.05, so the 5 negatives at 1.06 alarm with the 5 positives
     assert score["threshold"] == pytest.approx(1.05)
