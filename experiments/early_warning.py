@@ -197,7 +197,8 @@ def score_signal(runs: dict[tuple, list[dict]], collapses: dict[tuple, float | N
         steps = np.array([row["step"] for row in run], dtype=float)
         values = signal_values(run, name)
         labels = step_labels(steps, collapses[key], horizon)
-        kept = ~np.isnan(values) & ~np.isnan(labels)
+        scored = np.array([not row.get("final_eval") for row in run])
+        kept = scored & ~np.isnan(values) & ~np.isnan(labels)
         series.append((steps[kept], values[kept], labels[kept], collapses[key]))
     values = np.concatenate([v for _, v, _, _ in series])
     labels = np.concatenate([lab for _, _, lab, _ in series])
@@ -243,16 +244,18 @@ def evaluate(rows: Iterable[dict], signals: Sequence[str] = tuple(SIGNALS),
 
 def llm_rows(results) -> list[dict]:
     """Per-step records of every run of an LLM sweep (``experiments.llm.sweep_results``), each run followed by
-    one schema row at step = steps holding only the final policy's held-out accuracy (its last evaluation).
+    one schema row at step = steps holding only the final policy's held-out accuracy (its last evaluation), marked
+    ``final_eval`` (as in ``experiments.llm``): it can be a collapse, but it is not a step whose signals are scored.
     ``lr`` is the run's configured step size on every row (as in fig5), so a run is one key under lr_scale too."""
     rows = []
     for item, result in results:
         a = item.args
         rows += [dict(r, lr=a.lr) for r in result["records"]]
-        rows.append(make_row("llm", step=a.steps, seed=a.seed, method=a.registry_method, label=a.label,
-                             staleness=a.staleness, lr=a.lr, ratio_to=a.ratio_to,
-                             accuracy=result["summary"]["final_accuracy"],
-                             diverged=any(r.get("diverged") for r in result["records"])))
+        final = make_row("llm", step=a.steps, seed=a.seed, method=a.registry_method, label=a.label,
+                         staleness=a.staleness, lr=a.lr, ratio_to=a.ratio_to,
+                         accuracy=result["summary"]["final_accuracy"],
+                         diverged=any(r.get("diverged") for r in result["records"]))
+        rows.append(dict(final, final_eval=True))
     return rows
 
 

@@ -143,6 +143,10 @@ def test_llm_rows_append_the_final_evaluation_to_each_run():
     run = next(iter(runs.values()))
     assert (run[-1]["step"], run[-1]["accuracy"]) == (3, 0.2)
     assert ew.llm_collapse_step(run) == 3  # 0.2 < 0.5 × 0.5
+    healthy = ew.llm_rows([(Run(args, ("regime",)), {"records": records, "summary": {"final_accuracy": 0.5}})])
+    runs = ew.split_runs(healthy)
+    score = ew.score_signal(runs, ew.collapse_steps(runs), "staleness", 5)
+    assert score["scored_steps"] == 3  # the records only: the final evaluation row has no signals to score
 
 
 @pytest.mark.parametrize("signals, horizons, message", [(("cos_prev",), (0,), "k must be"),
