@@ -43,9 +43,11 @@ def plot(axes, table: list[dict], sim: str, signals, horizons) -> None:
     x = np.arange(len(signals))
     width = 0.8 / len(horizons)
     for j, horizon in enumerate(horizons):
-        auc = [mine[(s, horizon)]["auc"] for s in signals]
-        ax_auc.bar(x + (j - (len(horizons) - 1) / 2) * width, auc, width, label=f"k = {horizon}",
+        offset = x + (j - (len(horizons) - 1) / 2) * width
+        ax_auc.bar(offset, [mine[(s, horizon)]["auc"] for s in signals], width, label=f"k = {horizon}",
                    color=HORIZON_COLORS[j % len(HORIZON_COLORS)])
+        ax_auc.plot(offset, [mine[(s, horizon)]["auc_collapsing_runs"] for s in signals], "k_", ms=5,
+                    label="collapsing runs only" if j == 0 else None)
     for i, s in enumerate(signals):
         if not mine[(s, horizons[0])]["scored_steps"]:
             ax_auc.text(i, 0.02, "not\nrecorded", ha="center", va="bottom", fontsize=5, color="grey")
@@ -62,7 +64,7 @@ def plot(axes, table: list[dict], sim: str, signals, horizons) -> None:
         if not math.isnan(detected):
             ax_lead.text(i, (lead[i] if not math.isnan(lead[i]) else 0) + 0.3, f"{detected:.0%}", ha="center",
                          fontsize=6)
-    ax_lead.set(ylim=(0, longest * 1.15), ylabel=f"median lead (steps), k = {longest}")
+    ax_lead.set(ylim=(0, longest * 1.15), ylabel=f"median lead (steps), k = {longest}\n(label: collapses detected)")
     ax_lead.set_xticks(x, signals, rotation=45, ha="right")
 
 
@@ -91,10 +93,11 @@ def main(profile: str, out_dir: Path, device: str = "cpu", signals=tuple(SIGNALS
     sims = [sim for sim in dict.fromkeys(r["sim"] for r in table)
             if any(r["sim"] == sim and r["collapses"] for r in table)]
     apply_style()
-    fig, axes = plt.subplots(2, max(1, len(sims)), figsize=(3.6 * max(1, len(sims)), 5.2), squeeze=False)
+    fig, axes = plt.subplots(2, max(1, len(sims)), figsize=(3.6 * max(1, len(sims)), 5.2), squeeze=False,
+                             layout="constrained")
     for i, sim in enumerate(sims):
         plot((axes[0][i], axes[1][i]), table, sim, list(signals), list(horizons))
-    axes[0][0].legend()
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside upper center", ncol=len(horizons) + 1)
     write_records(table, out_dir / f"{NAME}.csv")
     write_records(events, out_dir / f"{NAME}_collapses.csv")
     save_figure(fig, out_dir, NAME)
