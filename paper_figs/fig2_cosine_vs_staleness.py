@@ -22,7 +22,7 @@ from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.quadratic import run_quadratic
 from sim.record import write_records
-from theory.cosine import cosine_at_boundary, predicted_cosine
+from theory.cosine import cosine_at_boundary, predicted_cosine, series_cosine, snr_bound
 from theory.stability import stability_boundary_closed_form as a_star
 
 NAME = "fig2_cosine_vs_staleness"
@@ -131,6 +131,17 @@ def theory_curves() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return curves
 
 
+def snr_bound_curves() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """SNR/(1+SNR) at every integer s per series: the upper bound on panel a's lines for s ≥ 1 (theory.cosine.snr)."""
+    curvatures = toy.QUADRATIC.curvatures().numpy()
+    lam = toy.QUADRATIC.curvature_max
+    grid = np.arange(1, max(STALENESS) + 1)  # at s = 0 the law is an equality for −cos, not a bound
+    curves = {r: (grid, np.array([snr_bound(r * toy.stability_boundary(int(s)) / lam, curvatures, int(s))
+                                  for s in grid])) for r in BOUNDARY_FRACTIONS}
+    curves["fixed"] = (grid, snr_bound(FIXED_ETA_LAMBDA / lam, curvatures, grid))
+    return curves
+
+
 def _plot_points(ax, rows: list[dict], panel: str, offset_step: float = 0.0) -> None:
     keys = list(dict.fromkeys(r["color_key"] for r in rows if r["panel"] == panel))
     for k, key in enumerate(keys):
@@ -158,6 +169,12 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
     for key, (grid, values) in theory_curves().items():
         ax.plot(grid, values, color=FRACTION_COLORS[key], lw=1.0, alpha=0.8)
     ax.plot(boundary_s, cosine_at_boundary(boundary_s), "k--", lw=0.9, label="cos(π/(2s+1)), limit at a*(s)")
+    for key, (grid, values) in snr_bound_curves().items():
+        ax.plot(grid, values, color=FRACTION_COLORS[key], lw=0.7, ls=":",
+                label="SNR/(1+SNR), bound for s ≥ 1" if key == "fixed" else None)
+    ax.plot(boundary_s, series_cosine(FIXED_ETA_LAMBDA / toy.QUADRATIC.curvature_max,
+                                      toy.QUADRATIC.curvatures().numpy(), boundary_s),
+            color=FRACTION_COLORS["fixed"], lw=0.9, ls="-.", label="series a/2 + (s−1)a²/2 (fixed η)")
     _plot_points(ax, rows, "stationary", offset_step=0.04)
     ax.set(title="(a) stationary, noisy quadratic\n(lines: predicted_cosine at integer s)", xlabel="staleness s",
            ylabel="mean cos(g_t, g_{t-1})", ylim=(-1.05, 1.05), **symlog)

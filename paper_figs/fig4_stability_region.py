@@ -18,6 +18,7 @@ from paper_figs.common import apply_style, save_figure
 from sim.grid import setting
 from sim.quadratic import run_quadratic
 from sim.record import write_records
+from theory.gac_stability import top_mode_limit
 from theory.stability import stability_boundary_closed_form
 
 NAME = "fig4_stability_region"
@@ -72,6 +73,10 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> dict:
         ax.pcolormesh(etas, range(len(STALENESS)), grid.numpy(), cmap="Reds", vmin=0, vmax=1, shading="nearest")
         boundary = [float(stability_boundary_closed_form(s)) for s in STALENESS]
         ax.plot(boundary, range(len(STALENESS)), "k--", lw=1.2, label="theory a*(s)")
+        if method == "gac":  # mean-field GAC (theory.gac_stability): largest stable η·λ_max, 1/cos(π/(2s+3))
+            predicted = [top_mode_limit(s)["a_max"] for s in STALENESS]
+            ax.plot(predicted, range(len(STALENESS)), "b:", lw=1.2, label="mean-field GAC limit")
+            ax.legend(loc="lower left")
         ax.set(xscale="log", title=title, xlabel="η·λ_max")
         ax.set_yticks(range(len(STALENESS)), [str(s) for s in STALENESS])
     axes[0].set_ylabel("staleness s")
