@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import functools
 import math
-import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from experiments import cache
 from experiments.aggregate import measured
+from experiments.pool import process_pool
 from sim.llm.train import Args, run_records
 
 # What each profile runs. quick: the "small" 0.6M model, fits about 15 minutes on 2 CPU cores.
@@ -152,8 +152,7 @@ def sweep_results(profile: str, device: str = "cpu", log=_print_now, jobs: int |
         report(pending[0], results[pending[0]])
     rest = pending[1:]
     if jobs > 1 and len(rest) > 1:
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        with process_pool(jobs) as pool:
             futures = {pool.submit(_compute_in_worker, runs[i].args, str(cache.CACHE_DIR), force): i
                        for i in rest}
             for future in as_completed(futures):
