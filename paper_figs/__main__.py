@@ -23,7 +23,7 @@ from sim.record import check_output_dir, publish_together
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = run order for "all".
 FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region", "fig5_llm_grpo",
-           "fig6_ablation", "fig7_bound", "fig8_tuned", "figs1_bandit_snr"]
+           "fig6_ablation", "fig7_bound", "fig8_tuned", "fig9_early_warning", "figs1_bandit_snr"]
 FigureName = Literal[tuple([*FIGURES, "all"])]
 
 
