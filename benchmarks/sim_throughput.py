@@ -3,8 +3,11 @@
 Grid: methods {none, lr_scale, gac (project, τ = 0)} × staleness {0, 1, 2, 4, 8, 16} × step sizes × seeds,
 d = 100. The loop does the same arithmetic per run (history list, stale gradient, GAC projection with
 the previous raw gradient, cosine, loss); the vectorized run does one tensor update per step for all runs.
-Both include their own noise generation. Prints runs·steps per second for each and the ratio.
-Run: ``python benchmarks/sim_throughput.py [--steps N] [--lrs K] [--seeds S] [--dim D]``.
+Both include their own noise generation. Prints runs·steps per second for each and the speed-up, and one
+vectorized step in units of one copy of the runs × d float64 tensor (``y.copy_(x)``, a STREAM-like
+reference timed in the same process), each next to its target.
+Run: ``python -m benchmarks.sim_throughput [--steps N] [--lrs K] [--seeds S] [--dim D]`` (from the repository
+root, so that its ``sim`` is the one measured).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from sim.quadratic import QuadraticProblem, run_quadratic
 
 STALENESS = (0, 1, 2, 4, 8, 16)
 METHODS = ("none", "lr_scale", "gac")
+TARGET_SPEEDUP = 10.0  # vectorized vs the per-run numpy loop, at least
+TARGET_COPY_PASSES = 10.0  # one vectorized step, in copies of the runs × d tensor, at most
 
 
 def grid(lrs: list[float]) -> list:
@@ -55,6 +60,19 @@ def loop_numpy(problem: QuadraticProblem, settings, steps: int, seeds: int, seed
     return np.array(finals)
 
 
+def copy_seconds(rows: int, dim: int, repeats: int = 200) -> float:
+    """Median time of one ``y.copy_(x)`` of a (rows, dim) float64 tensor (batches of 10 copies)."""
+    x = torch.randn(rows, dim, dtype=torch.float64)
+    y = torch.empty_like(x)
+    times = []
+    for _ in range(repeats // 10):
+        start = time.perf_counter()
+        for _ in range(10):
+            y.copy_(x)
+        times.append((time.perf_counter() - start) / 10)
+    return float(np.median(times))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=300)
@@ -66,9 +84,11 @@ def main(argv=None) -> None:
     problem = QuadraticProblem(dim=args.dim, condition_number=100.0, noise=0.1)
     settings = grid(np.linspace(0.05, 0.3, args.lrs).tolist())
     runs = len(settings) * args.seeds
+    copy_before = copy_seconds(runs, problem.dim)
     start = time.perf_counter()
     run_quadratic(problem, settings, args.steps, args.seeds, record_every=args.steps)
     vectorized = time.perf_counter() - start
+    copy = 0.5 * (copy_before + copy_seconds(runs, problem.dim))  # before and after: load drifts
     start = time.perf_counter()
     loop_numpy(problem, settings, args.steps, args.seeds)
     looped = time.perf_counter() - start
@@ -76,7 +96,10 @@ def main(argv=None) -> None:
     print(f"grid: {runs} runs × {args.steps} steps, d = {problem.dim}, 1 thread")
     print(f"vectorized (sim.quadratic): {vectorized:7.2f} s  {work / vectorized:12.0f} run-steps/s")
     print(f"per-run numpy loop:         {looped:7.2f} s  {work / looped:12.0f} run-steps/s")
-    print(f"speed-up: {looped / vectorized:.1f}x")
+    print(f"speed-up vs numpy loop: {looped / vectorized:.1f}x (target >= {TARGET_SPEEDUP:.0f}x)")
+    step = vectorized / args.steps
+    print(f"one vectorized step: {step * 1e3:.2f} ms = {step / copy:.0f} copy passes of the {runs} x {problem.dim} "
+          f"float64 tensor ({copy * 1e6:.0f} us each; target <= {TARGET_COPY_PASSES:.0f})")
 
 
 if __name__ == "__main__":

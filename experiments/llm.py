@@ -3,7 +3,7 @@
 ``sweep(profile)`` lists the runs: naive async on a step size × staleness grid (the regime map),
 the cosine-vs-staleness line at the main step size, GAC at high staleness and the controls that
 separate a staleness fix from damping (sync + GAC; naive async at a smaller step size, which the
-grid holds), the peers TIS and M2PO, and naive async with the clip ratio taken against the behaviour
+grid holds), the peers TIS, M2PO and BAPO, and naive async with the clip ratio taken against the behaviour
 policy (``ratio_to="behaviour"``, the CLI default). The sweep's naive/GAC runs use ``ratio_to="proximal"``:
 the learner recomputes the old log-probs, i.e. stale data used as if fresh (the registry's "none"),
 which TIS then corrects. GAC also runs at the small step size, where naive async's cosine is highest.
@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import functools
 import math
-import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from experiments import cache
 from experiments.aggregate import measured
+from experiments.pool import process_pool
 from sim.llm.train import Args, run_records
 
 # What each profile runs. quick: the "small" 0.6M model, fits about 15 minutes on 2 CPU cores.
@@ -84,7 +84,7 @@ def sweep(profile: str, device: str = "cpu") -> list[Run]:
             add("regime", "none", s, lr)
     for s in p["line_staleness"]:
         add("cosine", "none", s, main)
-    for method in ("none", "gac", "tis", "m2po"):
+    for method in ("none", "gac", "tis", "m2po", "bapo"):
         add("methods", method, high, main)
     add("methods", "none", 0, main)
     add("control_sync_gac", "gac", 0, main)
@@ -158,12 +158,12 @@ def _compute_in_worker(args: Args, cache_dir: str, force: bool) -> dict:
 def sweep_results(profile: str, device: str = "cpu", log=_print_now, jobs: int | None = None) -> list[tuple[Run, dict]]:
     """Every run of the sweep with its result (cached; missing runs are computed ``jobs`` at a time)."""
     jobs = PROFILES[profile].get("jobs") if jobs is None and device.startswith("cuda") else jobs
-    return compute_runs(sweep(profile, device), device, log, jobs)
+    return results_of(sweep(profile, device), device, log, jobs)
 
 
-def compute_runs(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int | None = None,
-                 ) -> list[tuple[Run, dict]]:
-    """Each run with its result (cached; missing runs are computed ``jobs`` at a time, in ``runs``' order)."""
+def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int | None = None,
+               name: str = "llm sweep") -> list[tuple[Run, dict]]:
+    """Every run of ``runs`` with its result (cached; missing runs are computed ``jobs`` at a time, in order)."""
     jobs = 1 if dry_run() else default_jobs(device) if jobs is None else jobs  # a dry run's runs take a second
     force = os.environ.get("GAC_LAB_FORCE") == "1"
     results = {} if force else {i: cache.lookup("llm_grpo", run_key(item.args)) for i, item in enumerate(runs)}
@@ -174,7 +174,7 @@ def compute_runs(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int
         nonlocal done
         done += 1
         a = runs[index].args
-        log(f"[llm runs {done}/{len(runs)}] {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
+        log(f"[{name} {done}/{len(runs)}] {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
             f"{result['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.0f} s elapsed)")
 
     if pending:  # the first run also trains and caches the warm start, before any parallel worker needs it
@@ -182,8 +182,7 @@ def compute_runs(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int
         report(pending[0], results[pending[0]])
     rest = pending[1:]
     if jobs > 1 and len(rest) > 1:
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        with process_pool(jobs) as pool:
             futures = {pool.submit(_compute_in_worker, runs[i].args, str(cache.CACHE_DIR), force): i
                        for i in rest}
             for future in as_completed(futures):

@@ -16,7 +16,7 @@ from scipy.stats import bootstrap
 
 from experiments import cache
 from experiments.aggregate import measured
-from experiments.llm import Run, compute_runs, dry_run, dry_run_args, run_key, with_run_means
+from experiments.llm import Run, dry_run, dry_run_args, results_of, run_key, with_run_means
 from sim.llm.train import Args
 
 # The base: one optimizer update per RL step, behaviour-policy clip ratio, no gradient-norm clipping, 3-digit
@@ -89,7 +89,7 @@ def sweep_results(profile: str, device: str = "cpu", log=print, jobs: int | None
     """Every run of the sweep with its result (cached, shared with the other LLM figures where args coincide)."""
     runs = sweep(profile, device)
     jobs = PROFILES[profile].get("jobs") if jobs is None and device.startswith("cuda") else jobs
-    return compute_runs(runs, device, lambda *a: log(*a, flush=True), jobs)
+    return results_of(runs, device, lambda *a: log(*a, flush=True), jobs, name="signature")
 
 
 STRONGEST = ("updates=2", "cos_prev_step")
@@ -104,7 +104,7 @@ def strongest_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:
     runs = [run for run in sweep(profile, device) if run.roles[0] == config]
     rows = [dict(r, label=r["method"], config=f"{config}, behaviour ratio, no grad clip, 3 digits ({key})",
                  cos_prev_shown=r[key])
-            for _, res in compute_runs(runs, device) for r in res["records"]]
+            for _, res in results_of(runs, device, name="signature") for r in res["records"]]
     return with_run_means(rows, key)
 
 
@@ -256,7 +256,10 @@ def main(argv=None) -> int:
         print(f"error: unknown arm(s) {unknown}; choose from {list(GAC_ARMS)}", file=sys.stderr)
         return 2
     out = Path(argv[1])
-    run_all = cached_only if only_cached else lambda runs: compute_runs(runs, log=lambda *a: print(*a, flush=True))
+    def computed(runs):
+        return results_of(runs, log=lambda *a: print(*a, flush=True), name="gac table")
+
+    run_all = cached_only if only_cached else computed
     rows = [run_row(item, res) for item, res in run_all(gac_runs(arms))]
     if any(r["config"] == "gac τ=0 update" for r in rows):
         rows += [run_row(item, res) for item, res in run_all(small_step_run(rows))]

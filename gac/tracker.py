@@ -23,8 +23,10 @@ from gac.state import current_threshold, init_threshold_stats, observe_threshold
 REFERENCE_KEY = "gac_reference"
 """Key of the reference direction in a parameter's state dict (``optimizer.state[p]`` under ``gac.wrap``)."""
 
-CHUNK_NUMEL = 1 << 20
-"""Elements per chunk of the in-place update: the scratch buffer costs at most this much memory."""
+CHUNK_NUMEL = 1 << 16
+"""Elements per chunk of the in-place update: the scratch buffer costs at most this much memory, and a
+chunk of g, d and g' (3 × 256 KB in float32) stays in a core's cache between the three passes over it,
+so the acting step reads g and d and writes g' and d from and to memory once each."""
 
 
 @dataclass
@@ -226,6 +228,11 @@ class GradientAlignmentControl:
         if reference is None:  # the reference starts at zero, as in gac.init
             self._set_reference(index, self._new_reference(grad))
             reference = self._reference_of(index)
+        if regime != ACT and reference.dtype == grad.dtype:  # no g' to form: one pass, nothing to chunk
+            self._update_reference_piece(reference, grad)
+            if regime == SKIP:
+                grad.zero_()
+            return
         for g_piece, r_piece in self._pieces(grad, reference):
             if regime == ACT:
                 # g' goes to scratch first: the reference must take the raw g, exactly.

@@ -19,11 +19,11 @@ import torch
 import tyro
 
 from paper_figs.common import OUT_DIR
-from sim.record import publish_together
+from sim.record import check_output_dir, publish_together
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = run order for "all".
 FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region", "fig5_llm_grpo",
-           "fig6_ablation", "fig7_bound", "figs1_bandit_snr", "figs2_llm_signature"]
+           "fig6_ablation", "fig7_bound", "fig8_tuned", "fig9_early_warning", "figs1_bandit_snr", "figs2_llm_signature"]
 LLM_FIGURES = ("fig5_llm_grpo", "figs2_llm_signature")
 """The figures with a ``gpu`` profile (the 25M model on one GPU)."""
 FigureName = Literal[tuple([*FIGURES, "all"])]
@@ -53,9 +53,23 @@ def _fail(message: str) -> None:
     raise SystemExit(2)
 
 
+def _empty_out(argv: list[str]) -> bool:
+    """Whether ``argv`` gives ``--out`` an empty value (``--out ""`` or ``--out=``)."""
+    return any(a == "--out=" or (a == "--out" and i + 1 < len(argv) and argv[i + 1].strip() == "")
+               for i, a in enumerate(argv))
+
+
 def parse_args(argv=None) -> FigureArgs:
-    """The parsed command line, with 'all' expanded and the device checked (SystemExit(2) on bad input)."""
+    """The parsed command line, with 'all' expanded and the device and the output folder checked, before any
+    compute (SystemExit(2) with a one-line message on bad input)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if _empty_out(argv):  # tyro turns "" into Path("") == Path("."): refuse it before parsing
+        _fail("--out is empty; give a folder (use . for the current one)")
     args = tyro.cli(FigureArgs, args=argv, prog="python -m paper_figs", description=__doc__.splitlines()[0])
+    try:
+        check_output_dir(args.out, "--out")
+    except ValueError as err:
+        _fail(str(err))
     names = tuple(FIGURES) if "all" in args.names else args.names
     if not names:
         _fail(f"give figure names or 'all': {', '.join(FIGURES)}")

@@ -32,22 +32,13 @@ def _markdown(table: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
-    p = PROFILES[profile]
-    results = sweep_results(profile, device)
-    records = [dict(r, lr=item.args.lr) for item, res in results for r in res["records"]]
-    runs = summary_rows(results)
-    table = sorted(aggregate(runs), key=lambda r: (r["lr"], r["staleness"], r["method"]))
+def plot_reward_curves(ax_curve, ax_small, records: list[dict], p: dict) -> None:
+    """(a) reward over steps at the main and the smallest step size."""
     high, main_lr, small_lr = p["high_staleness"], p["main_lr"], p["small_lrs"][0]
-
-    apply_style()
-    fig, axes = plt.subplots(2, 3, figsize=(10.5, 6.2), layout="constrained")
-    ax_curve, ax_small, ax_table, ax_map, ax_cosmap, ax_cos = axes.ravel()
-
-    # (a) reward over steps: every method at high staleness, sync, and the two controls.
     shown = [("sync", 0, main_lr, "-", "proximal"), ("none", high, main_lr, "-", "proximal"),
              ("gac", high, main_lr, "-", "proximal"), ("tis", high, main_lr, "-", "proximal"),
-             ("m2po", high, main_lr, "-", "proximal"), ("gac", 0, main_lr, "--", "proximal"),
+             ("m2po", high, main_lr, "-", "proximal"), ("bapo", high, main_lr, "-", "proximal"),
+             ("gac", 0, main_lr, "--", "proximal"),
              ("none", high, main_lr, "-.", "behaviour")]
     tiny_lr = p["small_lrs"][-1]
     shown_small = [("sync", 0, tiny_lr, "-", "proximal"), ("none", high, tiny_lr, "-", "proximal"),
@@ -62,7 +53,10 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
         ax.set(xlabel="RL step", ylabel="mean reward (seed mean, smoothed)", title=f"lr={lr_title:g}")
         ax.legend(ncol=2, fontsize=6)
 
-    # (b) final held-out accuracy by method (bars: mean, whiskers: min..max over seeds).
+
+def plot_accuracy_bars(ax_table, table: list[dict], runs: list[dict], p: dict) -> None:
+    """(b) final held-out accuracy per setting, with the warm start's accuracy."""
+    high, main_lr = p["high_staleness"], p["main_lr"]
     bars = [r for r in table if (r["lr"] == main_lr and r["staleness"] in (0, high) and r["method"] != "lr_scale")
             or ("control_small_step" in r["roles"]) or ("gac_small_step" in r["roles"])]
     bars = sorted(bars, key=lambda r: (r["method"] != "sync", r["staleness"], r["method"], r["ratio_to"], r["lr"]))
@@ -82,7 +76,9 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
                  title=f"lr={main_lr:g} unless noted")
     ax_table.legend(loc="lower right")
 
-    # (c, d) regime maps of naive async over step size × staleness: Δ held-out accuracy, mean cosine.
+
+def plot_regime_maps(fig, ax_map, ax_cosmap, table: list[dict]) -> None:
+    """(c, d) naive async over step size × staleness: Δ held-out accuracy and mean cosine."""
     grid = [r for r in table if r["method"] in ("sync", "none") and r["ratio_to"] == "proximal"]
     lrs = sorted({r["lr"] for r in grid})
     stal = sorted({r["staleness"] for r in grid})
@@ -102,7 +98,9 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
         ax.set(xlabel="staleness s", ylabel="step size (AdamW lr)", title=title)
         fig.colorbar(image, ax=ax, fraction=0.05)
 
-    # (d) does the cosine predict trouble? per run: mean cosine (first half) vs Δ accuracy.
+
+def plot_cosine_vs_outcome(ax_cos, runs: list[dict]) -> float:
+    """(e) per run: mean cosine over the first half vs Δ accuracy; returns naive async's Spearman ρ."""
     for r in runs:
         ax_cos.scatter(r["cos_prev_first_half"], r["delta_accuracy"], color=method_color(r["method"]),
                        s=8 + r["staleness"], marker="x" if r["diverged"] else "o", alpha=0.7)
@@ -111,6 +109,22 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
                     nan_policy="omit").statistic
     ax_cos.set(xlabel="mean cos(g_k, g_{k-1}), first half of the run", ylabel="Δ held-out accuracy",
                title=f"all runs (dot size = s); naive async: ρ = {rho:+.2f}")
+    return rho
+
+def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
+    p = PROFILES[profile]
+    results = sweep_results(profile, device)
+    records = [dict(r, lr=item.args.lr) for item, res in results for r in res["records"]]
+    runs = summary_rows(results)
+    table = sorted(aggregate(runs), key=lambda r: (r["lr"], r["staleness"], r["method"]))
+
+    apply_style()
+    fig, axes = plt.subplots(2, 3, figsize=(10.5, 6.2), layout="constrained")
+    ax_curve, ax_small, ax_table, ax_map, ax_cosmap, ax_cos = axes.ravel()
+    plot_reward_curves(ax_curve, ax_small, records, p)
+    plot_accuracy_bars(ax_table, table, runs, p)
+    plot_regime_maps(fig, ax_map, ax_cosmap, table)
+    rho = plot_cosine_vs_outcome(ax_cos, runs)
 
     write_records(records, out_dir / f"{NAME}.csv")
     write_records(runs, out_dir / f"{NAME}_runs.csv")

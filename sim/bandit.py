@@ -175,6 +175,30 @@ class _SampleWeights:
         return weights
 
 
+def _check_run(settings: list[Setting], steps: int, seeds: int, groups: int, group_size: int, advantage: str) -> None:
+    """One-line ValueError for a bad argument of ``run_bandit``, before any work."""
+    if steps < 1 or seeds < 1 or groups < 1 or group_size < 2:
+        raise ValueError(f"need steps, seeds, groups >= 1 and group_size >= 2, got {steps}, {seeds}, {groups}, "
+                         f"{group_size}")
+    if advantage not in ADVANTAGES:
+        raise ValueError(f"advantage must be one of {ADVANTAGES}, got {advantage!r}")
+    check_models(settings, STALE_DATA)
+
+
+def _stale_gradient(problem, tables, theta, behaviour, gen, seeds, seed_index, groups, group_size, advantage,
+                    weigh) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step's policy gradient from the behaviour policy's samples: (grad, sample weights, KL(behaviour ‖ θ),
+    entropy of θ); ``tables`` are a softmax bandit's (features, reward probabilities), None for the Gaussian."""
+    if tables is None:
+        grad, _, weights = _gaussian_gradient(problem, theta, behaviour, gen, seeds, seed_index, groups, group_size,
+                                              advantage, weigh)
+        return grad, weights, problem.kl(behaviour, theta), problem.entropy(theta)
+    feats, probs = tables
+    grad, _, weights = _softmax_gradient(problem, feats, probs, theta, behaviour, gen, seeds, seed_index, groups,
+                                         group_size, advantage, weigh)
+    return grad, weights, problem.kl(behaviour, theta, feats), problem.entropy(theta, feats)
+
+
 def run_bandit(problem: GaussianBandit | SoftmaxBandit, settings: list[Setting], steps: int, seeds: int = 4,
                seed: int = 0, groups: int = 8, group_size: int = 16, advantage: str = "grpo",
                record_every: int = 1, warmup: int | None = None, tail: int | None = None,
@@ -184,12 +208,7 @@ def run_bandit(problem: GaussianBandit | SoftmaxBandit, settings: list[Setting],
     ``groups`` B and ``group_size`` G set the signal-to-noise of the gradient (B·G samples per step).
     Extras recorded (``sim.schema``): kl_behaviour, entropy, reward_gap (J* − J), mean_weight.
     """
-    if steps < 1 or seeds < 1 or groups < 1 or group_size < 2:
-        raise ValueError(f"need steps, seeds, groups >= 1 and group_size >= 2, got {steps}, {seeds}, {groups}, "
-                         f"{group_size}")
-    if advantage not in ADVANTAGES:
-        raise ValueError(f"advantage must be one of {ADVANTAGES}, got {advantage!r}")
-    check_models(settings, STALE_DATA)
+    _check_run(settings, steps, seeds, groups, group_size, advantage)
     dtype = torch.float64
     updater = GridUpdater(settings, seeds, problem.param_dim, dtype)
     weigh = _SampleWeights(updater)
@@ -202,25 +221,16 @@ def run_bandit(problem: GaussianBandit | SoftmaxBandit, settings: list[Setting],
     recorder = Recorder(rows, steps, record_every, steps // 5 if warmup is None else warmup,
                         max(1, steps // 10) if tail is None else tail, extras=extras, dtype=dtype,
                         higher_is_better=True)
-    if problem.kind == "softmax":
-        feats, probs = problem.tables(dtype)
-        reward_of = lambda th: problem.expected_reward(th, feats, probs)
-    else:
-        reward_of = problem.expected_reward
+    tables = problem.tables(dtype) if problem.kind == "softmax" else None
+    reward_of = problem.expected_reward if tables is None else lambda th: problem.expected_reward(th, *tables)
     initial_gap = optimum - float(reward_of(theta[:1])[0])
     diverged = torch.zeros(rows, dtype=torch.bool)
     for step in tqdm(range(steps), desc=f"bandit_{problem.kind}", disable=not progress, leave=False):
         uniform = torch.rand(seeds, generator=gen, dtype=dtype)
         staleness = updater.staleness(uniform)
         behaviour = buffer.get((step - staleness).clamp_min(0))
-        if problem.kind == "gaussian":
-            grad, log_ratio, weights = _gaussian_gradient(problem, theta, behaviour, gen, seeds, seed_index,
-                                                          groups, group_size, advantage, weigh)
-            kl, entropy = problem.kl(behaviour, theta), problem.entropy(theta)
-        else:
-            grad, log_ratio, weights = _softmax_gradient(problem, feats, probs, theta, behaviour, gen, seeds,
-                                                         seed_index, groups, group_size, advantage, weigh)
-            kl, entropy = problem.kl(behaviour, theta, feats), problem.entropy(theta, feats)
+        grad, weights, kl, entropy = _stale_gradient(problem, tables, theta, behaviour, gen, seeds, seed_index,
+                                                     groups, group_size, advantage, weigh)
         theta_new, info = updater.update(theta, grad, behaviour, staleness, ~diverged)
         reward = reward_of(theta_new)
         gap = optimum - reward

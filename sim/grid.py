@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 import gac
+from gac.control import AlignmentStats, cosine_from_stats, pow2_scale
 from sim import stabilizers
 from sim.schema import NO_REGIME, columns, make_row
 from sim.staleness import KINDS
@@ -81,9 +82,16 @@ def check_models(settings, model: str) -> None:
         stabilizers.get_stabilizer(s.method, model)
 
 
+def _as_slice_if_contiguous(rows: torch.Tensor) -> torch.Tensor | slice:
+    """A slice for consecutive rows: reading them is then a view, not a gather (same values)."""
+    start = int(rows[0])
+    consecutive = torch.equal(rows, torch.arange(start, start + len(rows), device=rows.device))
+    return slice(start, start + len(rows)) if consecutive else rows
+
+
 @dataclass
 class _GacGroup:
-    rows: torch.Tensor
+    rows: torch.Tensor | slice
     cfg: gac.GACConfig
     space: str
     state: gac.GACState
@@ -110,8 +118,8 @@ class GridUpdater:
         self.any_adam, self.any_dc = bool(self.adam.any()), bool(self.dc.any())
         shape = (self.rows, dim)
         self.groups = self._gac_groups(torch.zeros(shape, dtype=dtype, device=device))
-        self.prev_raw = torch.zeros(shape, dtype=dtype, device=device)
-        self.prev_applied = torch.zeros(shape, dtype=dtype, device=device)
+        self.prev_raw = _Scaled.of(torch.zeros(shape, dtype=dtype, device=device))
+        self.prev_applied = self.prev_raw
         self.exp_avg = torch.zeros(shape, dtype=dtype, device=device) if self.any_adam else None
         self.exp_avg_sq = torch.zeros(shape, dtype=dtype, device=device) if self.any_adam else None
         self.adam_steps = torch.zeros(self.rows, dtype=torch.int64, device=device)
@@ -127,7 +135,8 @@ class GridUpdater:
             keyed.setdefault(key, []).append(index)
         groups = []
         for indices in keyed.values():
-            rows = torch.cat([torch.arange(i * self.seeds, (i + 1) * self.seeds) for i in indices]).to(like.device)
+            rows = _as_slice_if_contiguous(torch.cat([torch.arange(i * self.seeds, (i + 1) * self.seeds)
+                                                      for i in indices]).to(like.device))
             params = self.settings[indices[0]].method_params()
             cfg = stabilizers.gac_config(**params)  # per-row thresholds were validated in Setting
             threshold = None if params["threshold_rule"] else torch.tensor(
@@ -169,9 +178,9 @@ class GridUpdater:
         info = {"regime": torch.full((self.rows,), NO_GAC, dtype=torch.int64),
                 "parallel_scale": torch.ones(self.rows, dtype=dtype),
                 "threshold": torch.full((self.rows,), float("nan"), dtype=dtype),
-                "grad_norm": grad.norm(dim=-1),
-                "cos_prev": gac.alignment(grad, self.prev_raw)}
-        self.prev_raw = grad
+                "grad_norm": grad.norm(dim=-1)}
+        raw = _Scaled.of(grad)
+        info["cos_prev"], self.prev_raw = raw.cosine(self.prev_raw), raw
         direction = grad
         if self.any_dc:
             corrected = stabilizers.delay_compensated_gradient(grad, params, stale_params, self.dc_lambda[:, None])
@@ -195,10 +204,32 @@ class GridUpdater:
             moving = active & (info["regime"] != gac.SKIP)
         lr = torch.where(self.lr_scale, self.lr / (1.0 + staleness.to(dtype)), self.lr)
         applied = direction * moving[:, None].to(dtype)  # frozen or skipped rows apply nothing
-        info["cos_applied"] = gac.alignment(applied, self.prev_applied)
+        scaled_applied = _Scaled.of(applied)
+        info["cos_applied"], self.prev_applied = scaled_applied.cosine(self.prev_applied), scaled_applied
         info["lr"] = lr
-        self.prev_applied = applied
         return params - lr[:, None] * applied, info
+
+
+@dataclass(frozen=True)
+class _Scaled:
+    """A batch of vectors as ``gac.alignment`` sees them: divided by their power-of-two scale, with ‖·‖².
+
+    Kept from one step to the next, so the cosine with the previous vector costs one pass (the dot)
+    instead of rescaling and squaring the previous vector again; the numbers are ``gac.alignment``'s.
+    """
+
+    scaled: torch.Tensor
+    sq: torch.Tensor
+    out_dtype: torch.dtype
+
+    @classmethod
+    def of(cls, x: torch.Tensor) -> _Scaled:
+        scaled = x.to(torch.float64) / pow2_scale(x)
+        return cls(scaled, (scaled * scaled).sum(-1), torch.promote_types(x.dtype, torch.float32))
+
+    def cosine(self, previous: _Scaled) -> torch.Tensor:
+        stats = AlignmentStats((self.scaled * previous.scaled).sum(-1), self.sq, previous.sq)
+        return cosine_from_stats(stats).to(self.out_dtype)
 
 
 @dataclass

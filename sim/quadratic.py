@@ -95,7 +95,8 @@ def run_quadratic(problem: QuadraticProblem, settings: list[Setting], steps: int
         uniform, xi = noise.next()
         staleness = updater.staleness(uniform.to(device))
         stale_x = buffer.get((step - staleness).clamp_min(0))
-        grad = curvatures * stale_x + problem.noise * xi.to(device)[updater.seed_index]
+        # Scale the (seeds, d) noise before spreading it over the rows: fewer elements, same numbers.
+        grad = (curvatures * stale_x).add_((problem.noise * xi.to(device)).index_select(0, updater.seed_index))
         x_new, info = updater.update(x, grad, stale_x, staleness, ~diverged)
         objective = problem.objective(x_new, curvatures)
         diverged = diverged | ~torch.isfinite(objective) | (objective > limit)

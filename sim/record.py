@@ -40,6 +40,31 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
     return path
 
 
+def check_output_dir(path: Path | str, flag: str) -> Path:
+    """``path`` as a Path once it is, or can be created as, a folder this process can write in; else a one-line
+    ValueError naming ``flag``. Run before any compute; creates nothing (a probe file is made and removed).
+
+    Writability is probed by creating a file, not read from the mode bits, which root ignores.
+    """
+    if str(path).strip() == "":
+        raise ValueError(f"{flag} is empty; give a folder (use . for the current one)")
+    path = Path(path)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is a file" if existing == path else f"is under {existing}, which is a file"
+        raise ValueError(f"{flag} {path} {where}, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-probe.")
+    except OSError as err:
+        raise ValueError(f"{flag} {path} is not writable: no file can be created in {existing} ({err.strerror})"
+                         ) from None
+    os.close(fd)
+    os.unlink(probe)
+    return path
+
+
 def publish_together(staging: Path | str, out_dir: Path | str, name: str) -> list[Path]:
     """Move every file of ``staging`` into ``out_dir`` as one set, then write ``NAME.complete`` (their names) last.
 

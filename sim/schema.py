@@ -40,6 +40,10 @@ EXTRAS: dict[str, str] = {
     "train_accuracy": "exact-match accuracy of the step's own rollouts (LLM)",
     "response_length": "mean number of generated tokens per response (LLM)",
     "clip_frac": "share of tokens whose ratio was clipped (LLM)",
+    "clip_low": "lower clip bound of the ratio: 1 − ε, or BAPO's adaptive c_low; mean over the step's updates "
+                "(LLM; NaN for m2po, which does not clip)",
+    "clip_high": "upper clip bound of the ratio: 1 + ε, or BAPO's adaptive c_high; mean over the step's updates "
+                 "(LLM; NaN for m2po)",
     "behaviour_version": "parameter version that sampled the step's rollouts (LLM)",
     "ratio_to": "clip-ratio denominator: behaviour (π_b) or proximal (π_θ at the step's start) (LLM)",
 }
@@ -53,7 +57,7 @@ SIM_EXTRAS: dict[str, tuple[str, ...]] = {
     "bandit_softmax": _BANDIT,
     "bandit_contextual": _BANDIT,
     "llm": ("label", "lr", "diverged", "kl_behaviour", "entropy", "accuracy", "train_accuracy", "response_length",
-            "clip_frac", "behaviour_version", "ratio_to"),
+            "clip_frac", "clip_low", "clip_high", "behaviour_version", "ratio_to"),
 }
 """Exactly the extra columns of each simulator's rows, in order."""
 

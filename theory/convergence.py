@@ -1,12 +1,12 @@
-"""Convergence of SGD with bounded staleness and GAC applied to each stochastic gradient.
+"""Convergence of SGD with bounded staleness and GAC applied to each stochastic gradient (v2: a-priori).
 
-Theorem (statement and proof in theory/README.md, §3): L-smooth f ≥ f*, g_t = ∇f(θ_{t−s_t}) + ξ_t with
-s_t ≤ s and unbiased noise of variance ≤ σ², of which ≤ σ_∥² lies along the reference direction; GAC in
-mode "project" or "cap" (any threshold); if Lη + (1+2δ)L²η²s² ≤ 1 then for every ε ∈ (0, κ̄), δ > 0
-  min_t E‖∇f(θ_t)‖² ≤ (1/T) Σ_t E‖∇f(θ_t)‖²
-                   ≤ [2Δ/(ηT) + (Lη + (1+2δ)L²η²s²)σ² + (1/ε + 1/(8δ))σ_∥²] / (κ̄ − ε),
-κ̄ the fraction of the true gradient's energy GAC keeps. Without GAC (κ̄ = 1, σ_∥ → 0): the classical
-2Δ/(ηT) + (Lη + L²η²s²)σ². ``convergence_bound`` is the theory curve of ``fig7_bound``.
+Theorem (statement, assumptions and proof in theory/README.md, §3): L-smooth f ≥ f*, g_t = ∇f(θ_{t−s_t}) + ξ_t,
+s_t ≤ s independent of the noise, E[ξ_t | F_t] = 0, E‖ξ_t‖² ≤ σ², E⟨d̂_t, ξ_t⟩² ≤ σ_∥²; GAC in mode "project" or
+"cap" (any threshold). If φ = Lη + (1+Lη)(1+γ)L²η²s² ≤ 1 for some γ > 0, the kept energy
+K = (1/T) Σ_t E⟨∇f(θ_t), D_t ∇f(θ_t)⟩ satisfies K ≤ (b + √(b² + A))² with b = (1+Lη)σ_∥ and
+  A = 2Δ/(ηT) + Lησ² + Lησ_∥²/4 + (1+Lη)(1+1/γ)L²η²(2sσ² + s²σ_∥²/2);
+without GAC (D = I, K = (1/T)Σ E‖∇f‖²): K ≤ 2Δ/(ηT) + Lησ² + (1+Lη)(1+1/γ)L²η² s σ². Nothing is measured
+after the fact. ``convergence_bound`` is the theory curve of ``fig7_bound``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.optimize
 import sympy as sp
 import torch
 
@@ -28,43 +27,37 @@ MODES = ("none", "project", "cap")
 
 
 def bound_expression() -> dict:
-    """The bound and its pieces as sympy expressions in L, η, s, T, Δ, σ², σ_∥², κ̄, ε, δ.
+    """The v2 bound and its pieces as sympy expressions in L, η, s, T, Δ, σ², σ_∥², γ (GAC branch).
 
-    Returns {"condition": the step-size condition φ ≤ 1 as φ − 1 (≤ 0 required), "phi": φ,
-    "bound": the right-hand side, "eta_max": the largest admissible η (s > 0), "eps_opt": the ε that
-    minimizes the bound for fixed η, δ (root of C ε² + 2σ_∥² ε − σ_∥² κ̄ = 0), "symbols": dict}.
+    Returns {"phi": φ (condition φ ≤ 1), "gamma_opt": the γ that solves φ = 1 (the bound decreases in γ, so
+    this is the optimum), "A", "b", "bound": (b + √(b² + A))², "bound_none": the no-GAC bound,
+    "symbols": dict}. An independent path to ``convergence_bound`` (which is numpy).
     """
-    L, eta, s, T, delta_f, sigma2, sigma_par2, kappa, eps, dlt = sp.symbols(
-        "L eta s T Delta sigma2 sigma_par2 kappa epsilon delta", positive=True)
-    phi = L * eta + (1 + 2 * dlt) * L**2 * eta**2 * s**2
-    numerator = 2 * delta_f / (eta * T) + phi * sigma2 + (1 / eps + 1 / (8 * dlt)) * sigma_par2
-    bound = numerator / (kappa - eps)
-    roots = sp.solve(sp.Eq(phi, 1), eta)
-    eta_max = [r for r in roots if r.is_positive is not False and sp.simplify(r.subs({L: 1, s: 1, dlt: 0})) > 0][0]
-    c = sp.Symbol("C", positive=True)  # everything in the numerator except the σ_∥²/ε term
-    eps_opt = [r for r in sp.solve(sp.diff((c + sigma_par2 / eps) / (kappa - eps), eps), eps)
-               if sp.simplify(r.subs({c: 1, sigma_par2: 1, kappa: 1})) > 0][0]
-    return {"condition": phi - 1, "phi": phi, "bound": bound, "eta_max": sp.simplify(eta_max),
-            "eps_opt": sp.simplify(eps_opt), "numerator": numerator,
+    L, eta, s, T, delta_f, sigma2, sigma_par2, gamma = sp.symbols(
+        "L eta s T Delta sigma2 sigma_par2 gamma", positive=True)
+    phi = L * eta + (1 + L * eta) * (1 + gamma) * L**2 * eta**2 * s**2
+    gamma_opt = sp.solve(sp.Eq(phi, 1), gamma)[0]
+    stale = (1 + L * eta) * (1 + 1 / gamma) * L**2 * eta**2
+    base = 2 * delta_f / (eta * T) + L * eta * sigma2
+    a_gac = base + L * eta * sigma_par2 / 4 + stale * (2 * s * sigma2 + s**2 * sigma_par2 / 2)
+    b = (1 + L * eta) * sp.sqrt(sigma_par2)
+    return {"phi": phi, "gamma_opt": sp.simplify(gamma_opt), "A": a_gac, "b": b,
+            "bound": (b + sp.sqrt(b**2 + a_gac)) ** 2, "bound_none": base + stale * s * sigma2,
             "symbols": {"L": L, "eta": eta, "s": s, "T": T, "Delta": delta_f, "sigma2": sigma2,
-                        "sigma_par2": sigma_par2, "kappa": kappa, "epsilon": eps, "delta": dlt, "C": c}}
+                        "sigma_par2": sigma_par2, "gamma": gamma}}
 
 
-def optimal_step_size_expression() -> dict:
-    """Sympy: the η minimizing the no-GAC bound 2Δ/(ηT) + Lησ² + L²η²s²σ².
+def stationary_gradient_energy_series(staleness: int, order: int = 2) -> sp.Expr:
+    """Tightness example: exact E[f'(θ)²]/σ² of plain delayed SGD on f = ½λθ² (1-d, Gaussian noise), series in a = ηλ.
 
-    Stationarity gives the cubic 2L²s²σ²η³ + Lσ²η² − 2Δ/T = 0; at s = 0 its root is η* = √(2Δ/(LTσ²)) and
-    the bound at η* is 2√(2LΔσ²/T) (the classical rate); for s > 0 the staleness term is lower order
-    once η* ≤ 1/(Ls), i.e. T ≳ 2Δ L s²/σ².
+    E[f'²] = σ²·SNR_s(a) = σ²(a/2 + (2s+1)a²/4 + O(a³)) (from ``cosine.gradient_autocovariance_symbolic``). The
+    v2 bound's noise terms, Lησ² + O(L²η² s σ²) as T → ∞, match this in both orders: the ratio → 2 as η → 0 and
+    the a² coefficient grows like s, not s² — a bound with s² is loose by a factor of order s.
     """
-    L, eta, s, T, delta_f, sigma2 = sp.symbols("L eta s T Delta sigma2", positive=True)
-    bound = 2 * delta_f / (eta * T) + L * eta * sigma2 + L**2 * eta**2 * s**2 * sigma2
-    stationarity = sp.expand(sp.diff(bound, eta) * eta**2)
-    bound_sync = bound.subs(s, 0)
-    eta_sync = sp.solve(sp.diff(bound_sync, eta), eta)[0]
-    return {"bound": bound, "stationarity": stationarity, "eta_sync": sp.simplify(eta_sync),
-            "rate_sync": sp.simplify(bound_sync.subs(eta, eta_sync)),
-            "symbols": {"L": L, "eta": eta, "s": s, "T": T, "Delta": delta_f, "sigma2": sigma2}}
+    from theory.cosine import gradient_autocovariance_symbolic
+
+    derived = gradient_autocovariance_symbolic(staleness)
+    return sp.expand(sp.series(derived["snr"], derived["a"], 0, order + 1).removeO())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -72,64 +65,51 @@ def optimal_step_size_expression() -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def max_step_size(L: float, staleness: int, delta: float = 0.0) -> float:
-    """Largest η with Lη + (1+2δ)L²η²s² ≤ 1: (√(1 + 4(1+2δ)s²) − 1) / (2(1+2δ)L s²), and 1/L at s = 0."""
+def max_step_size(L: float, staleness: int) -> float:
+    """Largest η with Lη + (1+Lη)L²η²s² < 1 (γ → 0): x = Lη is the positive root of s²x³ + s²x² + x − 1.
+
+    1/L at s = 0.
+    """
     if staleness == 0:
         return 1.0 / L
-    k = (1.0 + 2.0 * delta) * staleness**2
-    return (np.sqrt(1.0 + 4.0 * k) - 1.0) / (2.0 * k * L)
+    roots = np.roots([staleness**2, staleness**2, 1.0, -1.0])
+    return float(roots[(np.abs(roots.imag) < 1e-12) & (roots.real > 0)].real.min()) / L
 
 
-def optimal_step_size(L: float, delta_f: float, sigma2: float, staleness: int, T: int) -> float:
-    """η minimizing the no-GAC bound (positive root of 2L²s²σ²η³ + Lσ²η² − 2Δ/T), clipped to max_step_size."""
-    roots = np.roots([2 * L**2 * staleness**2 * sigma2, L * sigma2, 0.0, -2 * delta_f / T])
-    positive = roots[(np.abs(roots.imag) < 1e-12) & (roots.real > 0)].real
-    return float(min(positive.min(), max_step_size(L, staleness)))
+def gac_terms(L: float, eta: float, staleness: int, sigma2: float, sigma_par2: float) -> tuple[float, float, float]:
+    """(b, extra, window) of the GAC branch: b = (1+Lη)σ_∥ (decision bias, paired with the kept energy),
+    extra = Lησ_∥²/4 (bias inside the second-order term), window = 2sσ² + s²σ_∥²/2 (martingale window noise plus
+    the window's bias)."""
+    return ((1 + L * eta) * np.sqrt(sigma_par2), L * eta * sigma_par2 / 4,
+            2 * staleness * sigma2 + staleness**2 * sigma_par2 / 2)
 
 
 def convergence_bound(L: float, delta_f: float, sigma2: float, eta: float, staleness: int, T: int,
-                      mode: str = "project", sigma_par2: float = 0.0, retention: float = 1.0) -> float:
-    """Upper bound on min_t E‖∇f(θ_t)‖² (indeed on the average over t < T) for SGD with staleness ≤ s ± GAC.
+                      mode: str = "project", sigma_par2: float = 0.0) -> float:
+    """A-priori upper bound on the kept energy (1/T)Σ_t E⟨∇f(θ_t), D_t∇f(θ_t)⟩ (= (1/T)Σ E‖∇f(θ_t)‖² without GAC).
 
-    L: smoothness; delta_f: f(θ_0) − f*; sigma2: E‖ξ‖² bound; eta: step size; staleness: the bound s on
-    s_t; T: number of steps; mode: "none" (plain delayed SGD), "project" or "cap" (GAC, any threshold τ:
-    τ enters only through ``retention``); sigma_par2: bound on E⟨d̂, ξ⟩² along the reference direction
-    (σ²/P for isotropic noise in P dims); retention: κ̄ = Σ E⟨∇f, D∇f⟩ / Σ E‖∇f‖² ∈ (0, 1], the share of the
-    true gradient's energy GAC keeps (1 without GAC). The bound is minimized over the proof's free
-    constants ε ∈ (0, κ̄), δ ≥ 0 subject to Lη + (1+2δ)L²η²s² ≤ 1. Returns inf if no admissible choice.
-    Skip mode is not covered (see README §3).
+    L: smoothness; delta_f: f(θ_0) − f*; sigma2: E‖ξ‖² bound; eta: step size; staleness: s ≥ s_t; T: steps;
+    mode: "none" (plain delayed SGD), "project" or "cap" (GAC, any threshold τ); sigma_par2: bound on E⟨d̂, ξ⟩²
+    along the reference direction (σ²/P for isotropic noise). γ is set to its optimum, the root of φ = 1.
+    Returns inf if η ≥ ``max_step_size``. Skip mode is not covered (see README §3).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}; skip is not covered by the theorem, got {mode!r}")
-    if not 0.0 < retention <= 1.0:
-        raise ValueError(f"retention must be in (0, 1], got {retention}")
-    if eta <= 0 or L <= 0 or T <= 0:
-        raise ValueError("convergence_bound needs eta, L, T > 0")
-    if eta > max_step_size(L, staleness) * (1 + 1e-12):
+    if eta <= 0 or L <= 0 or T <= 0 or sigma2 < 0 or sigma_par2 < 0 or staleness < 0:
+        raise ValueError("convergence_bound needs eta, L, T > 0 and sigma2, sigma_par2, staleness >= 0")
+    if eta >= max_step_size(L, staleness):
         return float("inf")
-    base = 2.0 * delta_f / (eta * T)
-    if mode == "none" or sigma_par2 == 0.0:
-        return (base + (L * eta + L**2 * eta**2 * staleness**2) * sigma2) / retention
-
-    # largest δ allowed by the step-size condition
-    if staleness == 0:
-        delta_max = np.inf
+    base = 2.0 * delta_f / (eta * T) + L * eta * sigma2
+    if mode == "none":
+        b, extra, window = 0.0, 0.0, staleness * sigma2
     else:
-        delta_max = ((1.0 - L * eta) / (L**2 * eta**2 * staleness**2) - 1.0) / 2.0
-    if delta_max <= 0:
-        return float("inf")
-
-    def for_delta(delta: float) -> float:
-        phi = L * eta + (1 + 2 * delta) * L**2 * eta**2 * staleness**2
-        c = base + phi * sigma2 + sigma_par2 / (8 * delta)
-        # ε minimizing (c + σ_∥²/ε)/(κ̄ − ε): root of c ε² + 2σ_∥² ε − σ_∥² κ̄ (bound_expression()["eps_opt"])
-        eps = (-sigma_par2 + np.sqrt(sigma_par2**2 + c * sigma_par2 * retention)) / c
-        return (c + sigma_par2 / eps) / (retention - eps)
-
-    upper = min(delta_max, 1e8)
-    res = scipy.optimize.minimize_scalar(lambda u: for_delta(np.exp(u)), bounds=(-20.0, np.log(upper)),
-                                         method="bounded", options={"xatol": 1e-6})
-    return float(min(res.fun, for_delta(upper)))
+        b, extra, window = gac_terms(L, eta, staleness, sigma2, sigma_par2)
+    stale = 0.0
+    if staleness > 0:
+        gamma = (1.0 - L * eta) / ((1.0 + L * eta) * L**2 * eta**2 * staleness**2) - 1.0
+        stale = (1.0 + L * eta) * (1.0 + 1.0 / gamma) * L**2 * eta**2 * window
+    total = base + extra + stale
+    return float((b + np.sqrt(b * b + total)) ** 2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,11 +199,11 @@ def run_gac_sgd(problem: Problem, eta: float, staleness: int, steps: int, noise_
 def check_bound(settings, dim: int = 50, steps: int = 300, seeds: int = 32) -> list[dict]:
     """For each setting dict(kind, staleness, eta_fraction, mode, threshold, noise_std[, random_staleness]): compare.
 
-    η = eta_fraction · max_step_size(L, s). Measured: min_t of the seed-averaged ‖∇f(θ_t)‖² and the
-    average over t (the quantity the proof bounds). κ̄ is measured from the same run (Σ kept / Σ grad_sq,
-    seed-averaged). σ² = P·noise_std², σ_∥² = noise_std² (isotropic noise, reference independent of ξ_t).
-    Rows carry "bound", "measured_min", "measured_avg", "tightness" = bound / measured_min,
-    "tightness_avg" = bound / measured_avg, "retention" (κ̄) and "acted" (share of steps GAC acted on).
+    η = eta_fraction · max_step_size(L, s). σ² = P·noise_std², σ_∥² = noise_std² (isotropic noise, reference
+    F_t-measurable); the bound uses nothing measured on the run. Rows carry "bound", "measured_kept" (average
+    over t of the seed-averaged kept energy ⟨∇f, D∇f⟩, the quantity bounded), "measured_avg" and "measured_min"
+    (of E‖∇f‖²), "bound_over_kept" = bound / measured_kept, "retention" (Σ kept / Σ E‖∇f‖², for information) and
+    "acted" (share of steps GAC acted on).
     """
     rows = []
     for k, setting in enumerate(settings):
@@ -234,16 +214,14 @@ def check_bound(settings, dim: int = 50, steps: int = 300, seeds: int = 32) -> l
         noise_std = setting["noise_std"]
         run = run_gac_sgd(problem, eta, s, steps, noise_std, seeds, setting["mode"], setting.get("threshold", 0.0),
                           setting.get("random_staleness", False), seed=k)
-        retention = float(run["kept_sq"].sum() / run["grad_sq"].sum())
         delta_f = float(problem.value(problem.x0))
         bound = convergence_bound(L, delta_f, dim * noise_std**2, eta, s, steps, setting["mode"],
-                                  sigma_par2=noise_std**2 if setting["mode"] != "none" else 0.0,
-                                  retention=retention)
-        measured_min = float(run["grad_sq"].min())
-        rows.append({**setting, "eta": eta, "L": L, "bound": bound, "measured_min": measured_min,
-                     "measured_avg": float(run["grad_sq"].mean()), "tightness": bound / measured_min,
-                     "tightness_avg": bound / float(run["grad_sq"].mean()),
-                     "retention": retention, "acted": float(run["acted"].mean())})
+                                  sigma_par2=noise_std**2)
+        kept = float(run["kept_sq"].mean())
+        rows.append({**setting, "eta": eta, "L": L, "bound": bound, "measured_kept": kept,
+                     "measured_min": float(run["grad_sq"].min()), "measured_avg": float(run["grad_sq"].mean()),
+                     "bound_over_kept": bound / kept, "retention": float(run["kept_sq"].sum() / run["grad_sq"].sum()),
+                     "acted": float(run["acted"].mean())})
     return rows
 
 
@@ -261,3 +239,60 @@ DEFAULT_SETTINGS = [
 """The grid of ``check_bound`` used by the tests and the tightness table: noise_std ∈ {0.1 (gradient-dominated),
 1.0 (noise-dominated)} × 2 problems × s ∈ {0, 2, 8} × η ∈ {0.1, 0.5}·η_max(s) × {none, project τ=0, cap τ=0.3},
 plus project τ=0.5 at s = 8 and bounded-random s_t ~ U{0..8} (none, project τ=0)."""
+
+
+def decision_bias_floor_example(etas=(0.1, 0.03, 0.01), dim: int = 50, steps: int = 3000, seeds: int = 16,
+                                noise_std: float = 1.0, seed: int = 0) -> list[dict]:
+    """Lower-bound example for the decision-bias term: within the theorem's assumptions it need not vanish as η → 0.
+
+    f = ½‖θ‖² (L = 1), θ_0 = 0 (Δ = 0), isotropic noise. GAC project (``gac.control``) with the F_t-measurable
+    reference d_t = ∇f(θ_t) and threshold τ_t = ‖∇_t‖/√(‖∇_t‖² + Pσ_n²): in high dimension ‖g_t‖ ≈ √(‖∇_t‖² + Pσ_n²),
+    so GAC acts when the noise along ∇ is positive and keeps only the steps whose noise pushes uphill. The drift
+    along ∇ is −η(‖∇‖/2 − σ_n/√(2π)): uphill while ‖∇‖ < 0.8σ_n, whatever η. Plain SGD (same noise) for contrast.
+    Rows: eta, "kept" (average of E⟨∇f, D∇f⟩ over the second half), "plain" (E‖∇f‖², no GAC), "bound" (v2).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    cfg = gac.GACConfig(threshold=0.0, mode="project")
+    rows = []
+    for eta in etas:
+        theta_gac = torch.zeros(seeds, dim, dtype=torch.float64)
+        theta_plain = torch.zeros_like(theta_gac)
+        kept, plain = [], []
+        for t in range(steps):
+            noise = noise_std * torch.randn(theta_gac.shape, generator=gen, dtype=theta_gac.dtype)
+            grad_norm_sq = (theta_gac * theta_gac).sum(-1)
+            threshold = (grad_norm_sq / (grad_norm_sq + dim * noise_std**2)).sqrt()
+            out = gac.control(theta_gac + noise, theta_gac, cfg, threshold=threshold)
+            acted = (out.regime == gac.ACT).to(theta_gac.dtype)
+            if t >= steps // 2:
+                kept.append(((1.0 - acted) * grad_norm_sq).mean())  # d̂ = ∇̂: removing it keeps nothing of ∇
+                plain.append((theta_plain * theta_plain).sum(-1).mean())
+            theta_gac = theta_gac - eta * out.grad
+            theta_plain = theta_plain - eta * (theta_plain + noise)
+        rows.append({"eta": eta, "kept": float(torch.stack(kept).mean()), "plain": float(torch.stack(plain).mean()),
+                     "bound": convergence_bound(1.0, 0.0, dim * noise_std**2, eta, 0, steps, "project",
+                                                sigma_par2=noise_std**2)})
+    return rows
+
+
+def check_bound_expression(cases: int = 40, seed: int = 0) -> float:
+    """Max relative difference between ``convergence_bound`` (numpy) and ``bound_expression`` (sympy, γ at its
+    optimum) over random (L, Δ, σ², σ_∥², s, T, η < η_max) in both branches: an independent path to the formula."""
+    rng = np.random.default_rng(seed)
+    e = bound_expression()
+    sym = e["symbols"]
+    worst = 0.0
+    for k in range(cases):
+        L, staleness = float(rng.uniform(0.5, 5.0)), int(rng.integers(1, 17))
+        values = {sym["L"]: L, sym["s"]: staleness, sym["T"]: int(rng.integers(10, 10000)),
+                  sym["Delta"]: float(rng.uniform(0.0, 10.0)), sym["sigma2"]: float(rng.uniform(0.1, 50.0)),
+                  sym["sigma_par2"]: float(rng.uniform(0.01, 2.0)),
+                  sym["eta"]: float(rng.uniform(0.01, 0.99)) * max_step_size(L, staleness)}
+        values[sym["gamma"]] = e["gamma_opt"].subs(values)
+        mode = "none" if k % 2 else "project"
+        exact = float((e["bound_none"] if mode == "none" else e["bound"]).subs(values))
+        numeric = convergence_bound(L, float(values[sym["Delta"]]), float(values[sym["sigma2"]]),
+                                    float(values[sym["eta"]]), staleness, int(values[sym["T"]]), mode,
+                                    float(values[sym["sigma_par2"]]))
+        worst = max(worst, abs(numeric - exact) / exact)
+    return worst

@@ -110,25 +110,29 @@ def simulate_cosine(eta: float, curvatures, staleness: int, noise=1.0, steps: in
     """Run x_{t+1} = x_t − η(Λ x_{t−s} + σξ_t) from x = 0 and measure consecutive-gradient cosines.
 
     Returns {"mean_cosine": average over the measured steps of cos(g_t, g_{t−1}),
-    "ratio_cosine": Σ_t⟨g_t, g_{t−1}⟩ / Σ_t ‖g_t‖²}. No Lyapunov solve is used here.
+    "ratio_cosine": Σ_t⟨g_t, g_{t−1}⟩ / Σ_t ‖g_t‖², "snr": Σ_t‖Λx_{t−s}‖² / Σ_t‖σξ_t‖²}. No Lyapunov solve
+    is used here.
     """
     rng = np.random.default_rng(seed)
     curvatures = np.asarray(curvatures, dtype=float)
     noise = np.broadcast_to(np.asarray(noise, dtype=float), curvatures.shape)
     history = np.zeros((staleness + 1, curvatures.size))  # row (t mod (s+1)) holds x_t
     prev_grad = None
-    cosines, dots, squares = [], 0.0, 0.0
+    cosines, dots, squares, signal_sq, noise_sq = [], 0.0, 0.0, 0.0, 0.0
     for t in range(burn_in + steps):
         stale_x = history[(t - staleness) % (staleness + 1)] if t >= staleness else history[0] * 0.0
-        grad = curvatures * stale_x + noise * rng.standard_normal(curvatures.size)
+        signal, fresh_noise = curvatures * stale_x, noise * rng.standard_normal(curvatures.size)
+        grad = signal + fresh_noise
         history[(t + 1) % (staleness + 1)] = history[t % (staleness + 1)] - eta * grad
         if t >= burn_in:
             dot = float(grad @ prev_grad)
             cosines.append(dot / np.sqrt(float(grad @ grad) * float(prev_grad @ prev_grad)))
             dots += dot
             squares += float(grad @ grad)
+            signal_sq += float(signal @ signal)
+            noise_sq += float(fresh_noise @ fresh_noise)
         prev_grad = grad
-    return {"mean_cosine": float(np.mean(cosines)), "ratio_cosine": dots / squares}
+    return {"mean_cosine": float(np.mean(cosines)), "ratio_cosine": dots / squares, "snr": signal_sq / noise_sq}
 
 
 def check_cosine_against_simulation(settings, dim: int = 1000, steps: int = 2000, burn_in: int = 500,
@@ -270,3 +274,156 @@ def check_stale_data_reduction(trials: int = 20, actions: int = 6, dim: int = 4,
         worst = max(worst, float(np.linalg.norm(got - predicted)))
     out["none_formula"] = worst
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact per-direction cosine (ARMA form), its series in a, and the SNR law
+# ---------------------------------------------------------------------------------------------
+
+
+def gradient_autocovariance_symbolic(staleness: int) -> dict:
+    """Sympy: exact (E[g_t²], E[g_t g_{t−1}]) / σ² of one direction as rational functions of a = ηλ.
+
+    Derivation: x_{t−s} − x_{t−s−1} = −η g_{t−s−1}, so the gradient itself is the ARMA process
+    g_t − g_{t−1} + a g_{t−s−1} = σ(ξ_t − ξ_{t−1}). Multiplying by g_{t−k} and taking expectations gives,
+    with γ_k = E[g_t g_{t−k}]/σ², ψ_j = E[g_t ξ_{t−j}]/σ (ψ_0 = 1, ψ_1 = −a·[s = 0]):
+    γ_k − γ_{k−1} + a γ_{|k−s−1|} = [k = 0](1 − ψ_1) − [k = 1] for k = 0..s+1, a linear system in γ_0..γ_{s+1}.
+    Independent of the Lyapunov solve of ``gradient_moments``. Returns {"second": γ_0, "lag_one": γ_1,
+    "cosine": γ_1/γ_0, "snr": γ_0 − 1 (the signal λ²E[x_{t−s}²]/σ²), "a": a}.
+    """
+    if staleness < 0:
+        raise ValueError(f"staleness must be >= 0, got {staleness}")
+    a = sp.Symbol("a", positive=True)
+    gammas = sp.symbols(f"gamma0:{staleness + 2}")
+    psi_1 = -a if staleness == 0 else 0
+    equations = [sp.Eq(gammas[k] - gammas[abs(k - 1)] + a * gammas[abs(k - staleness - 1)],
+                       (1 - psi_1) if k == 0 else (-1 if k == 1 else 0)) for k in range(staleness + 2)]
+    solution = sp.solve(equations, gammas, dict=True)[0]
+    second, lag_one = sp.simplify(solution[gammas[0]]), sp.simplify(solution[gammas[1]])
+    return {"second": second, "lag_one": lag_one, "cosine": sp.simplify(lag_one / second),
+            "snr": sp.simplify(second - 1), "a": a}
+
+
+def cosine_s1(a=None):
+    """Per-direction stationary cosine at s = 1 in closed form: cos = +a/2, the mirror of −a/2 at s = 0.
+
+    Weight formula: E[g²]/σ² = 2/((1 − a)(2 + a)) (``weight``, from ``gradient_autocovariance_symbolic(1)``),
+    so the predicted cosine at s = 1 is Σ_i w_i a_i/2 with w_i ∝ σ_i²·2/((1 − a_i)(2 + a_i)).
+    With a = None returns the sympy dict {"cosine", "weight", "a"}; with a number (or array), the cosine
+    a/2 evaluated from the derived expression.
+    """
+    derived = gradient_autocovariance_symbolic(1)
+    if a is None:
+        return {"cosine": derived["cosine"], "weight": derived["second"], "a": derived["a"]}
+    return sp.lambdify(derived["a"], derived["cosine"], "numpy")(np.asarray(a, dtype=float))
+
+
+def cosine_series(staleness: int, order: int = 2) -> sp.Expr:
+    """Series in a of the per-direction stationary cosine for s ≥ 1, through a^order (O-term dropped).
+
+    Result (derived for each s from ``gradient_autocovariance_symbolic``): a/2 + (s−1)a²/2 + s(s−1)a³/4 + O(a⁴).
+    Exact at s = 1 (cos = a/2); at s = 2 the exact form is a/(2(1 − a)). The symbol is a = ηλ.
+    """
+    if staleness < 1:
+        raise ValueError(f"cosine_series is for staleness >= 1 (s = 0 is exactly -a/2), got {staleness}")
+    derived = gradient_autocovariance_symbolic(staleness)
+    return sp.expand(sp.series(derived["cosine"], derived["a"], 0, order + 1).removeO())
+
+
+def snr(eta: float, curvatures, staleness: int, noise=1.0) -> float:
+    """Stationary gradient signal-to-noise ratio SNR = Σ_i E[(λ_i x_{t−s,i})²] / Σ_i E[σ_i²ξ²] = Σ σ_i² SNR_i / Σ σ_i².
+
+    SNR_i = a_i² P̃_ss = E[g_i²]/σ_i² − 1 from the Lyapunov solve; nan where some ηλ_i ≥ a*(s).
+    Proposition (``check_snr_law``): the predicted cosine satisfies cos = −SNR/(1+SNR) at s = 0 and
+    cos ≤ SNR/(1+SNR) for s ≥ 1. Proof: at s = 0, SNR_i = a/(2−a) and cos_i = −a/2 = −SNR_i/(1+SNR_i), and
+    both sides aggregate with the same weights σ_i²E[g_i²]. For s ≥ 1, ξ_{t−1} does not enter x_{t−s}, so
+    E[g_t g_{t−1}] = λ² Cov(x_{t−s}, x_{t−s−1}) ≤ λ² Var(x) = signal (Cauchy–Schwarz); summing over directions,
+    cos = Σ lag / Σ E[g²] ≤ Σ signal / (Σ signal + Σ noise) = SNR/(1+SNR).
+    """
+    a = eta * np.atleast_1d(np.asarray(curvatures, dtype=float))
+    if np.any(a < 0):
+        raise ValueError("snr needs curvatures >= 0")
+    noise_sq = np.broadcast_to(np.asarray(noise, dtype=float) ** 2, a.shape)
+    second = gradient_moments(a, int(staleness))[1]
+    if np.any(np.isnan(second)):
+        return float("nan")
+    return float((noise_sq * (second - 1.0)).sum() / noise_sq.sum())
+
+
+def check_snr_law(spectra: int = 120, seed: int = 0) -> dict:
+    """The SNR proposition on random spectra: random d, λ_i, σ_i, s ∈ 0..16, ηλ_max ∈ (0.05, 0.98)·a*(s).
+
+    Returns {"sync_max_error": max |cos + SNR/(1+SNR)| over the s = 0 cases, "async_max_excess":
+    max (cos − SNR/(1+SNR)) over s ≥ 1 (≤ 0 if the proposition holds), "cases": (sync, async) counts}.
+    """
+    rng = np.random.default_rng(seed)
+    sync_err, excess, counts = 0.0, -np.inf, [0, 0]
+    for _ in range(spectra):
+        dim = int(rng.integers(1, 60))
+        staleness = int(rng.integers(0, 17)) if rng.random() < 0.8 else 0
+        curvatures = rng.uniform(0.0, 1.0, dim) ** rng.uniform(0.5, 4.0)
+        noise = rng.uniform(0.1, 3.0, dim)
+        eta = rng.uniform(0.05, 0.98) * float(stability_boundary_closed_form(staleness)) / curvatures.max()
+        value = snr(eta, curvatures, staleness, noise)
+        law = value / (1.0 + value)
+        cos = predicted_cosine(eta, curvatures, staleness, noise)
+        if staleness == 0:
+            sync_err, counts[0] = max(sync_err, abs(cos + law)), counts[0] + 1
+        else:
+            excess, counts[1] = max(excess, cos - law), counts[1] + 1
+    return {"sync_max_error": sync_err, "async_max_excess": float(excess), "cases": tuple(counts)}
+
+
+ANISOTROPIC_SETTINGS = [(0.9, "log", 0), (0.9, "log", 1), (0.8, "uniform", 2), (0.9, "random", 4), (0.8, "log", 8)]
+"""(ηλ_max / a*(s), spectrum, s) of the anisotropic Monte-Carlo check."""
+
+
+def anisotropic_noise(curvatures) -> np.ndarray:
+    """σ_i = 0.2 + 2λ_i/λ_max: noise grows with curvature, so the σ_i weights move the cosine visibly."""
+    curvatures = np.asarray(curvatures, dtype=float)
+    return 0.2 + 2.0 * curvatures / curvatures.max()
+
+
+def check_anisotropic_cosine(dim: int = 2000, steps: int = 3000, burn_in: int = 1000, seed: int = 0) -> list[dict]:
+    """Predicted cosine and SNR with per-direction σ_i (``anisotropic_noise``) against Monte Carlo at d = dim.
+
+    Rows: setting, "predicted", "simulated" (mean per-step cosine), "abs_error", "isotropic_predicted" (the
+    prediction if the σ_i weights were ignored, to show the check can tell), "snr" and "snr_simulated".
+    """
+    rows = []
+    for k, (fraction, name, staleness) in enumerate(ANISOTROPIC_SETTINGS):
+        curvatures = spectrum(name, dim)
+        eta = fraction * float(stability_boundary_closed_form(staleness))
+        noise = anisotropic_noise(curvatures)
+        predicted = predicted_cosine(eta, curvatures, staleness, noise)
+        simulated = simulate_cosine(eta, curvatures, staleness, noise, steps, burn_in, seed + k)
+        rows.append({"fraction": fraction, "spectrum": name, "staleness": staleness, "predicted": predicted,
+                     "simulated": simulated["mean_cosine"], "abs_error": abs(predicted - simulated["mean_cosine"]),
+                     "isotropic_predicted": predicted_cosine(eta, curvatures, staleness, 1.0),
+                     "snr": snr(eta, curvatures, staleness, noise), "snr_simulated": simulated["snr"]})
+    return rows
+
+
+def series_cosine(eta: float, curvatures, staleness, noise=1.0, order: int = 2):
+    """Predicted cosine with each direction's cosine replaced by ``cosine_series`` (s ≥ 1) or −a/2 (s = 0).
+
+    Aggregated with the exact weights σ_i²E[g_i²] of ``gradient_moments``, so it differs from
+    ``predicted_cosine`` only by the truncation of the series: the small-step curve of fig2. Array in, array out.
+    """
+    a = eta * np.atleast_1d(np.asarray(curvatures, dtype=float))
+    noise_sq = np.broadcast_to(np.asarray(noise, dtype=float) ** 2, a.shape)
+    symbol = sp.Symbol("a", positive=True)
+    stalenesses = np.atleast_1d(np.asarray(staleness, dtype=int))
+    out = np.empty(stalenesses.shape)
+    for k, s in enumerate(stalenesses):
+        weights = noise_sq * gradient_moments(a, int(s))[1]
+        per_direction = -a / 2 if s == 0 else sp.lambdify(symbol, cosine_series(int(s), order), "numpy")(a)
+        out[k] = np.nan if np.any(np.isnan(weights)) else float((weights * per_direction).sum() / weights.sum())
+    return float(out[0]) if np.ndim(staleness) == 0 else out
+
+
+def snr_bound(eta: float, curvatures, staleness, noise=1.0):
+    """SNR/(1+SNR) at each staleness (``snr``): the upper bound on the predicted cosine for s ≥ 1 (−cos at s = 0)."""
+    values = np.array([snr(eta, curvatures, int(s), noise) for s in np.atleast_1d(staleness)])
+    out = values / (1.0 + values)
+    return float(out[0]) if np.ndim(staleness) == 0 else out

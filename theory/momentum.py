@@ -13,6 +13,7 @@ import sympy as sp
 import torch
 
 import gac
+from theory.gac_stability import gac_stability_boundary
 from theory.stability import stability_boundary_closed_form
 
 
@@ -110,20 +111,14 @@ def check_effective_momentum(cases=((2, 0.5), (2, 0.9), (4, 0.7), (8, 0.5), (8, 
     return worst
 
 
-def mean_field_gac_boundary(staleness: int, rho: float, tol: float = 1e-10) -> float:
-    """Largest a with all roots of z^{s+2} − z^{s+1} + a z − aρ inside the unit circle (bisection).
+def mean_field_gac_boundary(staleness: int, rho: float) -> float:
+    """Largest a with all roots of z^{s+2} − z^{s+1} + a z − aρ inside the unit circle.
 
     Mean-field model of GAC project (τ = 0) in high dimension: the removed coefficient ⟨g_t, g_{t−1}⟩/‖g_{t−1}‖²
-    concentrates on ρ, so each mode sees x_{t+1} = x_t − a(x_{t−s} − ρ x_{t−s−1}). ρ = 0 gives a*(s).
+    concentrates on ρ, so each mode sees x_{t+1} = x_t − a(x_{t−s} − ρ x_{t−s−1}). ρ = 0 gives a*(s). Computed by
+    ``theory.gac_stability.gac_stability_boundary`` (semi-closed form, checked there against bisection).
     """
-    lo, hi = 1e-9, 20.0
-    while hi - lo > tol:
-        mid = 0.5 * (lo + hi)
-        if np.abs(dominant_roots(mid, staleness, rho)[0]) < 1.0:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    return gac_stability_boundary(staleness, rho)
 
 
 def check_gac_extends_stability(staleness: int = 4, overshoot: float = 1.3, dim: int = 400, steps: int = 1500,

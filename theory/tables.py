@@ -1,4 +1,4 @@
-"""`python -m theory.tables [stability|cosine|bound|all]`: print the closing-note tables as Markdown.
+"""`python -m theory.tables [stability|cosine|bound|gac|rho|all]`: print the closing-note tables as Markdown.
 
 Each table is computed here from the theory functions and their independent checks (no cached numbers).
 The bound table runs the full ``convergence.DEFAULT_SETTINGS`` grid (about a minute on 2 CPU cores).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from theory import convergence, cosine, stability
+from theory import convergence, cosine, gac_stability, stability
 
 
 def stability_table(max_staleness: int = 16) -> str:
@@ -37,20 +37,41 @@ def cosine_table() -> str:
 
 def bound_table() -> str:
     rows = convergence.check_bound(convergence.DEFAULT_SETTINGS)
-    lines = ["| noise σ_n | problem | s | η/η_max | mode (τ) | κ̄ | GAC acted | bound | min_t E‖∇f‖² | "
-             "avg_t E‖∇f‖² | bound/min | bound/avg |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| noise σ_n | problem | s | η/η_max | mode (τ) | GAC acted | bound (a priori) | kept avg_t | "
+             "avg_t E‖∇f‖² | bound/kept |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         s = f"U{{0..{r['staleness']}}}" if r.get("random_staleness") else str(r["staleness"])
         mode = r["mode"] if r["mode"] == "none" else f"{r['mode']} ({r['threshold']})"
-        lines.append(f"| {r['noise_std']} | {r['kind']} | {s} | {r['eta_fraction']} | {mode} | {r['retention']:.3f} | "
-                     f"{r['acted']:.2f} | {r['bound']:.4g} | {r['measured_min']:.4g} | {r['measured_avg']:.4g} | "
-                     f"{r['tightness']:.1f} | {r['tightness_avg']:.1f} |")
+        lines.append(f"| {r['noise_std']} | {r['kind']} | {s} | {r['eta_fraction']} | {mode} | {r['acted']:.2f} | "
+                     f"{r['bound']:.4g} | {r['measured_kept']:.4g} | {r['measured_avg']:.4g} | "
+                     f"{r['bound_over_kept']:.1f} |")
+    return "\n".join(lines)
+
+
+def gac_table(stalenesses=(1, 2, 4, 8, 16, 32), rhos=(0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.95)) -> str:
+    lines = ["| s | a*(s) | 1/cos(π/(2s+3)) | " + " | ".join(f"ρ = {r}" for r in rhos) + " |",
+             "|---" * (len(rhos) + 3) + "|"]
+    for s in stalenesses:
+        ratios = " | ".join(f"{gac_stability.step_cut_ratio(s, r):.3f}" for r in rhos)
+        lines.append(f"| {s} | {float(stability.stability_boundary_closed_form(s)):.4f} | "
+                     f"{gac_stability.top_mode_limit(s)['a_max']:.4f} | {ratios} |")
+    return "\n".join(lines)
+
+
+def rho_table() -> str:
+    rows = gac_stability.check_self_consistent_rho(dim=2000, steps=3000, seeds=4)
+    lines = ["| s | η·λ_max / a*(s) | ρ* (Lyapunov with filter) | measured mean removed coefficient | abs diff |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['staleness']} | {r['fraction']} | {r['predicted']:.4f} | {r['measured']:.4f} | "
+                     f"{r['abs_error']:.4f} |")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     names = (argv if argv is not None else sys.argv[1:]) or ["all"]
-    tables = {"stability": stability_table, "cosine": cosine_table, "bound": bound_table}
+    tables = {"stability": stability_table, "cosine": cosine_table, "bound": bound_table, "gac": gac_table,
+              "rho": rho_table}
     for name in tables if names == ["all"] else names:
         print(f"\n### {name}\n")
         print(tables[name]())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import io
 import json
@@ -35,9 +36,9 @@ from sim.llm import grpo
 from sim.llm.model import SIZES, check_model_dir, load_model, sample, token_logprobs
 from sim.llm.task import AdditionTask
 from sim.llm.warmstart import WarmStartConfig, heldout_accuracy, load_warm_start
-from sim.record import atomic_write_bytes, write_records
+from sim.record import atomic_write_bytes, check_output_dir, write_records
 from sim.schema import NO_REGIME, columns, make_row
-from sim.stabilizers import STALE_DATA, gac_config, get_stabilizer, method_params
+from sim.stabilizers import STALE_DATA, BAPOConfig, M2POConfig, TISConfig, gac_config, get_stabilizer, method_params
 from sim.staleness import KINDS, Staleness, VersionRing
 
 GAC_REFERENCES = ("update", "step")
@@ -50,7 +51,7 @@ CHECKPOINT_MAGIC = b"gac-lab checkpoint v2 sha256="
 @dataclass
 class Args:
     method: str = "none"
-    """method from sim/stabilizers.py (none = naive async, gac, tis, m2po, lr_scale) or sync (= none at s=0)"""
+    """method from sim/stabilizers.py (none = naive async, gac, tis, m2po, bapo, lr_scale) or sync (= none at s=0)"""
     staleness: int = 0
     """staleness s: rollouts of step t come from the policy of step t − s (max s when kind is random)"""
     staleness_kind: str = "fixed"
@@ -83,16 +84,16 @@ class Args:
     """sampling temperature of the rollouts"""
     max_grad_norm: float = 1.0
     """clip_grad_norm_ after GAC"""
-    gac_threshold: float = 0.0
-    """GAC τ: project when cos(g, g_prev) > τ"""
-    gac_mode: str = "project"
-    """GAC mode: project or cap"""
+    gac: gac.GACConfig = field(default_factory=gac_config)
+    """method gac: its parameters (--gac.threshold, --gac.mode, ...)"""
     gac_reference: str = "update"
     """GAC reference: update = the previous optimizer update's raw gradient; step = the previous RL step's sum"""
-    tis_cap: float = 2.0
-    """TIS truncation C"""
-    m2_threshold: float = 0.04
-    """M2PO τ_M2: bound on the mean (log r)^2 of kept tokens"""
+    tis: TISConfig = field(default_factory=TISConfig)
+    """method tis: its parameters"""
+    m2po: M2POConfig = field(default_factory=M2POConfig)
+    """method m2po: its parameters"""
+    bapo: BAPOConfig = field(default_factory=BAPOConfig)
+    """method bapo: its parameters"""
     eval_every: int = 20
     """held-out accuracy every this many steps"""
     eval_problems: int = 256
@@ -137,12 +138,12 @@ class Args:
             raise ValueError(f"group_size must be >= 2 (group-normalised advantages), got {self.group_size}")
         if self.minibatches < 1 or self.prompts_per_step % self.minibatches:
             raise ValueError(f"minibatches ({self.minibatches}) must divide prompts_per_step ({self.prompts_per_step})")
-        for name in ("lr", "clip_eps", "temperature", "max_grad_norm", "tis_cap"):
+        for name in ("lr", "clip_eps", "temperature", "max_grad_norm"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.kl_coef < 0 or self.m2_threshold <= 0 or self.checkpoint_every < 0 or self.threads < 1:
-            raise ValueError("kl_coef >= 0, m2_threshold > 0, checkpoint_every >= 0, threads >= 1 required")
-        self.gac_cfg()  # τ in [0, 1), mode known
+        if self.kl_coef < 0 or self.checkpoint_every < 0 or self.threads < 1:
+            raise ValueError("kl_coef >= 0, checkpoint_every >= 0, threads >= 1 required")
+        # The method configs (gac, tis, m2po, bapo) checked their own values when they were built.
         if self.gac_reference not in GAC_REFERENCES:
             raise ValueError(f"gac_reference must be one of {GAC_REFERENCES}, got {self.gac_reference!r}")
         if self.ratio_to not in ("behaviour", "proximal"):
@@ -155,6 +156,8 @@ class Args:
             raise ValueError(f"--device {self.device} but torch sees no CUDA device")
         if self.model is not None:
             check_model_dir(self.model)
+        if self.checkpoint_every:
+            check_output_dir(self.out_dir, "--out-dir")
         if self.resume and not (Path(self.out_dir) / "checkpoint.pt").exists():
             raise ValueError(f"--resume but {self.out_dir}/checkpoint.pt does not exist")
 
@@ -167,12 +170,10 @@ class Args:
         """The record's method name: sync for naive at s = 0, else the registry name."""
         return "sync" if self.registry_method == "none" and self.staleness == 0 else self.registry_method
 
-    def gac_cfg(self) -> gac.GACConfig:
-        return gac_config(threshold=self.gac_threshold, mode=self.gac_mode)
-
     def method_params(self) -> dict:
-        return {"tis": {"tis_cap": self.tis_cap}, "m2po": {"m2_threshold": self.m2_threshold}}.get(
-            self.registry_method, {})
+        """The parameters of the run's method (its config group as a dict; {} for a method without one)."""
+        config = {"tis": self.tis, "m2po": self.m2po, "bapo": self.bapo}.get(self.registry_method)
+        return {} if config is None else asdict(config)
 
 
 class NonFiniteError(FloatingPointError):
@@ -253,7 +254,7 @@ def setup(args: Args, log=print) -> TrainState:
     state = TrainState(
         args=args, task=task, heldout=task.heldout_set(args.eval_problems), policy=policy, reference=reference,
         behaviour=behaviour, optimizer=torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0),
-        controller=gac.GradientAlignmentControl(params, args.gac_cfg()) if use_tracker else None,
+        controller=gac.GradientAlignmentControl(params, args.gac) if use_tracker else None,
         schedule=Staleness(args.staleness, args.staleness_kind).sample(
             args.steps, generator=torch.Generator().manual_seed(args.seed + 7)),
         ring=VersionRing(args.staleness + 1), generator=torch.Generator().manual_seed(args.seed), warm_info=warm_info)
@@ -281,7 +282,7 @@ def sample_batch(state: TrainState) -> dict:
         with torch.no_grad():
             prox_logp, _ = token_logprobs(state.policy, prompts, responses, args.temperature)
     # The clip's denominator: π_b (default) or, with ratio_to=proximal, π_θ at the step's start.
-    proximal_clip = args.ratio_to == "proximal" and args.registry_method not in ("tis", "m2po")
+    proximal_clip = args.ratio_to == "proximal" and args.registry_method not in ("tis", "m2po", "bapo")
     return {"version": version, "prompts": prompts, "responses": responses, "behaviour_logp": behaviour_logp,
             "mask": mask, "reward": reward, "correct": correct, "advantages": advantages, "prox_logp": prox_logp,
             "old_logp": prox_logp if proximal_clip else behaviour_logp}
@@ -344,7 +345,7 @@ def apply_gac(state: TrainState) -> tuple[str, float]:
         return report.regime, report.parallel_scale
     if state.prev_step_grad is None:  # reference "step" before any RL step: nothing to compare with
         return "keep", 1.0
-    cfg = state.args.gac_cfg()
+    cfg = state.args.gac
     out = gac.control(flat_grad(state.params), state.prev_step_grad, cfg)
     for p, new in zip(state.params, out.grad.split([p.numel() for p in state.params]), strict=True):
         p.grad.copy_(new.view_as(p.grad))
@@ -365,7 +366,8 @@ def optimizer_update(state: TrainState, batch: dict, idx: torch.Tensor, where: s
     applied = raw if regime == NO_REGIME else flat_grad(state.params)
     numbers = {"grad_norm": float(raw.norm()), "cos_prev": cosine(raw, state.prev_raw),
                "cos_applied": cosine(applied, state.prev_applied), "regime": regime, "parallel_scale": scale,
-               "clip_frac": stats["clip_frac"], "kl_behaviour": stats["kl_behaviour"], "entropy": stats["entropy"],
+               "clip_frac": stats["clip_frac"], "clip_low": stats["clip_low"], "clip_high": stats["clip_high"],
+               "kl_behaviour": stats["kl_behaviour"], "entropy": stats["entropy"],
                "raw": raw, "cos_update": math.nan}
     state.prev_raw, state.prev_applied = raw, applied
     torch.nn.utils.clip_grad_norm_(state.params, state.args.max_grad_norm)
@@ -413,6 +415,7 @@ def rl_step(state: TrainState) -> dict:
         parallel_scale=mean_of(updates, "parallel_scale"), lr=lr, kl_behaviour=updates[0]["kl_behaviour"],
         entropy=updates[0]["entropy"], accuracy=accuracy, train_accuracy=float(batch["correct"].mean()),
         response_length=float(batch["mask"].sum(1).float().mean()), clip_frac=mean_of(updates, "clip_frac"),
+        clip_low=mean_of(updates, "clip_low"), clip_high=mean_of(updates, "clip_high"),
         behaviour_version=batch["version"], ratio_to=args.ratio_to)
     state.prev_step_grad = step_grad
     state.records.append(record)
@@ -577,20 +580,62 @@ def _alive(pid: int) -> bool:
 
 
 # -- command line ---------------------------------------------------------------------------------------
+class ConfigError(Exception):
+    """A method config's own check failed while the command line was parsed (its ValueError, carried past tyro)."""
+
+
+def _cli_registry():
+    """tyro rules for the method groups.
+
+    GAC's τ (``float | ThresholdRule``) is given as a float. A method config's ValueError (e.g. --gac.threshold
+    1.5) is re-raised as ConfigError, so ``main`` prints it on one line instead of tyro's error box.
+    """
+    import tyro
+
+    registry, building = tyro.constructors.ConstructorRegistry(), []
+
+    @registry.primitive_rule
+    def _threshold(type_info):
+        if type_info.type != (float | gac.ThresholdRule):
+            return None
+        return tyro.constructors.PrimitiveConstructorSpec(
+            nargs=1, metavar="FLOAT", instance_from_str=lambda strings: float(strings[0]),
+            is_instance=lambda value: isinstance(value, float), str_from_instance=lambda value: [str(value)])
+
+    @registry.struct_rule
+    def _checked(type_info):
+        if type_info.type not in (gac.GACConfig, TISConfig, M2POConfig, BAPOConfig) or building:
+            return None
+        building.append(True)  # the default rule builds the spec; this rule steps aside meanwhile
+        try:
+            spec = tyro.constructors.ConstructorRegistry.get_struct_spec(type_info)
+        finally:
+            building.pop()
+
+        def instantiate(**kwargs):
+            try:
+                return spec.instantiate(**kwargs)
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
+
+        return dataclasses.replace(spec, instantiate=instantiate)
+
+    return registry
+
+
 def main(argv=None) -> int:
     import tyro
 
-    args = tyro.cli(Args, args=argv, prog="python -m sim.llm.train", description=__doc__.splitlines()[0])
-    out_dir = Path(args.out_dir)
     try:
+        args = tyro.cli(Args, args=argv, prog="python -m sim.llm.train", description=__doc__.splitlines()[0],
+                        registry=_cli_registry())
         args.validate()
-        if out_dir.exists() and not out_dir.is_dir():
-            raise ValueError(f"--out-dir {out_dir} is a file, not a folder")
+        out_dir = check_output_dir(args.out_dir, "--out-dir")
         with OutDirLock(out_dir):
             result = run_records(args)
             write_records(result["records"], out_dir / "records.csv", columns("llm"))
             atomic_write_bytes(out_dir / "summary.json", json.dumps(result["summary"], indent=1).encode())
-    except ValueError as err:
+    except (ValueError, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except NonFiniteError as err:

@@ -24,4 +24,4 @@ def test_sweep_feeds_fig1_fig3_fig5(tiny_checkpoint, tmp_path, monkeypatch):
     for ext in ("png", "pdf", "csv"):
         assert (tmp_path / "out" / f"fig5_llm_grpo.{ext}").exists()
     table = (tmp_path / "out" / "fig5_llm_grpo_table.csv").read_text()
-    assert "tis" in table and "m2po" in table and "behaviour" in table
+    assert "tis" in table and "m2po" in table and "bapo" in table and "behaviour" in table

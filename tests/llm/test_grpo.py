@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from sim.advantages import group_advantages
@@ -37,3 +38,31 @@ def test_m2po_and_tis_use_the_registry():
                                prox_logp=logp)
     weights = torch.exp(logp - behaviour).clamp(max=2.0)
     assert torch.allclose(loss, -weights.mean())
+
+
+# BAPO on a hand-made batch: one token per response, so each token has its own advantage. With the
+# parameters below the bounds are (c_low, c_high) = (0.7, 1.5), worked out step by step in
+# tests/sim/test_bapo.py (same ratios and advantages); the last response is padding.
+BAPO_PARAMS = {"rho_0": 0.4, "a_minus": 0.6, "b_minus": 0.8, "a_plus": 1.2, "b_plus": 1.5, "delta_1": 0.1,
+               "delta_2": 0.1}
+BAPO_RATIOS = [1.0, 1.35, 1.0, 0.65, 0.75, 1.0]
+BAPO_ADV = [1.0, 1.0, -2.5, -2.0, -1.0, 5.0]
+
+
+def test_bapo_loss_gradient_equals_the_hand_computation():
+    behaviour = torch.tensor([[-1.0], [-2.0], [-0.5], [-1.5], [-3.0], [-1.0]], dtype=torch.float64)
+    logp = (behaviour + torch.tensor(BAPO_RATIOS, dtype=torch.float64).log()[:, None]).requires_grad_()
+    mask = torch.tensor([[True]] * 5 + [[False]])
+    adv = torch.tensor(BAPO_ADV, dtype=torch.float64)
+    loss, stats = grpo.policy_loss("bapo", logp, behaviour, adv, mask, 0.2, method_params("bapo", **BAPO_PARAMS))
+    (grad,) = torch.autograd.grad(loss, logp)
+    # d(−r·A/N)/d log π_θ = −r·A/N on an unclipped valid token (N = 5 valid tokens); the token r = 0.65,
+    # A = −2 is below c_low = 0.7 (clipped, no gradient), and the padding token has none.
+    expected = torch.tensor([-1.0 * 1.0, -1.35 * 1.0, 2.5 * 1.0, 0.0, 0.75 * 1.0, 0.0], dtype=torch.float64) / 5
+    assert torch.allclose(grad[:, 0], expected)
+    assert (stats["clip_low"], stats["clip_high"]) == (pytest.approx(0.7), pytest.approx(1.5))
+    assert stats["clip_frac"] == pytest.approx(1 / 5)
+    # The fixed clip [0.8, 1.2] would clip r = 1.35 (A > 0) and r = 0.65, 0.75 (A < 0): a different gradient.
+    fixed, fixed_stats = grpo.policy_loss("none", logp, behaviour, adv, mask, 0.2, {})
+    (fixed_grad,) = torch.autograd.grad(fixed, logp)
+    assert not torch.allclose(fixed_grad[:, 0], expected) and fixed_stats["clip_frac"] == pytest.approx(3 / 5)

@@ -63,7 +63,7 @@ def stepped(state, seen: Capture) -> tuple[list, list]:
 
 
 @pytest.mark.parametrize("method,staleness", [("sync", 0), ("none", 2), ("gac", 2), ("tis", 2), ("m2po", 2),
-                                              ("lr_scale", 2), ("gac", 0)])
+                                              ("lr_scale", 2), ("gac", 0), ("bapo", 2)])
 def test_every_method_runs_end_to_end(tiny_args, method, staleness):
     result = run_records(tiny_args(method=method, staleness=staleness,
                                    staleness_kind="random" if method == "tis" else "fixed"), **QUIET)
@@ -76,6 +76,11 @@ def test_every_method_runs_end_to_end(tiny_args, method, staleness):
     assert all(r["behaviour_version"] == max(0, r["step"] - staleness) for r in records) or method == "tis"
     assert [math.isfinite(r["accuracy"]) for r in records] == [True, False, True, False]
     assert (records[0]["regime"] == "n/a") == (method != "gac")
+    if method == "bapo":  # the adaptive bounds (float32) stay in BAPO's ranges [a⁻, b⁻], [a⁺, b⁺]
+        eps = 1e-6
+        assert all(0.6 - eps <= r["clip_low"] <= 0.9 + eps and 1.2 - eps <= r["clip_high"] <= 3.0 + eps
+                   for r in records)
+        assert any(r["clip_high"] > 1.2 + eps for r in records)  # the bounds did move
     assert 0.0 <= result["summary"]["final_accuracy"] <= 1.0
     assert set(result["summary"]) == {"args", "label", "warm_start", "final_accuracy", "diverged_at"}
 
@@ -194,7 +199,8 @@ def test_nonfinite_loss_names_the_step_and_is_not_checkpointed(tiny_args, tmp_pa
     (["--staleness", "-1"], "staleness must be >= 0"),
     (["--method", "dc"], "does not apply to the stale-data model"),
     (["--method", "bogus"], "unknown method"),
-    (["--gac-threshold", "1.5"], "threshold must be in [0, 1)"),
+    (["--gac.threshold", "1.5"], "threshold must be in [0, 1)"),
+    (["--tis.tis-cap", "0"], "tis_cap must be > 0"),
     (["--method", "sync", "--staleness", "4"], "method sync means staleness 0"),
     (["--minibatches", "3"], "must divide prompts_per_step"),
     (["--model", "/nonexistent"], "no config.json"),

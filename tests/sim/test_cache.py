@@ -64,7 +64,8 @@ def test_llm_runs_are_keyed_by_their_source(monkeypatch):
     from sim.llm.train import Args
 
     calls = []
-    monkeypatch.setattr(llm, "run_records", lambda args: calls.append(1) or {"records": [len(calls)], "summary": {}})
+    monkeypatch.setattr(llm, "run_records",
+                        lambda args, **kwargs: calls.append(1) or {"records": [len(calls)], "summary": {}})
     fingerprint = {"value": "v1"}
     monkeypatch.setattr(cache, "code_fingerprint", lambda *a, **k: fingerprint["value"])
     args = Args(size="tiny", steps=1)

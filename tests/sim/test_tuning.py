@@ -1,4 +1,4 @@
-"""The tuned-baselines protocol (experiments_tuning_draft) on a synthetic table with known answers."""
+"""The tuned-baselines protocol (experiments.tuning): on a synthetic table with known answers, its grids and runs."""
 
 import math
 
@@ -6,7 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import experiments_tuning_draft as tuning
+import experiments.cache
+from experiments import toy, tuning
+from sim.bandit import run_bandit
+from sim.grid import setting
+from sim.stabilizers import STALE_DATA
 
 LRS = [0.01, 0.03, 0.1, 0.3, 1.0]
 TUNE, REPORT = [0, 1, 2], [3, 4, 5]
@@ -53,6 +57,10 @@ def test_robust_range_by_hand():
     # bapo: best 0.1; within 0.2: lr 0.03 (0.19), 0.1, 0.3 (0.15); lr 1.0 (0.25) is out → 0.3 / 0.03 = 10.
     assert _row(ranges, "bapo")["robust_range"] == pytest.approx(10.0)
     assert _row(ranges, "sync", 0)["robust_range"] == pytest.approx(0.3 / 0.1)
+    # finite ranges: none finite on lr 0.01..0.1, sync on 0.01..0.3, bapo everywhere
+    assert _row(ranges, "none")["finite_range"] == pytest.approx(10.0)
+    assert _row(ranges, "sync", 0)["finite_range"] == pytest.approx(30.0)
+    assert _row(ranges, "bapo")["finite_range"] == pytest.approx(100.0)
 
 
 def test_winner_per_staleness():
@@ -90,3 +98,70 @@ def test_bad_seeds_and_factor():
         tuning.robust_range(_table().assign(method="ppo"), TUNE)
     with pytest.raises(ValueError, match="at least one"):
         tuning.report(_table(), TUNE, [])
+
+
+# -- the grids and the runs ------------------------------------------------------------------------------
+GOOD = dict(model=STALE_DATA, methods=("none", "bapo"), staleness=(4,), lrs=(0.01, 0.02, 0.04, 0.08),
+            tuning_seeds=1, reporting_seeds=1)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"methods": ("none", "ppo")}, "unknown method 'ppo'"),
+    ({"methods": ()}, "no methods"),
+    ({"lrs": ()}, ">= 4 distinct step sizes"),
+    ({"lrs": (0.1, 0.1, 0.2, 0.3)}, ">= 4 distinct step sizes"),
+    ({"lrs": (-0.1, 0.1, 0.2, 0.3)}, "> 0"),
+    ({"methods": ("dc",)}, "does not apply"),
+    ({"staleness": ()}, "staleness values >= 1"),
+    ({"reporting_seeds": 0}, "reporting seed"),
+])
+def test_bad_grid_fails_with_one_line_before_any_run(change, message, monkeypatch):
+    monkeypatch.setattr(tuning, "run_bandit", lambda *a, **k: pytest.fail("a run started"))
+    with pytest.raises(ValueError, match=message) as error:
+        tuning.toy_table("bandit_gaussian", "smoke", grid=tuning.TuningGrid(**{**GOOD, **change}))
+    assert len(str(error.value).splitlines()) == 1
+
+
+def test_log_grid_and_default_grids():
+    assert tuning.log_grid(0.3, 4) == pytest.approx((0.075, 0.15, 0.3, 0.6))
+    quad = tuning.toy_grid("quadratic", "quick")
+    assert 0.15 in quad.lrs and 1.2 in quad.lrs and "dc" in quad.methods and "tis" not in quad.methods
+    assert set(tuning.llm_grid("quick").methods) == {"none", "gac", "lr_scale", "tis", "m2po", "bapo"}
+    assert set(quad.tuning).isdisjoint(quad.reporting)
+
+
+def test_toy_table_gap_equals_a_run_of_that_setting_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path)
+    grid = tuning.TuningGrid(**{**GOOD, "lrs": (0.05, 0.1, 0.2, 50.0)})
+    table = tuning.toy_table("bandit_gaussian", "smoke", grid=grid)
+    assert len(table) == (4 + 2 * 4) * 2 and set(table["method"]) == {"sync", "none", "bapo"}
+    assert set(table[table["method"] == "sync"]["staleness"]) == {0}
+    steps = toy.profile_of("smoke").bandit_steps
+    alone = run_bandit(toy.GAUSSIAN, [setting("bapo", 4, 0.1)], steps, 2, groups=toy.BANDIT_GROUPS,
+                       group_size=toy.BANDIT_GROUP_SIZE)
+    expected = [alone.meta["optimal_reward"] - r["final_objective"] for r in alone.summary_rows()]
+    got = table[(table["method"] == "bapo") & (table["lr"] == 0.1)].sort_values("seed")["final_gap"]
+    assert got.tolist() == pytest.approx(expected)
+    assert (table[table["lr"] == 50.0]["final_gap"] > 100 * max(expected)).all()  # far too large a step
+
+
+def test_per_step_size_ratio_by_hand():
+    table = _table()
+    out = tuning.per_step_size(table, 8, TUNE).set_index(["method", "lr"])
+    scale = np.mean([1 + 0.02 * (s - 2.5) for s in TUNE])
+    assert out.loc[("none", 0.03), "ratio_to_sync"] == pytest.approx(0.5 / 0.05)
+    assert out.loc[("none", 0.03), "final_gap"] == pytest.approx(0.5 * scale)
+    assert math.isinf(out.loc[("none", 0.3), "final_gap"]) and out.loc[("none", 0.3), "diverged"] == 3
+
+
+def test_llm_table_maps_accuracy_and_divergence(monkeypatch):
+    runs = tuning.llm_runs("quick")
+    grid = tuning.llm_grid("quick")
+    assert len(runs) == len(grid.cells()) * 3 and {r.args.size for r in runs} == {"tiny"}
+    assert all(r.args.ratio_to == "proximal" and r.args.on_nonfinite == "mark" for r in runs)
+    fake = [(run, {"summary": {"final_accuracy": 0.25 + 0.01 * k, "diverged_at": 3 if k == 1 else None}})
+            for k, run in enumerate(runs)]
+    monkeypatch.setattr(tuning, "results_of", lambda *a, **k: fake)
+    table = tuning.llm_table("quick")
+    assert table["final_gap"].iloc[0] == pytest.approx(0.75) and math.isinf(table["final_gap"].iloc[1])
+    assert table["method"].iloc[0] == "sync" and set(table["method"]) == {"sync", *grid.methods}

@@ -12,7 +12,7 @@ def test_predicted_cosine_matches_monte_carlo():
     settings = [(frac * float(stability_boundary_closed_form(s)), name, s, 1.0) for frac, name, s in cosine.MC_SETTINGS]
     rows = cosine.check_cosine_against_simulation(settings, dim=1000, steps=3000, burn_in=1000, seed=0)
     errors = [row["abs_error"] for row in rows]
-    assert max(errors) < 0.03, rows
+    assert max(errors) < 0.005, rows
     assert max(row["predicted"] for row in rows) > 0.3  # the check covers strongly aligned settings too
 
 
@@ -70,3 +70,67 @@ def test_stale_data_reduces_to_stale_gradient_exactly_when_expected():
         if key.endswith("/is"):
             assert value < 1e-6, key
     assert result["none_formula"] < 1e-6
+
+
+def test_cosine_s1_is_plus_half_a_and_matches_lyapunov():
+    derived = cosine.cosine_s1()
+    a = derived["a"]
+    assert sp.simplify(derived["cosine"] - a / 2) == 0
+    assert sp.simplify(derived["weight"] - 2 / ((1 - a) * (2 + a))) == 0
+    for value in (0.05, 0.4, 0.9):  # independent path: the numeric Lyapunov solve
+        lag_one, second = cosine.gradient_moments(value, 1)
+        assert abs(lag_one[0] / second[0] - value / 2) < 1e-12
+        assert abs(second[0] - float(derived["weight"].subs(a, value))) < 1e-10
+
+
+@pytest.mark.parametrize("staleness", range(1, 9))
+def test_cosine_series_coefficients_and_numeric_value(staleness):
+    series = cosine.cosine_series(staleness, order=2)
+    a = sp.Symbol("a", positive=True)
+    assert sp.expand(series - (a / 2 + (staleness - 1) * a**2 / 2)) == 0
+    value = 0.03  # the a^3 term, s(s-1)a^3/4, is below 1e-3 here for every s <= 8
+    lag_one, second = cosine.gradient_moments(value, staleness)
+    assert abs(float(series.subs(a, value)) - lag_one[0] / second[0]) < 1e-3
+
+
+def test_exact_autocovariance_agrees_with_lyapunov():
+    for staleness in (0, 2, 5):
+        derived = cosine.gradient_autocovariance_symbolic(staleness)
+        value = 0.6 * float(stability_boundary_closed_form(staleness))
+        lag_one, second = cosine.gradient_moments(value, staleness)
+        assert abs(float(derived["second"].subs(derived["a"], value)) - second[0]) < 1e-10
+        assert abs(float(derived["lag_one"].subs(derived["a"], value)) - lag_one[0]) < 1e-10
+
+
+def test_snr_law_on_random_spectra():
+    result = cosine.check_snr_law(spectra=120, seed=0)
+    assert sum(result["cases"]) >= 100 and min(result["cases"]) >= 20
+    assert result["sync_max_error"] < 1e-12  # equality at s = 0
+    assert result["async_max_excess"] <= 1e-12  # inequality for s >= 1
+
+
+def test_anisotropic_noise_cosine_and_snr_against_monte_carlo():
+    rows = cosine.check_anisotropic_cosine()
+    for row in rows:
+        assert row["abs_error"] < 0.005, row
+        assert abs(row["snr"] / row["snr_simulated"] - 1) < 0.02, row
+        assert abs(row["isotropic_predicted"] - row["simulated"]) > 0.05  # the sigma_i weights matter here
+
+
+def test_mutation_dropping_noise_weights_fails_the_check(monkeypatch):
+    original = cosine.predicted_cosine
+    monkeypatch.setattr(cosine, "predicted_cosine", lambda eta, curv, s, noise=1.0: original(eta, curv, s, 1.0))
+    rows = cosine.check_anisotropic_cosine(dim=500, steps=600, burn_in=300)
+    assert max(row["abs_error"] for row in rows) > 0.005
+
+
+def test_series_curve_and_snr_bound_curve():
+    curvatures = cosine.spectrum("log", 80)
+    grid = np.arange(0, 9)
+    predicted = cosine.predicted_cosine(0.03, curvatures, grid)
+    series = cosine.series_cosine(0.03, curvatures, grid)
+    bound = cosine.snr_bound(0.03, curvatures, grid)
+    assert np.max(np.abs(series - predicted)) < 1e-3
+    assert abs(series[0] - predicted[0]) < 1e-12  # s = 0 is exact
+    assert abs(bound[0] + predicted[0]) < 1e-12
+    assert np.all(predicted[1:] <= bound[1:])

@@ -1,0 +1,108 @@
+"""fig9_early_warning: which per-step signal warns before a collapse — ROC AUC per signal × horizon k, and the
+median lead time at a 10% false-alarm rate, over every run of the toy sweeps (fig1, fig3) and the LLM sweep (fig5).
+
+Collapse definitions, labels and statistics are in ``experiments.early_warning``. The runs are those figures'
+cached runs (the same cache keys), so after them this figure only computes statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from experiments.cache import cached_runs
+from experiments.early_warning import HORIZONS, SIGNALS, check_request, evaluate, llm_rows
+from experiments.llm import sweep_results
+from paper_figs import fig1_cosine, fig3_divergence
+from paper_figs.common import apply_style, save_figure
+from sim.record import write_records
+
+NAME = "fig9_early_warning"
+TOY_FIGURES = (fig1_cosine, fig3_divergence)
+HORIZON_COLORS = ("#9ecae1", "#4292c6", "#08306b")
+
+
+def toy_rows(profile: str, device: str = "cpu") -> list[dict]:
+    """Per-step records of the toy panels of fig1 and fig3, through their own cache entries."""
+    rows = []
+    for figure in TOY_FIGURES:
+        for panel in figure.PANELS:
+            if panel.name != "llm":
+                rows += cached_runs(f"{figure.NAME}/{panel.name}", profile, device,
+                                    lambda p=panel: p.run(profile, device))
+    return rows
+
+
+def plot(axes, table: list[dict], sim: str, signals, horizons) -> None:
+    """AUC bars (one per k) per signal, and the median lead time at the largest k with the detected share."""
+    ax_auc, ax_lead = axes
+    mine = {(r["signal"], r["k"]): r for r in table if r["sim"] == sim}
+    x = np.arange(len(signals))
+    width = 0.8 / len(horizons)
+    for j, horizon in enumerate(horizons):
+        offset = x + (j - (len(horizons) - 1) / 2) * width
+        ax_auc.bar(offset, [mine[(s, horizon)]["auc"] for s in signals], width, label=f"k = {horizon}",
+                   color=HORIZON_COLORS[j % len(HORIZON_COLORS)])
+        ax_auc.plot(offset, [mine[(s, horizon)]["auc_collapsing_runs"] for s in signals], "k_", ms=5,
+                    label="collapsing runs only" if j == 0 else None)
+    for i, s in enumerate(signals):
+        if not mine[(s, horizons[0])]["scored_steps"]:
+            ax_auc.text(i, 0.02, "not\nrecorded", ha="center", va="bottom", fontsize=5, color="grey")
+    first = next(iter(mine.values()))
+    ax_auc.axhline(0.5, color="grey", ls="--", lw=0.8)
+    ax_auc.set(ylim=(0, 1), ylabel="ROC AUC (higher value = warning)",
+               title=f"{sim}: {first['collapses']} collapses in {first['runs']} runs")
+    ax_auc.set_xticks(x, signals, rotation=45, ha="right")
+    longest = max(horizons)
+    lead = [mine[(s, longest)]["median_lead"] for s in signals]
+    ax_lead.bar(x, lead, color="#4292c6")
+    for i, s in enumerate(signals):
+        detected = mine[(s, longest)]["detected"]
+        if not math.isnan(detected):
+            ax_lead.text(i, (lead[i] if not math.isnan(lead[i]) else 0) + 0.3, f"{detected:.0%}", ha="center",
+                         fontsize=6)
+    ax_lead.set(ylim=(0, longest * 1.15), ylabel=f"median lead (steps), k = {longest}\n(label: collapses detected)")
+    ax_lead.set_xticks(x, signals, rotation=45, ha="right")
+
+
+def markdown(table: list[dict]) -> str:
+    lines = ["| sim | signal | k | collapses/runs | pos/neg steps | AUC | AUC in collapsing runs "
+             "| precision (base rate) | detected | median lead |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in table:
+        if not r["scored_steps"] or not r["collapses"]:
+            continue
+        base = r["positives"] / max(1, r["positives"] + r["negatives"])
+        lines.append(f"| {r['sim']} | {r['signal']} | {r['k']} | {r['collapses']}/{r['runs']} | "
+                     f"{r['positives']}/{r['negatives']} | {r['auc']:.3f} | {r['auc_collapsing_runs']:.3f} | "
+                     f"{r['precision']:.3f} ({base:.3f}) | "
+                     f"{r['detected']:.2f} | {r['median_lead']:g} |")
+    return "\n".join(lines)
+
+
+def main(profile: str, out_dir: Path, device: str = "cpu", signals=tuple(SIGNALS), horizons=HORIZONS,
+         llm: bool = True) -> list[dict]:
+    """The table (one row per simulator × signal × k); ``llm=False`` leaves the LLM sweep out (tests)."""
+    check_request(signals, horizons)
+    rows = toy_rows(profile, device)
+    if llm:
+        rows += llm_rows(sweep_results(profile, device))
+    table, events = evaluate(rows, signals, horizons)
+    sims = [sim for sim in dict.fromkeys(r["sim"] for r in table)
+            if any(r["sim"] == sim and r["collapses"] for r in table)]
+    apply_style()
+    fig, axes = plt.subplots(2, max(1, len(sims)), figsize=(3.6 * max(1, len(sims)), 5.2), squeeze=False,
+                             layout="constrained")
+    for i, sim in enumerate(sims):
+        plot((axes[0][i], axes[1][i]), table, sim, list(signals), list(horizons))
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside upper center", ncol=len(horizons) + 1)
+    write_records(table, out_dir / f"{NAME}.csv")
+    write_records(events, out_dir / f"{NAME}_collapses.csv")
+    save_figure(fig, out_dir, NAME)
+    quiet = sorted({r["sim"] for r in table} - set(sims))
+    print(markdown(table))
+    if quiet:
+        print(f"no collapse in any run of: {', '.join(quiet)} (no AUC there)")
+    return table
