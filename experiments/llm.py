@@ -44,6 +44,13 @@ PROFILES = {
                  grid={lr: (0, 2, 4, 8, 16) for lr in (3e-5, 1e-4, 3e-4, 1e-3)},
                  line_staleness=(0, 2, 4, 8, 16), high_staleness=16, gac_small_lrs=(1e-4, 3e-5),
                  sync_gac_small_lrs=(1e-4, 3e-5)),
+    # gpu: the 25M-parameter model, 64 prompts × 16 samples, 300 steps, 3 seeds of the key cells (sync, naive
+    # async, GAC, TIS, M2PO at s = 16 and the controls), several runs at once on one GPU. Sized for about 8
+    # minutes on one H200 by estimate: not yet measured on a device.
+    "gpu": dict(base=dict(size="gpu", steps=300, prompts_per_step=64, group_size=16, minibatches=2,
+                          eval_every=50, eval_problems=512, ratio_to="proximal"),
+                seeds=(0, 1, 2), main_lr=3e-4, small_lrs=(1e-4,), grid={3e-4: (0, 16)},
+                line_staleness=(0, 16), high_staleness=16, jobs=6),
 }
 KEY_EXCLUDE = ("progress", "out_dir", "threads", "resume", "checkpoint_every")
 
@@ -64,10 +71,11 @@ def sweep(profile: str, device: str = "cpu") -> list[Run]:
     base = Args(**p["base"], device=device, progress=False, on_nonfinite="mark")
     if profile == "full" and device.startswith("cuda"):
         base = replace(base, size="gpu")  # the 25M-parameter model on one GPU
+    seeds = p["seeds"][:1] if dry_run() else p["seeds"]
     runs: dict[tuple, list[str]] = {}
 
     def add(role, method, staleness, lr, ratio_to="proximal"):
-        for seed in p["seeds"]:
+        for seed in seeds:
             runs.setdefault((method, staleness, lr, seed, ratio_to), []).append(role)
 
     high, main = p["high_staleness"], p["main_lr"]
@@ -87,8 +95,24 @@ def sweep(profile: str, device: str = "cpu") -> list[Run]:
         add("gac_small_step", "gac", high, lr)
     for lr in p.get("sync_gac_small_lrs", ()):
         add("control_sync_gac", "gac", 0, lr)
-    return [Run(replace(base, method=m, staleness=s, lr=lr, seed=seed, ratio_to=ratio), tuple(dict.fromkeys(roles)))
+    return [Run(dry_run_args(replace(base, method=m, staleness=s, lr=lr, seed=seed, ratio_to=ratio)),
+                tuple(dict.fromkeys(roles)))
             for (m, s, lr, seed, ratio), roles in runs.items()]
+
+
+def dry_run() -> bool:
+    """``GAC_LAB_DRY_RUN=1`` (``python -m paper_figs ... --dry-run``): every run shrunk by ``dry_run_args``."""
+    return os.environ.get("GAC_LAB_DRY_RUN") == "1"
+
+
+def dry_run_args(args: Args) -> Args:
+    """Under a dry run, ``args`` shrunk to a smoke test of its command: the tiny model on 1-digit sums (its warm
+    start stops at the first check), 2 RL steps, 4 × 4 samples, on the CPU; unchanged otherwise."""
+    if not dry_run():
+        return args
+    return replace(args, size="tiny", model=None, digits=1, steps=2, prompts_per_step=4, group_size=4,
+                   minibatches=min(args.minibatches, 2), eval_every=1, eval_problems=8, snr_every=1,
+                   warm_target=0.0, device="cpu")
 
 
 RUN_SOURCE_DIRS = ("gac", "sim")
@@ -133,13 +157,14 @@ def _compute_in_worker(args: Args, cache_dir: str, force: bool) -> dict:
 
 def sweep_results(profile: str, device: str = "cpu", log=_print_now, jobs: int | None = None) -> list[tuple[Run, dict]]:
     """Every run of the sweep with its result (cached; missing runs are computed ``jobs`` at a time)."""
+    jobs = PROFILES[profile].get("jobs") if jobs is None and device.startswith("cuda") else jobs
     return results_of(sweep(profile, device), device, log, jobs)
 
 
 def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int | None = None,
                name: str = "llm sweep") -> list[tuple[Run, dict]]:
-    """Every run of ``runs`` with its result (cached; missing runs are computed ``jobs`` at a time)."""
-    jobs = default_jobs(device) if jobs is None else jobs
+    """Every run of ``runs`` with its result (cached; missing runs are computed ``jobs`` at a time, in order)."""
+    jobs = 1 if dry_run() else default_jobs(device) if jobs is None else jobs  # a dry run's runs take a second
     force = os.environ.get("GAC_LAB_FORCE") == "1"
     results = {} if force else {i: cache.lookup("llm_grpo", run_key(item.args)) for i, item in enumerate(runs)}
     pending = [i for i in range(len(runs)) if results.get(i) is None]
@@ -191,16 +216,27 @@ def llm_cosine_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:
     return _rows(sweep_results(profile, device), "cosine")
 
 
+DEFAULT_CONFIG = "sweep default: 2 updates/step, proximal ratio, grad clip 1.0, 2 digits"
+"""fig1's name of this sweep's configuration (next to the signature map's strongest one)."""
+
+
 def llm_cosine_rows_with_run_means(profile: str = "quick", device: str = "cpu") -> list[dict]:
-    """fig1 LLM panel: ``llm_cosine_rows`` (without the final-eval rows, label = method), each row carrying its
-    run's mean cosine after the first fifth of the steps (NaN if the run diverged), its mean cosine over all
-    steps before divergence, and whether it diverged: the per-run columns of the toy panels."""
-    rows = [dict(r, label=r["method"]) for r in llm_cosine_rows(profile, device) if not r.get("final_eval")]
-    for key in {(r["staleness"], r["seed"]) for r in rows}:
-        run = [r for r in rows if (r["staleness"], r["seed"]) == key]
+    """fig1 LLM panel: ``llm_cosine_rows`` (without the final-eval rows, label = method, config named) with the
+    per-run columns of ``with_run_means``."""
+    rows = [dict(r, label=r["method"], config=DEFAULT_CONFIG) for r in llm_cosine_rows(profile, device)
+            if not r.get("final_eval")]
+    return with_run_means(rows)
+
+
+def with_run_means(rows: list[dict], key: str = "cos_prev") -> list[dict]:
+    """``rows`` (per-step records of one configuration), each carrying its run's mean ``key`` after the first
+    fifth of the steps (NaN if the run diverged), its mean over all steps before divergence, and whether it
+    diverged: the per-run columns of fig1's toy panels (named run_mean_cos_prev whatever ``key`` is)."""
+    for run_id in {(r["staleness"], r["seed"]) for r in rows}:
+        run = [r for r in rows if (r["staleness"], r["seed"]) == run_id]
         warmup = max(r["step"] for r in run) // 5
-        alive = [r["cos_prev"] for r in run if not r.get("diverged") and r["cos_prev"] == r["cos_prev"]]
-        late = [r["cos_prev"] for r in run if r["step"] >= warmup and not r.get("diverged")]
+        alive = [r[key] for r in run if not r.get("diverged") and measured(r.get(key))]
+        late = [r[key] for r in run if r["step"] >= warmup and not r.get("diverged") and measured(r.get(key))]
         diverged = any(r.get("diverged") for r in run)
         for r in run:
             r.update(run_mean_cos_prev=sum(late) / len(late) if late and not diverged else float("nan"),
@@ -233,6 +269,7 @@ def summary_rows(results) -> list[dict]:
             "kl_behaviour_mean": float(np.mean([r["kl_behaviour"] for r in ok] or [np.nan])),
             "clip_frac_mean": float(np.mean([r["clip_frac"] for r in ok] or [np.nan])),
             "diverged": any(r.get("diverged") for r in records), "wall_s": res["summary"].get("wall_s"),
+            "device": a.device,
         })
     return rows
 

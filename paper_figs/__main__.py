@@ -23,7 +23,9 @@ from sim.record import check_output_dir, publish_together
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = run order for "all".
 FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region", "fig5_llm_grpo",
-           "fig6_ablation", "fig7_bound", "fig8_tuned", "fig9_early_warning", "figs1_bandit_snr"]
+           "fig6_ablation", "fig7_bound", "fig8_tuned", "fig9_early_warning", "figs1_bandit_snr", "figs2_llm_signature"]
+LLM_FIGURES = ("fig5_llm_grpo", "figs2_llm_signature")
+"""The figures with a ``gpu`` profile (the 25M model on one GPU)."""
 FigureName = Literal[tuple([*FIGURES, "all"])]
 
 
@@ -33,14 +35,17 @@ class FigureArgs:
 
     names: tyro.conf.Positional[tuple[FigureName, ...]]
     """figure names, or 'all' for every figure in order"""
-    profile: Literal["quick", "full"] = "quick"
-    """run lengths and seeds: quick (minutes) or full (paper scale, hours on CPU)"""
+    profile: Literal["quick", "full", "gpu"] = "quick"
+    """run lengths and seeds: quick (minutes), full (paper scale, hours on CPU) or gpu (LLM figures, --device cuda)"""
     device: str = "cpu"
     """torch device for the runs (cpu or cuda[:N])"""
     out: Path = OUT_DIR
     """output folder"""
     force: bool = False
     """recompute runs even when cached results exist"""
+    dry_run: bool = False
+    """LLM figures: every run shrunk to the tiny model, 2 steps, one seed, on the CPU (checks a command starts
+    and writes its CSV; a gpu profile then needs no CUDA device)"""
 
 
 def _fail(message: str) -> None:
@@ -68,6 +73,13 @@ def parse_args(argv=None) -> FigureArgs:
     names = tuple(FIGURES) if "all" in args.names else args.names
     if not names:
         _fail(f"give figure names or 'all': {', '.join(FIGURES)}")
+    if args.profile == "gpu":
+        if any(name not in LLM_FIGURES for name in names):
+            _fail(f"--profile gpu applies to the LLM figures only ({', '.join(LLM_FIGURES)})")
+        if not args.dry_run and not args.device.startswith("cuda"):
+            _fail("--profile gpu needs --device cuda (or --dry-run for a CPU smoke test)")
+    if args.dry_run:
+        return replace(args, names=names, device="cpu")
     if args.device.startswith("cuda"):
         if not torch.cuda.is_available():
             _fail(f"--device {args.device} requested but torch sees no CUDA device on this machine")
@@ -94,6 +106,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.force:
         os.environ["GAC_LAB_FORCE"] = "1"  # read by experiments.cache.cached
+    if args.dry_run:
+        os.environ["GAC_LAB_DRY_RUN"] = "1"  # read by experiments.llm.dry_run_args
     for name in args.names:
         start = time.perf_counter()
         print(f"[paper_figs] {name} ({args.profile}) ...", flush=True)

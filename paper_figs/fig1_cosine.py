@@ -16,7 +16,8 @@ import matplotlib.pyplot as plt
 from experiments import toy
 from experiments.aggregate import centered_mean, seed_mean, seed_median, trailing_mean
 from experiments.cache import cached_runs
-from experiments.llm import llm_cosine_rows_with_run_means
+from experiments.llm import DEFAULT_CONFIG, llm_cosine_rows_with_run_means
+from experiments.signature import strongest_rows
 from paper_figs.common import Panel, apply_style, save_figure
 from sim.record import write_records
 
@@ -33,17 +34,16 @@ def plot_cosine(ax, rows: list[dict], title: str) -> None:
     ax.set(title=title, xlabel="step", ylabel="cos(g_t, g_{t-1}), median", ylim=(-1.0, 1.05))
 
 
-def plot_llm(ax, rows: list[dict]) -> None:
-    """cos(g_k, g_{k−1}) over RL steps (seed mean, centred moving average), one line per staleness."""
+def plot_llm(ax, rows: list[dict], key: str = "cos_prev", title: str = f"small LLM, {DEFAULT_CONFIG}") -> None:
+    """The cosine ``key`` over RL steps (seed mean, centred moving average), one line per staleness."""
     stalenesses = sorted({r["staleness"] for r in rows})
     cmap = plt.get_cmap("viridis")
     for i, s in enumerate(stalenesses):
-        steps, mean, _ = seed_mean(rows, "cos_prev", staleness=s)
+        steps, mean, _ = seed_mean(rows, key, staleness=s)
         color = "black" if s == 0 else cmap(i / max(1, len(stalenesses) - 1))
         ax.plot(steps, centered_mean(mean), color=color, label="sync" if s == 0 else f"async s={s}")
     ax.axhline(0, color="grey", lw=0.6)
-    ax.set(xlabel="RL step", ylabel="cos(g_k, g_{k-1}) (seed mean, smoothed)", ylim=(-1.0, 1.05),
-           title="small LLM, GRPO on addition")
+    ax.set(xlabel="RL step", ylabel=f"{key} (seed mean, smoothed)", ylim=(-1.0, 1.05), title=title)
     ax.legend()
 
 
@@ -55,19 +55,22 @@ PANELS = [
     Panel("bandit_softmax", functools.partial(toy.cosine_rows, "bandit_softmax"),
               lambda ax, rows: plot_cosine(ax, rows, "10-armed softmax bandit (GRPO, B=4, G=16)")),
     Panel("llm", llm_cosine_rows_with_run_means, plot_llm),
+    # The signature map's strongest configuration (figs2_llm_signature), next to the sweep's default above.
+    Panel("llm_signature", strongest_rows, lambda ax, rows: plot_llm(
+        ax, rows, "cos_prev_shown", f"small LLM, strongest signature: {rows[0]['config']}")),
 ]
 
 
 def cosine_table(rows: list[dict]) -> list[dict]:
     """Mean over seeds of each run's mean cosine after warm-up, per (sim, staleness), + diverged count."""
-    runs = {(r["sim"], r["staleness"], r["seed"]): (r["run_mean_cos_prev"], r["run_diverged"],
-                                                     r["run_mean_cos_prev_alive"]) for r in rows}
+    runs = {(r["sim"], r.get("config", ""), r["staleness"], r["seed"]): (
+        r["run_mean_cos_prev"], r["run_diverged"], r["run_mean_cos_prev_alive"]) for r in rows}
     table = []
-    for sim, staleness in sorted({(k[0], k[1]) for k in runs}):
-        vals = [v for k, v in runs.items() if k[0] == sim and k[1] == staleness]
+    for sim, config, staleness in sorted({k[:3] for k in runs}):
+        vals = [v for k, v in runs.items() if k[:3] == (sim, config, staleness)]
         cos = [c for c, _, _ in vals]
         alive = [a for _, _, a in vals]
-        table.append({"sim": sim, "staleness": staleness, "mean_cos_prev": sum(cos) / len(cos),
+        table.append({"sim": sim, "config": config, "staleness": staleness, "mean_cos_prev": sum(cos) / len(cos),
                       "min_seed": min(cos), "max_seed": max(cos),
                       "mean_cos_prev_before_divergence": sum(alive) / len(alive),
                       "diverged": sum(d for _, d, _ in vals), "seeds": len(vals)})
@@ -86,7 +89,8 @@ def main(profile: str, out_dir: Path, device: str = "cpu", panels=None) -> list[
     axes[0][0].legend(ncol=2)
     table = cosine_table(all_rows)
     for row in table:
-        print(f"  {row['sim']:<16} s={row['staleness']:>2}  mean cos {row['mean_cos_prev']:+.3f} "
+        print(f"  {row['sim']:<16} {row['config'][:24]:<24} s={row['staleness']:>2}  "
+              f"mean cos {row['mean_cos_prev']:+.3f} "
               f"[{row['min_seed']:+.3f}, {row['max_seed']:+.3f}]  (all steps before divergence "
               f"{row['mean_cos_prev_before_divergence']:+.3f})  diverged {row['diverged']}/{row['seeds']}")
     write_records(all_rows, out_dir / f"{NAME}.csv")

@@ -10,7 +10,7 @@ from paper_figs.__main__ import FIGURES, parse_args
                                     figs1_bandit_snr])
 def test_figure_smoke(module, tmp_path):
     if hasattr(module, "PANELS"):  # the LLM panel has its own test (tests/llm/test_llm_panels.py)
-        module.main("smoke", tmp_path, panels=[p for p in module.PANELS if p.name != "llm"])
+        module.main("smoke", tmp_path, panels=[p for p in module.PANELS if not p.name.startswith("llm")])
     else:
         module.main("smoke", tmp_path)
     name = module.NAME
@@ -54,7 +54,8 @@ def test_fig7_bound_smoke(tmp_path):
 def test_figures_registry_order():
     assert FIGURES == ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region",
                        "fig5_llm_grpo",
-                       "fig6_ablation", "fig7_bound", "fig8_tuned", "fig9_early_warning", "figs1_bandit_snr"]
+                       "fig6_ablation", "fig7_bound", "fig8_tuned", "fig9_early_warning", "figs1_bandit_snr",
+                       "figs2_llm_signature"]
 
 
 def test_single_thread_restores_thread_count():

@@ -1,0 +1,272 @@
+"""The stale-aligned signature at LLM scale (figs2_llm_signature) and the GAC table where it exists.
+
+``sweep(profile)`` lists GRPO runs: a base configuration and one factor varied at a time (``FACTORS``), each
+at several staleness values and seeds. ``run_row`` reduces a run to one row (every cosine granularity, the
+SNR probe, accuracy, KL). ``gac_runs``/``gac_table`` compare GAC with naive async, the peers and the controls
+at the configuration with the largest async − sync gap. Every run goes through ``experiments.llm``'s cache.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+from scipy.stats import bootstrap
+
+from experiments import cache
+from experiments.aggregate import measured
+from experiments.llm import Run, dry_run, dry_run_args, results_of, run_key, with_run_means
+from sim.llm.train import Args
+
+# The base: one optimizer update per RL step, behaviour-policy clip ratio, no gradient-norm clipping, 3-digit
+# sums, the 0.6M "small" model (the leads of the issue: where a stale-aligned signature could show on a CPU).
+BASE = dict(size="small", digits=3, prompts_per_step=16, group_size=8, minibatches=1, ratio_to="behaviour",
+            max_grad_norm=math.inf, lr=3e-4, steps=200, eval_every=20, eval_problems=256, snr_every=10)
+# factor -> its non-base levels (name, overrides of BASE); configurations are "base" and "factor=level".
+FACTORS = {
+    "batch": {"64x8": dict(prompts_per_step=64), "64x16": dict(prompts_per_step=64, group_size=16)},
+    "updates": {"2": dict(minibatches=2), "4": dict(minibatches=4)},
+    "ratio": {"proximal": dict(ratio_to="proximal")},
+    "clip": {"1.0": dict(max_grad_norm=1.0)},
+    "digits": {"2": dict(digits=2)},
+    "lr": {"1e-4": dict(lr=1e-4)},
+}
+GRANULARITIES = ("cos_prev", "cos_prev_step", "cos_update")
+"""The cosine granularities: consecutive optimizer updates' raw gradients, RL steps' summed gradients, Δθ."""
+STALENESS = (0, 2, 4, 8, 16)
+CPU_CONFIGS = ("base", "batch=64x8", "updates=2", "updates=4", "ratio=proximal", "clip=1.0", "digits=2", "lr=1e-4")
+
+# quick: the subset that fits about 10 minutes on 2 free cores (two runs at a time, 55–85 CPU-s per 200-step
+# run of the small model, plus the warm start): s ∈ {0, 16} for the base, 2 updates per step and the proximal
+# ratio, 2 seeds (12 runs). full: every CPU configuration at every s (80 runs, about 90 min on 2 free cores).
+# gpu: the 25M model, 64 × 16 samples, 300 steps, 3 seeds of the key cells (sized for ≤ 8 minutes on one H200
+# by estimate, not measured on a device).
+PROFILES = {
+    "quick": dict(base={}, seeds=(0, 1), cells={"base": (0, 16), "updates=2": (0, 16), "ratio=proximal": (0, 16)}),
+    "full": dict(base={}, seeds=(0, 1), cells={name: STALENESS for name in CPU_CONFIGS}),
+    "gpu": dict(base=dict(size="gpu", prompts_per_step=64, group_size=16, steps=300, eval_every=50,
+                          eval_problems=512), seeds=(0, 1, 2), cells={"base": (0, 16), "updates=2": (0, 16)},
+                jobs=6),
+}
+
+
+def overrides(config: str) -> dict:
+    """The overrides of BASE that make ``config`` ("base" or "factor=level"); ValueError if unknown."""
+    if config == "base":
+        return {}
+    factor, _, level = config.partition("=")
+    if level not in FACTORS.get(factor, {}):
+        known = ", ".join(["base"] + [f"{f}={lv}" for f, levels in FACTORS.items() for lv in levels])
+        raise ValueError(f"unknown configuration {config!r}; choose from {known}")
+    return FACTORS[factor][level]
+
+
+def config_args(config: str, profile_base: dict | None = None, device: str = "cpu", **changes) -> Args:
+    """The Args of ``config`` (on top of BASE and the profile's base), with ``changes`` (method, staleness...)."""
+    settings = {**BASE, **(profile_base or {}), **overrides(config), **changes}
+    return dry_run_args(Args(**settings, device=device, progress=False, on_nonfinite="mark"))
+
+
+def check_profile(profile: str, device: str) -> dict:
+    """The profile's settings; one-line ValueError for an unknown profile or gpu without a CUDA device."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
+    if profile == "gpu" and not device.startswith("cuda") and not dry_run():
+        raise ValueError("profile gpu needs --device cuda (the 25M model); use quick or full on the CPU")
+    return PROFILES[profile]
+
+
+def sweep(profile: str, device: str = "cpu") -> list[Run]:
+    """The runs of ``profile``: naive async (sync at s = 0) for each configuration × staleness × seed."""
+    p = check_profile(profile, device)
+    seeds = p["seeds"][:1] if dry_run() else p["seeds"]
+    return [Run(config_args(config, p["base"], device, method="none", staleness=s, seed=seed), (config,))
+            for config, stalenesses in p["cells"].items() for s in stalenesses for seed in seeds]
+
+
+def sweep_results(profile: str, device: str = "cpu", log=print, jobs: int | None = None) -> list[tuple[Run, dict]]:
+    """Every run of the sweep with its result (cached, shared with the other LLM figures where args coincide)."""
+    runs = sweep(profile, device)
+    jobs = PROFILES[profile].get("jobs") if jobs is None and device.startswith("cuda") else jobs
+    return results_of(runs, device, lambda *a: log(*a, flush=True), jobs, name="signature")
+
+
+STRONGEST = ("updates=2", "cos_prev_step")
+"""fig1's LLM signature panel: the configuration with the largest async − sync cosine gap in the map and the
+granularity at which it shows (measured: paper_figs/README.md, figs2)."""
+
+
+def strongest_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:
+    """fig1: per-step records of the STRONGEST configuration at each s of ``profile``, with the per-run means of
+    its granularity (``experiments.llm.with_run_means``); the plotted cosine is copied into ``cos_prev_shown``."""
+    config, key = STRONGEST
+    runs = [run for run in sweep(profile, device) if run.roles[0] == config]
+    rows = [dict(r, label=r["method"], config=f"{config}, behaviour ratio, no grad clip, 3 digits ({key})",
+                 cos_prev_shown=r[key])
+            for _, res in results_of(runs, device, name="signature") for r in res["records"]]
+    return with_run_means(rows, key)
+
+
+def _mean(records: list[dict], key: str) -> float:
+    values = [r[key] for r in records if measured(r.get(key))]
+    return float(np.mean(values)) if values else math.nan
+
+
+def snr_reference(snr_h: float) -> float:
+    """Signal-only cosine of two independent full batches at one θ: 2·SNR_h/(1 + 2·SNR_h) (NaN if unmeasured)."""
+    return 2 * snr_h / (1 + 2 * snr_h) if snr_h == snr_h and snr_h >= 0 else math.nan
+
+
+def run_row(item: Run, result: dict, device: str = "cpu") -> dict:
+    """One row per run: configuration, s, seed, the mean of every cosine after the first tenth of the steps (and
+    per quarter of the run), the SNR probe, accuracy (start, per quarter, final), KL to π_b, divergence."""
+    a, records = item.args, result["records"]
+    ok = [r for r in records if not r.get("diverged")]
+    late = [r for r in ok if r["step"] >= a.steps // 10]
+    halves = _mean(late, "cos_halves")
+    snr_h = halves / (1 - halves) if halves == halves and 0 < halves < 1 else math.nan
+    row = {"config": item.roles[0], "method": a.label, "staleness": a.staleness, "seed": a.seed, "lr": a.lr,
+           "steps": a.steps, "device": device, **{g: _mean(late, g) for g in GRANULARITIES},
+           "cos_halves": halves, "snr_halves": snr_h, "snr_reference_cos": snr_reference(snr_h)}
+    quarter = max(1, a.steps // 4)
+    for q in range(4):
+        part = [r for r in ok if q * quarter <= r["step"] < (q + 1) * quarter]
+        row[f"cos_prev_q{q + 1}"] = _mean(part, "cos_prev")
+        row[f"cos_prev_step_q{q + 1}"] = _mean(part, "cos_prev_step")
+        row[f"accuracy_q{q + 1}"] = _mean(part, "accuracy")
+    accuracies = [r["accuracy"] for r in ok if measured(r.get("accuracy"))]
+    row.update(start_accuracy=accuracies[0] if accuracies else math.nan,
+               final_accuracy=result["summary"]["final_accuracy"], kl_behaviour_mean=_mean(ok, "kl_behaviour"),
+               kl_behaviour_max=max((r["kl_behaviour"] for r in ok if measured(r.get("kl_behaviour"))),
+                                    default=math.nan),
+               clip_frac_mean=_mean(ok, "clip_frac"), parallel_scale_mean=_mean(ok, "parallel_scale"),
+               diverged=any(r.get("diverged") for r in records))
+    return row
+
+
+def seed_interval(values, confidence: float = 0.9) -> tuple[float, float, float]:
+    """(mean, low, high): the mean over seeds and a percentile seed-bootstrap interval (NaN bounds with < 2 seeds)."""
+    values = np.asarray([v for v in values if v == v], dtype=float)
+    if len(values) < 2:
+        return (float(values.mean()) if len(values) else math.nan), math.nan, math.nan
+    if np.ptp(values) == 0:
+        return float(values[0]), float(values[0]), float(values[0])
+    ci = bootstrap((values,), np.mean, confidence_level=confidence, method="percentile", n_resamples=2000,
+                   random_state=0).confidence_interval
+    return float(values.mean()), float(ci.low), float(ci.high)
+
+
+# -- GAC where the signature exists ------------------------------------------------------------------------
+GAC_TABLE = dict(config="updates=2", staleness=16, steps=300, seeds=(0, 1, 2), eval_every=50)
+"""The GAC table's configuration: 2 updates per RL step (behaviour ratio, no grad clip, 3 digits, lr 3e-4), the
+one with the largest async − sync gap in both cosine and accuracy in the pilot map (see paper_figs/README.md)."""
+GAC_ARMS = {  # name -> (method, staleness, Args changes); in priority order (the first ones run first)
+    "sync": ("none", 0, {}),
+    "naive": ("none", GAC_TABLE["staleness"], {}),
+    "gac τ=0 update": ("gac", GAC_TABLE["staleness"], dict(gac_threshold=0.0, gac_reference="update")),
+    "gac τ=0 step": ("gac", GAC_TABLE["staleness"], dict(gac_threshold=0.0, gac_reference="step")),
+    "tis": ("tis", GAC_TABLE["staleness"], {}),
+    "m2po": ("m2po", GAC_TABLE["staleness"], {}),
+    "sync + gac τ=0": ("gac", 0, dict(gac_threshold=0.0, gac_reference="update")),
+    "gac τ=0.5 update": ("gac", GAC_TABLE["staleness"], dict(gac_threshold=0.5, gac_reference="update")),
+    "gac τ=0.2 update": ("gac", GAC_TABLE["staleness"], dict(gac_threshold=0.2, gac_reference="update")),
+    "gac τ=0.5 step": ("gac", GAC_TABLE["staleness"], dict(gac_threshold=0.5, gac_reference="step")),
+    "gac τ=0.2 step": ("gac", GAC_TABLE["staleness"], dict(gac_threshold=0.2, gac_reference="step")),
+}
+
+
+def gac_runs(arms=tuple(GAC_ARMS), device: str = "cpu") -> list[Run]:
+    """The GAC table's runs of ``arms`` (every seed of an arm before the next arm)."""
+    t = GAC_TABLE
+    return [Run(config_args(t["config"], None, device, method=GAC_ARMS[arm][0], staleness=GAC_ARMS[arm][1],
+                            seed=seed, steps=t["steps"], eval_every=t["eval_every"], **GAC_ARMS[arm][2]), (arm,))
+            for arm in arms for seed in t["seeds"]]
+
+
+def small_step_run(gac_rows: list[dict], device: str = "cpu") -> list[Run]:
+    """The damping control: naive async at lr × (mean parallel scale of GAC τ = 0, update reference)."""
+    scale = np.mean([r["parallel_scale_mean"] for r in gac_rows if r["config"] == "gac τ=0 update"])
+    lr = float(f"{BASE['lr'] * scale:.2g}")
+    t = GAC_TABLE
+    return [Run(config_args(t["config"], None, device, method="none", staleness=t["staleness"], seed=seed,
+                            steps=t["steps"], eval_every=t["eval_every"], lr=lr), (f"naive lr={lr:g}",))
+            for seed in t["seeds"]]
+
+
+def gap_recovered(rows: list[dict], arm: str, confidence: float = 0.9) -> dict:
+    """(acc_arm − acc_naive)/(acc_sync − acc_naive) over seeds, with a paired seed-bootstrap percentile interval."""
+    names = (arm, "naive", "sync")
+    by = {name: {r["seed"]: r["final_accuracy"] for r in rows if r["config"] == name} for name in names}
+    seeds = sorted(set(by[arm]) & set(by["naive"]) & set(by["sync"]))
+    x, n, s = (np.array([by[name][k] for k in seeds]) for name in names)
+
+    def ratio(x, n, s, axis=-1):
+        return (x.mean(axis) - n.mean(axis)) / (s.mean(axis) - n.mean(axis))
+
+    value = float(ratio(x, n, s)) if seeds else math.nan
+    low = high = math.nan
+    if len(seeds) >= 3:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ci = bootstrap((x, n, s), ratio, paired=True, vectorized=True, confidence_level=confidence,
+                           method="percentile", n_resamples=2000, random_state=0).confidence_interval
+        low, high = float(ci.low), float(ci.high)
+    return {"gap_recovered": value, "gap_low": low, "gap_high": high, "seeds_paired": len(seeds)}
+
+
+def gac_table(rows: list[dict]) -> list[dict]:
+    """Per arm: final accuracy (seed mean and bootstrap interval), mean cosines, KL, and the gap recovered."""
+    table = []
+    for arm in dict.fromkeys(r["config"] for r in rows):
+        mine = [r for r in rows if r["config"] == arm]
+        acc, acc_low, acc_high = seed_interval([r["final_accuracy"] for r in mine])
+        table.append({"arm": arm, "seeds": len(mine), "lr": mine[0]["lr"], "final_accuracy": acc,
+                      "acc_low": acc_low, "acc_high": acc_high,
+                      **{g: float(np.nanmean([r[g] for r in mine])) for g in GRANULARITIES},
+                      "kl_behaviour_mean": float(np.nanmean([r["kl_behaviour_mean"] for r in mine])),
+                      "parallel_scale_mean": float(np.nanmean([r["parallel_scale_mean"] for r in mine])),
+                      **gap_recovered(rows, arm)})
+    return table
+
+
+def cached_only(runs: list[Run]) -> list[tuple[Run, dict]]:
+    """The runs already in the cache, with their results (nothing is computed); the missing ones are named."""
+    found = [(run, cache.lookup("llm_grpo", run_key(run.args))) for run in runs]
+    for run, result in found:
+        if result is None:
+            print(f"not in the cache (left out): {run.roles[0]} seed {run.args.seed}", file=sys.stderr)
+    return [(run, result) for run, result in found if result is not None]
+
+
+def main(argv=None) -> int:
+    """``python -m experiments.signature gac-table OUT.csv [--cached] [ARM ...]``: run the GAC table (cached) and
+    write it; ``--cached`` computes nothing and tabulates the runs already in the cache."""
+    from pathlib import Path
+
+    from sim.record import write_records
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) < 2 or argv[0] != "gac-table":
+        print("usage: python -m experiments.signature gac-table OUT.csv [--cached] [ARM ...]", file=sys.stderr)
+        return 2
+    only_cached = "--cached" in argv
+    arms = tuple(a for a in argv[2:] if a != "--cached") or tuple(GAC_ARMS)
+    unknown = [a for a in arms if a not in GAC_ARMS]
+    if unknown:
+        print(f"error: unknown arm(s) {unknown}; choose from {list(GAC_ARMS)}", file=sys.stderr)
+        return 2
+    out = Path(argv[1])
+    def computed(runs):
+        return results_of(runs, log=lambda *a: print(*a, flush=True), name="gac table")
+
+    run_all = cached_only if only_cached else computed
+    rows = [run_row(item, res) for item, res in run_all(gac_runs(arms))]
+    if any(r["config"] == "gac τ=0 update" for r in rows):
+        rows += [run_row(item, res) for item, res in run_all(small_step_run(rows))]
+    write_records(rows, out.with_name(out.stem + "_runs.csv"))
+    write_records(gac_table(rows), out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""The signature sweep (experiments/signature.py) and figs2_llm_signature on a tiny profile; the gpu command's
+dry run; bad input; the GAC table's gap recovered against a direct computation."""
+
+import csv
+import math
+
+import numpy as np
+import pytest
+
+import experiments.cache
+import sim.llm.warmstart
+from experiments import signature
+from paper_figs import __main__ as cli
+from paper_figs import figs2_llm_signature
+
+
+def _tiny_profile(tiny_checkpoint):
+    return dict(base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=4, prompts_per_step=4,
+                          group_size=4, eval_every=2, eval_problems=8, temperature=0.5, lr=3e-3, snr_every=1),
+                seeds=(0, 1), cells={"base": (0, 2), "updates=2": (0, 2)})
+
+
+def test_figs2_rows_cosines_and_snr(tiny_checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setitem(signature.PROFILES, "test", _tiny_profile(tiny_checkpoint))
+    table = figs2_llm_signature.main("test", tmp_path)
+    for ext in ("png", "pdf", "csv"):
+        assert (tmp_path / f"figs2_llm_signature.{ext}").stat().st_size > 0
+    with open(tmp_path / "figs2_llm_signature.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 8 and {(r["config"], r["staleness"], r["seed"]) for r in rows} == {
+        (c, s, k) for c in ("base", "updates=2") for s in ("0", "2") for k in ("0", "1")}
+    assert {r["device"] for r in rows} == {"cpu"}
+    results = signature.sweep_results("test", log=lambda *a, **k: None)  # from the cache now
+    for item, res in results:
+        row = signature.run_row(item, res)
+        late = [r for r in res["records"] if r["step"] >= item.args.steps // 10]
+        for key in ("cos_prev", "cos_prev_step", "cos_update", "cos_halves"):  # the run's mean, computed directly
+            values = [r[key] for r in late if not math.isnan(r[key])]
+            assert row[key] == pytest.approx(np.mean(values)) if values else math.isnan(row[key])
+        if item.args.minibatches == 1:  # one update per RL step: the two gradient granularities coincide
+            assert row["cos_prev"] == pytest.approx(row["cos_prev_step"], nan_ok=True)
+        c = row["cos_halves"]
+        if 0 < c < 1:
+            assert row["snr_reference_cos"] == pytest.approx(2 * (c / (1 - c)) / (1 + 2 * (c / (1 - c))))
+    assert {(r["config"], r["staleness"]) for r in table} == {(c, s) for c in ("base", "updates=2") for s in (0, 2)}
+
+
+def test_gpu_command_dry_run_writes_csv_naming_device(tiny_checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(sim.llm.warmstart, "RUNS_DIR", tmp_path / "runs")
+    monkeypatch.setenv("GAC_LAB_DRY_RUN", "0")  # restored after the test (main sets it to 1)
+    assert cli.main(["figs2_llm_signature", "fig5_llm_grpo", "--profile", "gpu", "--device", "cuda", "--dry-run",
+                     "--out", str(tmp_path / "out")]) == 0
+    with open(tmp_path / "out" / "figs2_llm_signature.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["device"] for r in rows} == {"cpu"} and {r["config"] for r in rows} == {"base", "updates=2"}
+    assert {r["steps"] for r in rows} == {"2"}  # shrunk: the gpu profile's cells, 2 steps, one seed
+    assert (tmp_path / "out" / "fig5_llm_grpo.csv").stat().st_size > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["figs2_llm_signature", "--profile", "gpu"], "needs --device cuda"),
+    (["fig1_cosine", "--profile", "gpu", "--dry-run"], "LLM figures only"),
+])
+def test_cli_bad_profile_one_line_error(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.parse_args(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_bad_configuration_and_profile():
+    with pytest.raises(ValueError, match="unknown configuration"):
+        signature.overrides("updates=3")
+    with pytest.raises(ValueError, match="needs --device cuda"):
+        signature.sweep("gpu", "cpu")
+    with pytest.raises(ValueError, match="unknown profile"):
+        signature.sweep("fast")
+
+
+def test_gap_recovered_against_direct_computation():
+    acc = {"sync": [0.6, 0.5, 0.7], "naive": [0.1, 0.2, 0.0], "gac": [0.4, 0.3, 0.2]}
+    rows = [{"config": arm, "seed": k, "final_accuracy": v} for arm, vals in acc.items() for k, v in enumerate(vals)]
+    out = signature.gap_recovered(rows, "gac")
+    assert out["gap_recovered"] == pytest.approx((0.3 - 0.1) / (0.6 - 0.1))
+    assert out["gap_low"] <= out["gap_recovered"] <= out["gap_high"] and out["seeds_paired"] == 3
+    assert signature.gap_recovered(rows, "naive")["gap_recovered"] == 0.0
+    assert signature.gap_recovered(rows, "sync")["gap_recovered"] == pytest.approx(1.0)
+
+
+def test_fig1_llm_panels_name_default_and_strongest(tiny_checkpoint, tmp_path, monkeypatch):
+    from experiments import llm
+    from paper_figs import fig1_cosine
+
+    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setitem(signature.PROFILES, "test", _tiny_profile(tiny_checkpoint))
+    monkeypatch.setitem(llm.PROFILES, "test", dict(
+        base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=4, prompts_per_step=4, group_size=4,
+                  minibatches=2, eval_every=2, eval_problems=8, temperature=0.5, ratio_to="proximal"),
+        seeds=(0,), main_lr=3e-3, small_lrs=(), grid={3e-3: (0, 2)}, line_staleness=(0, 2), high_staleness=2))
+    table = fig1_cosine.main("test", tmp_path, panels=[p for p in fig1_cosine.PANELS if p.name.startswith("llm")])
+    configs = {row["config"] for row in table}
+    assert len(configs) == 2 and llm.DEFAULT_CONFIG in configs
+    strongest = next(c for c in configs if c != llm.DEFAULT_CONFIG)
+    assert strongest.startswith(signature.STRONGEST[0]) and signature.STRONGEST[1] in strongest
+    # the strongest panel's per-run mean is the mean of its granularity after the first fifth, computed directly
+    results = signature.sweep_results("test", log=lambda *a, **k: None)
+    key = signature.STRONGEST[1]
+    for row in (r for r in table if r["config"] == strongest):
+        per_seed = []
+        for item, res in results:
+            if item.roles[0] == signature.STRONGEST[0] and item.args.staleness == row["staleness"]:
+                late = [r[key] for r in res["records"] if r["step"] >= (item.args.steps - 1) // 5
+                        and not math.isnan(r[key])]
+                per_seed.append(np.mean(late))
+        assert row["mean_cos_prev"] == pytest.approx(np.mean(per_seed))
+
+
+def test_gaps_paired_by_seed():
+    def row(config, s, seed, value):
+        return {"config": config, "staleness": s, "seed": seed, "snr_halves": 0.1,
+                **{key: value for key in figs2_llm_signature.GAP_KEYS}}
+
+    rows = [row("base", 0, 0, 0.1), row("base", 0, 1, 0.3), row("base", 16, 0, 0.5), row("base", 16, 1, 0.4),
+            row("base", 4, 0, 9.0), row("sync only", 0, 0, 0.2)]
+    (gap,) = figs2_llm_signature.gaps(rows)
+    assert gap["staleness"] == 16 and gap["seeds"] == 2
+    assert gap["gap_cos_prev"] == pytest.approx(((0.5 - 0.1) + (0.4 - 0.3)) / 2)
+    assert gap["gap_cos_prev_low"] <= gap["gap_cos_prev"] <= gap["gap_cos_prev_high"]
