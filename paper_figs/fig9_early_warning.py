@@ -30,7 +30,7 @@ def toy_rows(profile: str, device: str = "cpu") -> list[dict]:
     rows = []
     for figure in TOY_FIGURES:
         for panel in figure.PANELS:
-            if panel.name != "llm":
+            if not panel.name.startswith("llm"):  # the LLM panels come from the LLM sweep (llm_rows)
                 rows += cached_runs(f"{figure.NAME}/{panel.name}", profile, device,
                                     lambda p=panel: p.run(profile, device))
     return rows
