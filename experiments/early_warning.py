@@ -1,4 +1,4 @@
-"""Early warning (issue 12, fig9): which per-step signal predicts a collapse within the next k steps.
+"""Early warning (fig9): which per-step signal predicts a collapse within the next k steps.
 
 Pure functions over record rows (the ``sim.schema`` columns) grouped into runs: each run's collapse step,
 each step's label, and per signal and horizon k the ROC AUC, the precision and the median lead time of an
