@@ -9,6 +9,7 @@ runs that diverged before warm-up; the column ``mean_cos_prev_before_divergence`
 from __future__ import annotations
 
 import functools
+import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -43,7 +44,9 @@ def plot_llm(ax, rows: list[dict], key: str = "cos_prev", title: str = f"small L
         color = "black" if s == 0 else cmap(i / max(1, len(stalenesses) - 1))
         ax.plot(steps, centered_mean(mean), color=color, label="sync" if s == 0 else f"async s={s}")
     ax.axhline(0, color="grey", lw=0.6)
-    ax.set(xlabel="RL step", ylabel=f"{key} (seed mean, smoothed)", ylim=(-1.0, 1.05), title=title)
+    # The LLM panels' titles name a whole configuration: wrapped so neighbouring titles do not overlap.
+    ax.set(xlabel="RL step", ylabel="consecutive-gradient cosine\n(seed mean, smoothed)", ylim=(-1.0, 1.05))
+    ax.set_title(textwrap.fill(title, 42), fontsize="small")
     ax.legend()
 
 
