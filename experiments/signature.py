@@ -18,6 +18,7 @@ from experiments import cache
 from experiments.aggregate import measured
 from experiments.llm import Run, dry_run, dry_run_args, results_of, run_key, with_run_means
 from sim.llm.train import Args
+from sim.stabilizers import gac_config
 
 # The base: one optimizer update per RL step, behaviour-policy clip ratio, no gradient-norm clipping, 3-digit
 # sums, the 0.6M "small" model (the leads of the issue: where a stale-aligned signature could show on a CPU).
@@ -164,15 +165,15 @@ one with the largest async − sync gap in both cosine and accuracy in the pilot
 GAC_ARMS = {  # name -> (method, staleness, Args changes); in priority order (the first ones run first)
     "sync": ("none", 0, {}),
     "naive": ("none", GAC_TABLE["staleness"], {}),
-    "gac τ=0 update": ("gac", GAC_TABLE["staleness"], dict(gac_threshold=0.0, gac_reference="update")),
-    "gac τ=0 step": ("gac", GAC_TABLE["staleness"], dict(gac_threshold=0.0, gac_reference="step")),
+    "gac τ=0 update": ("gac", GAC_TABLE["staleness"], dict(gac=gac_config(threshold=0.0), gac_reference="update")),
+    "gac τ=0 step": ("gac", GAC_TABLE["staleness"], dict(gac=gac_config(threshold=0.0), gac_reference="step")),
     "tis": ("tis", GAC_TABLE["staleness"], {}),
     "m2po": ("m2po", GAC_TABLE["staleness"], {}),
-    "sync + gac τ=0": ("gac", 0, dict(gac_threshold=0.0, gac_reference="update")),
-    "gac τ=0.5 update": ("gac", GAC_TABLE["staleness"], dict(gac_threshold=0.5, gac_reference="update")),
-    "gac τ=0.2 update": ("gac", GAC_TABLE["staleness"], dict(gac_threshold=0.2, gac_reference="update")),
-    "gac τ=0.5 step": ("gac", GAC_TABLE["staleness"], dict(gac_threshold=0.5, gac_reference="step")),
-    "gac τ=0.2 step": ("gac", GAC_TABLE["staleness"], dict(gac_threshold=0.2, gac_reference="step")),
+    "sync + gac τ=0": ("gac", 0, dict(gac=gac_config(threshold=0.0), gac_reference="update")),
+    "gac τ=0.5 update": ("gac", GAC_TABLE["staleness"], dict(gac=gac_config(threshold=0.5), gac_reference="update")),
+    "gac τ=0.2 update": ("gac", GAC_TABLE["staleness"], dict(gac=gac_config(threshold=0.2), gac_reference="update")),
+    "gac τ=0.5 step": ("gac", GAC_TABLE["staleness"], dict(gac=gac_config(threshold=0.5), gac_reference="step")),
+    "gac τ=0.2 step": ("gac", GAC_TABLE["staleness"], dict(gac=gac_config(threshold=0.2), gac_reference="step")),
 }
 
 

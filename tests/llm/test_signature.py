@@ -129,3 +129,18 @@ def test_gaps_paired_by_seed():
     assert gap["staleness"] == 16 and gap["seeds"] == 2
     assert gap["gap_cos_prev"] == pytest.approx(((0.5 - 0.1) + (0.4 - 0.3)) / 2)
     assert gap["gap_cos_prev_low"] <= gap["gap_cos_prev"] <= gap["gap_cos_prev_high"]
+
+
+def test_every_gac_table_arm_builds_its_trainer_args():
+    # The arms name trainer settings; after the CLI moved GAC's parameters into a config group, a stale
+    # field name made `python -m experiments.signature gac-table` fail before any run.
+    from experiments.signature import GAC_ARMS, GAC_TABLE, gac_runs
+
+    runs = gac_runs()
+    assert len(runs) == len(GAC_ARMS) * len(GAC_TABLE["seeds"])
+    for run in runs:
+        method, staleness, changes = GAC_ARMS[run.roles[0]]
+        assert (run.args.method, run.args.staleness) == (method, staleness)
+        if "gac" in changes:
+            assert run.args.gac.threshold == changes["gac"].threshold
+            assert run.args.gac_reference == changes["gac_reference"]
