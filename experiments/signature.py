@@ -169,6 +169,7 @@ GAC_ARMS = {  # name -> (method, staleness, Args changes); in priority order (th
     "gac τ=0 step": ("gac", GAC_TABLE["staleness"], dict(gac=gac_config(threshold=0.0), gac_reference="step")),
     "tis": ("tis", GAC_TABLE["staleness"], {}),
     "m2po": ("m2po", GAC_TABLE["staleness"], {}),
+    "bapo": ("bapo", GAC_TABLE["staleness"], {}),
     "sync + gac τ=0": ("gac", 0, dict(gac=gac_config(threshold=0.0), gac_reference="update")),
     "gac τ=0.5 update": ("gac", GAC_TABLE["staleness"], dict(gac=gac_config(threshold=0.5), gac_reference="update")),
     "gac τ=0.2 update": ("gac", GAC_TABLE["staleness"], dict(gac=gac_config(threshold=0.2), gac_reference="update")),
