@@ -167,6 +167,9 @@ def print_sharded(r: dict) -> None:
     print(f"  AdamW step {r['plain'] * 1e3:.2f} ms | +GAC {r['gac'] * 1e3:.2f} ms (x{r['gac'] / r['plain']:.2f}) | "
           f"+GAC bf16 ref {r['gac_bf16'] * 1e3:.2f} ms (x{r['gac_bf16'] / r['plain']:.2f})")
     print(f"  ratio GAC / AdamW: {r['gac'] / r['plain']:.2f} (target <= {SHARDED_TARGET})")
+    # The unsharded table's proj/Adam is GAC's own time over the AdamW step; the same measure here:
+    print(f"  GAC's added time / AdamW step: {(r['gac'] - r['plain']) / r['plain']:.2f} "
+          f"(comparable with the unsharded proj/Adam column)")
     print(f"  collectives per GAC step: {r['collectives_per_step']:.0f} "
           f"(all_reduce of {r['collective_numel']} numbers)")
     print(f"  extra memory per rank: reference {r['ref_MB']:.2f} MB (fp32), {r['ref_bf16_MB']:.2f} MB (bf16); "
@@ -193,6 +196,7 @@ def main(argv=None) -> None:
               f"{r['project_ms']:>8.2f} {r['project_bf16_ms']:>8.2f} {r['ratio_keep']:>9.2f} "
               f"{r['ratio_project']:>9.2f} {r['ratio_project_bf16']:>9.2f} {r['extra_MB_fp32']:>7.1f} "
               f"{r['extra_MB_bf16']:>7.1f}", flush=True)
+    print("(x/Adam = GAC's apply() alone over the AdamW step; the step with GAC is 1 + proj/Adam of the plain step)")
     if args.sharded:
         print_sharded(sharded(repeats=args.repeats))
 
