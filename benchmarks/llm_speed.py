@@ -209,28 +209,30 @@ def same_records(a: list, b: list) -> bool:
 
 
 def step_parts(method: str, steps: int, rounds: int) -> dict:
-    """Shares of a quick-profile RL step's parts, and steps/s with the old and new cosines, alternately."""
+    """Shares of a quick-profile RL step's parts and RL steps/s, with the old and new cosines alternately (best
+    of ``rounds`` each; the shares and FLOPs are those of each best run)."""
     args = quick_args(method, steps)
-    seconds, records, spent = run_steps(args, parts=True)
-    flops = spent.pop("model_flops")
-    shares = {part: spent[part] / seconds for part in spent}
-    shares["other"] = 1 - sum(shares.values())
-    best = {"before": math.inf, "after": math.inf}
-    identical = True
+    best, identical, reference = {"before": (math.inf, {})}, True, None
+    best["after"] = best["before"]
     for _ in range(rounds):
         for name in best:
             with cosine_before() if name == "before" else contextlib.nullcontext():
-                elapsed, again, _ = run_steps(args)
-            best[name] = min(best[name], elapsed)
-            identical = identical and same_records(records, again)
-    rate = matmul_flops_per_s()
-    return {"method": method, "staleness": args.staleness, "steps": steps, "size": args.size,
-            "samples_per_step": args.prompts_per_step * args.group_size, "eval_every": args.eval_every,
-            "snr_every": args.snr_every, "shares": {k: round(v, 3) for k, v in shares.items()},
-            "rl_steps_per_s_before": steps / best["before"], "rl_steps_per_s_after": steps / best["after"],
-            "after_over_before": best["before"] / best["after"], "records_identical": identical,
-            "matmul_gflops": rate / 1e9, "model_gflop_per_step": flops / steps / 1e9,
-            "flop_fraction_after": flops / best["after"] / rate}
+                seconds, records, spent = run_steps(args, parts=True)
+            reference = records if reference is None else reference
+            identical = identical and same_records(reference, records)
+            best[name] = min(best[name], (seconds, spent), key=lambda pair: pair[0])
+    rate, row = matmul_flops_per_s(), {"method": method, "staleness": args.staleness, "steps": steps,
+                                       "size": args.size, "samples_per_step": args.prompts_per_step * args.group_size,
+                                       "eval_every": args.eval_every, "snr_every": args.snr_every}
+    for name, (seconds, spent) in best.items():
+        flops = spent.pop("model_flops")
+        shares = {part: round(spent[part] / seconds, 3) for part in spent}
+        row[f"shares_{name}"] = {**shares, "other": round(1 - sum(shares.values()), 3)}
+        row[f"rl_steps_per_s_{name}"] = steps / seconds
+        row[f"flop_fraction_{name}"] = flops / seconds / rate
+        row["model_gflop_per_step"] = flops / steps / 1e9  # the same model passes with either cosine
+    return {**row, "after_over_before": row["rl_steps_per_s_after"] / row["rl_steps_per_s_before"],
+            "records_identical": identical, "matmul_gflops": rate / 1e9}
 
 
 def main(argv=None) -> None:
