@@ -5,7 +5,6 @@ import pytest
 import torch
 
 import gac
-
 from sim.llm import grpo
 from sim.llm import train as train_module
 from sim.llm.train import Args, NonFiniteError, rl_step, run_records, setup, summary, train
@@ -145,8 +144,8 @@ def test_fast_cosine_has_the_bits_of_gac_alignment():
         got = train_module.cosine(train_module.as_float64(a), train_module.as_float64(b))
         assert same(got, expected) and math.isfinite(got), (a.abs().max(), b.abs().max(), got, expected)
     # The check can fail: float32 sums (the fast-but-wrong variant) change the last bits.
-    float32_sums = [float(torch.dot(a, b) / (a.norm() * b.norm())) for a, b in pairs[:40]]
-    assert any(c != float(gac.alignment(a.double(), b.double())) for c, (a, b) in zip(float32_sums, pairs, strict=False))
+    float32_sums = [(float(torch.dot(a, b) / (a.norm() * b.norm())), a, b) for a, b in pairs[:40]]
+    assert any(c != float(gac.alignment(a.double(), b.double())) for c, a, b in float32_sums)
 
 
 def test_fast_cosine_reuses_a_known_operand_only_for_the_same_tensor():
