@@ -242,7 +242,7 @@ def cosine(a: Float64Vector, b: Float64Vector | None) -> float:
     """``gac.alignment(a, b)`` to the last bit (NaN without b), without its power-of-two rescaling.
 
     The rescaling only guards float64 inputs: products of float32 values are exact in float64, and every
-    partial sum of them is 0 or a normal float64 (|·| ≥ 2^-298, ≤ 2^280), so rescaled and plain sums,
+    partial sum of them is 0 or a normal float64 (|·| ≥ 2^-298, far below overflow), so rescaled and plain sums,
     norms and quotients differ by exact powers of two and the cosine's bits are the same.
     """
     if b is None:
