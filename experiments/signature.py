@@ -12,7 +12,7 @@ import math
 import sys
 
 import numpy as np
-from scipy.stats import bootstrap
+from scipy.stats import bootstrap, spearmanr
 
 from experiments import cache
 from experiments.aggregate import measured
@@ -231,6 +231,16 @@ def gac_table(rows: list[dict]) -> list[dict]:
     return table
 
 
+def drift_correlation(rows: list[dict]) -> tuple[float, int]:
+    """(Spearman ρ of final accuracy against the mean KL to π_b, number of runs) over the stale runs of the
+    methods that do not reweight by the importance ratio (TIS does, so a large KL means less there)."""
+    stale = [r for r in rows if r["staleness"] > 0 and r["method"] != "tis"]
+    if len(stale) < 3:
+        return math.nan, len(stale)
+    rho = spearmanr([r["kl_behaviour_mean"] for r in stale], [r["final_accuracy"] for r in stale]).statistic
+    return float(rho), len(stale)
+
+
 def cached_only(runs: list[Run]) -> list[tuple[Run, dict]]:
     """The runs already in the cache, with their results (nothing is computed); the missing ones are named."""
     found = [(run, cache.lookup("llm_grpo", run_key(run.args))) for run in runs]
@@ -267,6 +277,8 @@ def main(argv=None) -> int:
         rows += [run_row(item, res) for item, res in run_all(small_step_run(rows))]
     write_records(rows, out.with_name(out.stem + "_runs.csv"))
     write_records(gac_table(rows), out)
+    rho, n = drift_correlation(rows)
+    print(f"Spearman rho(mean KL to behaviour policy, final accuracy) over {n} stale non-TIS runs: {rho:+.2f}")
     return 0
 
 

@@ -144,3 +144,16 @@ def test_every_gac_table_arm_builds_its_trainer_args():
         if "gac" in changes:
             assert run.args.gac.threshold == changes["gac"].threshold
             assert run.args.gac_reference == changes["gac_reference"]
+
+
+def test_drift_correlation_leaves_out_sync_and_tis():
+    from experiments.signature import drift_correlation
+
+    rows = [dict(staleness=16, method="none", kl_behaviour_mean=k, final_accuracy=a)
+            for k, a in [(0.1, 0.5), (0.2, 0.4), (0.3, 0.45), (0.4, 0.1)]]
+    # Would turn the correlation positive if counted: sync (KL 0, low accuracy) and TIS (large KL, high accuracy).
+    rows += [dict(staleness=0, method="none", kl_behaviour_mean=0.0, final_accuracy=0.0),
+             dict(staleness=16, method="tis", kl_behaviour_mean=0.9, final_accuracy=0.9)]
+    rho, n = drift_correlation(rows)
+    assert n == 4
+    assert rho == pytest.approx(-0.8)  # ranks KL 1,2,3,4 vs accuracy 4,2,3,1: 1 − 6·(9+0+0+9)/(4·15)
