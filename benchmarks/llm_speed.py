@@ -6,17 +6,28 @@ rollout sampler on one step's batch. The overhead is a ratio measured in one run
 steps) / (the same minus the time spent in GAC's apply()).
 `python -m benchmarks.llm_speed --sampler` instead compares the fast sampler with the HF-forward one
 (tokens/s side by side) and both with this CPU's FLOP ceiling (a matmul timed in the same run).
+`python -m benchmarks.llm_speed --parts` runs quick-profile RL steps (experiments/llm.py) and reports the
+share of each part of a step, RL steps/s with the trainer's cosines computed before (``gac.alignment`` on
+float64 copies, rescaled) and after (plain float64 sums of cached copies), alternately, with the records
+of both checked equal to the bit, and the step's distance from the FLOP ceiling.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import tempfile
 import time
+from dataclasses import replace
+from unittest import mock
 
 import torch
 
+import gac
+from experiments.llm import sweep
+from sim.llm import train as train_module
 from sim.llm.model import build_model, parameter_count, sample, sample_reference
 from sim.llm.task import AdditionTask
 from sim.llm.train import Args, setup, train
@@ -119,6 +130,111 @@ def sampler_speed(size: str, batch: int = 128, group: int = 8, digits: int = 2, 
     return row
 
 
+PARTS = {"eval": ("heldout_accuracy",), "snr_probe": ("snr_probe",), "sampling": ("sample",),
+         "logprob_forward": ("token_logprobs",), "cosine": ("as_float64", "cosine"), "gac_apply": ("apply_gac",)}
+"""Parts of an RL step: the sim.llm.train functions timed as each (a call inside another part counts in the
+outer one, e.g. the SNR probe's forwards and backwards in snr_probe). ``backward`` is Tensor.backward."""
+
+
+@contextlib.contextmanager
+def timed_parts(model_params: int):
+    """Patch the parts' functions to add their process CPU seconds to the yielded dict (plus the FLOPs of
+    the step's model passes: 2·params per token forward, twice that again for a backward's forward)."""
+    spent, active = dict.fromkeys([*PARTS, "backward"], 0.0), []
+    spent["model_flops"] = 0.0
+
+    def timed(part, fn):
+        def call(*args, **kwargs):
+            if active:
+                return fn(*args, **kwargs)
+            active.append(part)
+            start = time.process_time()
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                spent[part] += time.process_time() - start
+                active.pop()
+            if part == "logprob_forward":  # (model, prompts, responses): every prompt and response token
+                tokens = args[1].numel() + args[2].numel()
+                spent["model_flops"] += 2 * model_params * tokens * (3 if torch.is_grad_enabled() else 1)
+            if part == "sampling":
+                spent["model_flops"] += 2 * model_params * forward_tokens(args[1], out[2], shared_prefill=True)
+            return out
+        return call
+
+    patches = [mock.patch.object(train_module, name, timed(part, getattr(train_module, name)))
+               for part, names in PARTS.items() for name in names]
+    patches.append(mock.patch.object(torch.Tensor, "backward", timed("backward", torch.Tensor.backward)))
+    with contextlib.ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch)
+        yield spent
+
+
+@contextlib.contextmanager
+def cosine_before():
+    """The trainer's cosines as before this change: ``gac.alignment`` of two fresh float64 copies each time."""
+    def old_cosine(a, b):
+        return math.nan if b is None else float(gac.alignment(a.source.double(), b.source.double()))
+
+    with mock.patch.object(train_module, "as_float64", lambda x, known=None: train_module.Float64Vector(x, x, x)), \
+            mock.patch.object(train_module, "cosine", old_cosine):
+        yield
+
+
+def quick_args(method: str, steps: int) -> Args:
+    """The quick profile's run of ``method`` at high staleness and the main step size, seed 0, ``steps`` steps."""
+    runs = [r.args for r in sweep("quick") if r.args.method == method and r.args.seed == 0]
+    main = [a for a in runs if a.staleness == 16 and a.lr == 3e-4 and a.ratio_to == "proximal"] or runs
+    return replace(main[0], steps=steps)
+
+
+def run_steps(args: Args, parts: bool = False) -> tuple[float, list, dict]:
+    """(process CPU seconds of the RL steps, their records, the parts' seconds if ``parts``) of one fresh run."""
+    state = setup(args, log=lambda *a: None)
+    with timed_parts(parameter_count(state.policy)) if parts else contextlib.nullcontext({}) as spent:
+        start = time.process_time()
+        for _ in train(args, state):
+            pass
+        seconds = time.process_time() - start
+    return seconds, state.records, spent
+
+
+def same_records(a: list, b: list) -> bool:
+    """Every value equal (NaN equal to NaN)."""
+    def same(x, y):
+        return x == y or (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
+    return len(a) == len(b) and all(ra.keys() == rb.keys() and all(same(ra[k], rb[k]) for k in ra)
+                                    for ra, rb in zip(a, b, strict=True))
+
+
+def step_parts(method: str, steps: int, rounds: int) -> dict:
+    """Shares of a quick-profile RL step's parts and RL steps/s, with the old and new cosines alternately (best
+    of ``rounds`` each; the shares and FLOPs are those of each best run)."""
+    args = quick_args(method, steps)
+    best, identical, reference = {"before": (math.inf, {})}, True, None
+    best["after"] = best["before"]
+    for _ in range(rounds):
+        for name in best:
+            with cosine_before() if name == "before" else contextlib.nullcontext():
+                seconds, records, spent = run_steps(args, parts=True)
+            reference = records if reference is None else reference
+            identical = identical and same_records(reference, records)
+            best[name] = min(best[name], (seconds, spent), key=lambda pair: pair[0])
+    rate, row = matmul_flops_per_s(), {"method": method, "staleness": args.staleness, "steps": steps,
+                                       "size": args.size, "samples_per_step": args.prompts_per_step * args.group_size,
+                                       "eval_every": args.eval_every, "snr_every": args.snr_every}
+    for name, (seconds, spent) in best.items():
+        flops = spent.pop("model_flops")
+        shares = {part: round(spent[part] / seconds, 3) for part in spent}
+        row[f"shares_{name}"] = {**shares, "other": round(1 - sum(shares.values()), 3)}
+        row[f"rl_steps_per_s_{name}"] = steps / seconds
+        row[f"flop_fraction_{name}"] = flops / seconds / rate
+        row["model_gflop_per_step"] = flops / steps / 1e9  # the same model passes with either cosine
+    return {**row, "after_over_before": row["rl_steps_per_s_after"] / row["rl_steps_per_s_before"],
+            "records_identical": identical, "matmul_gflops": rate / 1e9}
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="small")
@@ -127,8 +243,14 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--sampler", action="store_true", help="old vs new sampler at tiny, small, cpu instead")
     parser.add_argument("--group", type=int, default=8, help="--sampler: samples per distinct prompt")
+    parser.add_argument("--parts", action="store_true", help="quick-profile step parts, cosine before/after")
+    parser.add_argument("--methods", nargs="+", default=["none", "gac"], help="--parts: methods of the sweep")
+    parser.add_argument("--rounds", type=int, default=3, help="--parts: before/after alternations (best of)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.parts:
+        print(json.dumps([step_parts(m, args.steps, args.rounds) for m in args.methods], indent=1))
+        return
     if args.sampler:
         print(json.dumps([sampler_speed(size, group=args.group) for size in ("tiny", "small", "cpu")], indent=1))
         return

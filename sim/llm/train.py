@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 import gac
-from gac.control import regime_name
+from gac.control import AlignmentStats, cosine_from_stats, regime_name
 from sim.advantages import group_advantages
 from sim.llm import grpo
 from sim.llm.model import SIZES, check_model_dir, load_model, sample, token_logprobs
@@ -203,6 +203,7 @@ class TrainState:
     prev_delta: torch.Tensor | None = None  # its parameter update θ_{k+1} − θ_k
     prev_step_grad: torch.Tensor | None = None  # summed raw gradient of the previous RL step
     diverged_at: int | None = None
+    prev64: dict = field(default_factory=dict)  # "raw", "applied", "delta", "step_grad" -> its prev_* as Float64Vector
 
     @property
     def params(self) -> list[torch.Tensor]:
@@ -217,8 +218,44 @@ def flat_params(params) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in params])
 
 
-def cosine(a: torch.Tensor, b: torch.Tensor | None) -> float:
-    return float("nan") if b is None else float(gac.alignment(a.double(), b.double()))
+@dataclass(frozen=True)
+class Float64Vector:
+    """A float32 flat vector in float64 with its ‖·‖²: a cosine operand, converted and squared once, reused
+    while ``source`` is the reference of the next cosine."""
+
+    source: torch.Tensor
+    values: torch.Tensor
+    sq: torch.Tensor
+
+
+def as_float64(x: torch.Tensor, known: Float64Vector | None = None) -> Float64Vector:
+    """``x`` (float32) as a Float64Vector; ``known`` is returned instead when it was made from ``x`` itself."""
+    if known is not None and known.source is x:
+        return known
+    if x.dtype != torch.float32:
+        raise TypeError(f"the trainer's cosines take float32 vectors, got {x.dtype}")
+    values = x.double()
+    return Float64Vector(x, values, (values * values).sum(-1))
+
+
+def cosine(a: Float64Vector, b: Float64Vector | None) -> float:
+    """``gac.alignment(a, b)`` to the last bit (NaN without b), without its power-of-two rescaling.
+
+    The rescaling only guards float64 inputs: products of float32 values are exact in float64, and every
+    partial sum of them is 0 or a normal float64 (|·| ≥ 2^-298, far below overflow), so rescaled and plain sums,
+    norms and quotients differ by exact powers of two and the cosine's bits are the same.
+    """
+    if b is None:
+        return math.nan
+    return float(cosine_from_stats(AlignmentStats((a.values * b.values).sum(-1), a.sq, b.sq)))
+
+
+def cosine_to_prev(state: TrainState, name: str, current: Float64Vector) -> float:
+    """cos(current, state.prev_<name>) (NaN before the first); ``current`` is kept as the next one's reference."""
+    prev = getattr(state, f"prev_{name}")
+    reference = None if prev is None else as_float64(prev, state.prev64.get(name))
+    state.prev64[name] = current
+    return cosine(current, reference)
 
 
 def snapshot(model) -> dict:
@@ -326,7 +363,7 @@ def snr_probe(state: TrainState, batch: dict) -> float:
         loss.backward()
         grads.append(flat_grad(state.params))
     state.optimizer.zero_grad(set_to_none=True)
-    return cosine(grads[0], grads[1])
+    return cosine(as_float64(grads[0]), as_float64(grads[1]))
 
 
 def snr_from_cosine(c: float) -> float:
@@ -364,8 +401,10 @@ def optimizer_update(state: TrainState, batch: dict, idx: torch.Tensor, where: s
         raise NonFiniteError(f"non-finite gradient at {where}")
     regime, scale = apply_gac(state)
     applied = raw if regime == NO_REGIME else flat_grad(state.params)
-    numbers = {"grad_norm": float(raw.norm()), "cos_prev": cosine(raw, state.prev_raw),
-               "cos_applied": cosine(applied, state.prev_applied), "regime": regime, "parallel_scale": scale,
+    raw64 = as_float64(raw)
+    applied64 = raw64 if applied is raw else as_float64(applied)
+    numbers = {"grad_norm": float(raw.norm()), "cos_prev": cosine_to_prev(state, "raw", raw64),
+               "cos_applied": cosine_to_prev(state, "applied", applied64), "regime": regime, "parallel_scale": scale,
                "clip_frac": stats["clip_frac"], "clip_low": stats["clip_low"], "clip_high": stats["clip_high"],
                "kl_behaviour": stats["kl_behaviour"], "entropy": stats["entropy"],
                "raw": raw, "cos_update": math.nan}
@@ -375,7 +414,7 @@ def optimizer_update(state: TrainState, batch: dict, idx: torch.Tensor, where: s
         before = flat_params(state.params)
         state.optimizer.step()
         delta = flat_params(state.params) - before
-        numbers["cos_update"] = cosine(delta, state.prev_delta)
+        numbers["cos_update"] = cosine_to_prev(state, "delta", as_float64(delta))
         state.prev_delta = delta
     return numbers
 
@@ -401,13 +440,15 @@ def rl_step(state: TrainState) -> dict:
                           args.device)
     updates = [optimizer_update(state, batch, idx, f"step {step} (update {k})")
                for k, idx in enumerate(order.chunk(args.minibatches))]
-    step_grad = updates[0]["raw"].clone()
+    # One update: its raw gradient is the step's (same object, so its float64 copy serves both cosines).
+    step_grad = updates[0]["raw"] if len(updates) == 1 else updates[0]["raw"].clone()
     for u in updates[1:]:
         step_grad.add_(u["raw"])
+    cos_prev_step = cosine_to_prev(state, "step_grad", as_float64(step_grad, state.prev64.get("raw")))
     record = make_row(
         "llm", step=step, seed=args.seed, method=args.label, label=args.label, staleness=args.staleness,
         objective=float(batch["reward"].mean()), grad_norm=mean_of(updates, "grad_norm"),
-        cos_prev=mean_of(updates, "cos_prev"), cos_prev_step=cosine(step_grad, state.prev_step_grad),
+        cos_prev=mean_of(updates, "cos_prev"), cos_prev_step=cos_prev_step,
         cos_update=mean_of(updates, "cos_update"), cos_halves=cos_halves,
         snr_halves=snr_from_cosine(cos_halves),
         cos_applied=mean_of(updates, "cos_applied"),

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+import gac
 from sim.llm import grpo
 from sim.llm import train as train_module
 from sim.llm.train import Args, NonFiniteError, rl_step, run_records, setup, summary, train
@@ -117,6 +118,44 @@ def test_every_cosine_equals_a_direct_computation(tiny_args):
     assert math.isnan(records[1]["cos_halves"]) and math.isnan(records[3]["snr_halves"])
     assert records[0]["cos_prev"] == pytest.approx(cos(raw[0][1], raw[0][0]), abs=1e-9)  # update 0 has no predecessor
     assert math.isnan(records[0]["cos_prev_step"])
+
+
+def float32_pairs(seed: int = 0):
+    """Float32 vector pairs from subnormal to near-overflow magnitudes, with zeros, ties and opposite signs."""
+    g = torch.Generator().manual_seed(seed)
+    tiny = torch.tensor([1e-45, -3e-44, 2e-40, 0.0], dtype=torch.float32)
+    for size in (1, 7, 1000, 70_000):
+        for exp_a, exp_b in ((0, 0), (-44, 0), (-40, -42), (37, -30), (30, 35), (-20, 20)):
+            a = (torch.randn(size, generator=g) * 10.0**exp_a).float()
+            b = (torch.randn(size, generator=g) * 10.0**exp_b).float()
+            yield a, b
+            ratio = float(b.abs().max()) / float(a.abs().max())
+            yield a, (a.double() * ratio + b.double() / 4).float()  # strongly aligned
+            yield a, -a
+    yield tiny, tiny.flip(0)
+    yield torch.zeros(5), torch.ones(5)
+
+
+def test_fast_cosine_has_the_bits_of_gac_alignment():
+    """The trainer's cosine (plain float64 sums, cached operands) against gac.alignment (rescaled sums)."""
+    pairs = list(float32_pairs())
+    for a, b in pairs:
+        expected = float(gac.alignment(a.double(), b.double()))
+        got = train_module.cosine(train_module.as_float64(a), train_module.as_float64(b))
+        assert same(got, expected) and math.isfinite(got), (a.abs().max(), b.abs().max(), got, expected)
+    # The check can fail: float32 sums (the fast-but-wrong variant) change the last bits.
+    float32_sums = [(float(torch.dot(a, b) / (a.norm() * b.norm())), a, b) for a, b in pairs[:40]]
+    assert any(c != float(gac.alignment(a.double(), b.double())) for c, a, b in float32_sums)
+
+
+def test_fast_cosine_reuses_a_known_operand_only_for_the_same_tensor():
+    a = torch.randn(10)
+    known = train_module.as_float64(a)
+    assert train_module.as_float64(a, known) is known
+    other = a.clone()
+    assert train_module.as_float64(other, known) is not known
+    with pytest.raises(TypeError, match="float32"):
+        train_module.as_float64(a.double())
 
 
 def test_snr_from_cosine():
