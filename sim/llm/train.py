@@ -42,9 +42,10 @@ from sim.stabilizers import STALE_DATA, BAPOConfig, M2POConfig, TISConfig, gac_c
 from sim.staleness import KINDS, Staleness, VersionRing
 
 GAC_REFERENCES = ("update", "step")
-OUTPUT_ONLY = ("progress", "threads", "resume", "out_dir", "checkpoint_every", "steps")
+OUTPUT_ONLY = ("progress", "resume", "out_dir", "checkpoint_every", "steps")
 """Args fields that cannot change a run's numbers: they may differ between a checkpoint and ``--resume``
-(``steps`` only upwards, checked on its own)."""
+(``steps`` only upwards, checked on its own). ``threads`` is not one: torch splits long sums (the cosines,
+GAC's dot products) across threads, so their last bits, and GAC's trajectory, depend on it."""
 CHECKPOINT_MAGIC = b"gac-lab checkpoint v2 sha256="
 
 
@@ -113,7 +114,8 @@ class Args:
     device: str = "cpu"
     """torch device: cpu or cuda"""
     threads: int = 1
-    """torch CPU threads (keep 1 when other processes share the cores)"""
+    """torch CPU threads (keep 1 when other processes share the cores); part of the run's identity, since long
+    sums (cosines, GAC's dot products) split across threads and their last bits depend on the count"""
     progress: bool = True
     """show a progress bar"""
     on_nonfinite: str = "raise"
