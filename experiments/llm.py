@@ -27,7 +27,7 @@ import numpy as np
 from experiments import cache
 from experiments.aggregate import measured
 from experiments.pool import process_pool
-from sim.llm.train import Args, run_records
+from sim.llm.train import Args, prepare_warm_start, run_records, warm_start_config
 
 # What each profile runs. quick: the "small" 0.6M model, fits about 15 minutes on 2 CPU cores.
 PROFILES = {
@@ -177,19 +177,18 @@ def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int |
         log(f"[{name} {done}/{len(runs)}] {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
             f"{result['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.0f} s elapsed)")
 
-    if pending:  # the first run also trains and caches the warm start, before any parallel worker needs it
-        results[pending[0]] = run_cached(runs[pending[0]].args, force=force)
-        report(pending[0], results[pending[0]])
-    rest = pending[1:]
-    if jobs > 1 and len(rest) > 1:
+    # Each warm start is trained once, here, before any parallel worker needs it (no core waits on a lone run).
+    for i in {warm_start_config(runs[i].args): i for i in pending}.values():
+        prepare_warm_start(runs[i].args, log=lambda *a: None)
+    if jobs > 1 and len(pending) > 1:
         with process_pool(jobs) as pool:
             futures = {pool.submit(_compute_in_worker, runs[i].args, str(cache.CACHE_DIR), force): i
-                       for i in rest}
+                       for i in pending}
             for future in as_completed(futures):
                 results[futures[future]] = future.result()
                 report(futures[future], results[futures[future]])
     else:
-        for i in rest:
+        for i in pending:
             results[i] = run_cached(runs[i].args, force=force)
             report(i, results[i])
     return [(item, results[i]) for i, item in enumerate(runs)]

@@ -35,7 +35,7 @@ from sim.advantages import group_advantages
 from sim.llm import grpo
 from sim.llm.model import SIZES, check_model_dir, load_model, sample, token_logprobs
 from sim.llm.task import AdditionTask
-from sim.llm.warmstart import WarmStartConfig, heldout_accuracy, load_warm_start
+from sim.llm.warmstart import WarmStartConfig, heldout_accuracy, load_warm_start, warm_start
 from sim.record import atomic_write_bytes, check_output_dir, write_records
 from sim.schema import NO_REGIME, columns, make_row
 from sim.stabilizers import STALE_DATA, BAPOConfig, M2POConfig, TISConfig, gac_config, get_stabilizer, method_params
@@ -264,14 +264,29 @@ def snapshot(model) -> dict:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def warm_start_config(args: Args) -> WarmStartConfig | None:
+    """The warm start a run of ``args`` begins from (None when ``--model`` names a checkpoint)."""
+    if args.model is not None:
+        return None
+    return WarmStartConfig(size=args.size, digits=args.digits, seed=args.warm_seed, target_accuracy=args.warm_target)
+
+
+def prepare_warm_start(args: Args, log=print) -> None:
+    """Train and cache the warm start of ``args`` unless it is cached, as its run's ``setup`` would (same
+    thread count and device), so that parallel runs only load it."""
+    config = warm_start_config(args)
+    if config is not None:
+        torch.set_num_threads(args.threads)
+        warm_start(config, args.device, log)
+
+
 # -- setup --------------------------------------------------------------------------------------------
 def load_models(args: Args, device: torch.device, log) -> tuple:
     """Policy θ, reference (the starting point) and behaviour (loaded from snapshots): loaded once, then copied."""
     if args.model is not None:
         policy, warm_info = load_model(args.model).to(device), {"source": args.model}
     else:
-        ws = WarmStartConfig(size=args.size, digits=args.digits, seed=args.warm_seed, target_accuracy=args.warm_target)
-        policy, warm_info = load_warm_start(ws, args.device, log)
+        policy, warm_info = load_warm_start(warm_start_config(args), args.device, log)
     reference, behaviour = copy.deepcopy(policy), copy.deepcopy(policy)
     for m in (reference, behaviour):
         m.eval().requires_grad_(False)

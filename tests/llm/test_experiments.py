@@ -25,3 +25,18 @@ def test_sweep_feeds_fig1_fig3_fig5(tiny_checkpoint, tmp_path, monkeypatch):
         assert (tmp_path / "out" / f"fig5_llm_grpo.{ext}").exists()
     table = (tmp_path / "out" / "fig5_llm_grpo_table.csv").read_text()
     assert "tis" in table and "m2po" in table and "bapo" in table and "behaviour" in table
+
+
+def test_results_of_trains_each_warm_start_once_before_any_run(tmp_path, monkeypatch):
+    # Parallel workers only load a warm start, so results_of must have trained every distinct one first.
+    from sim.llm.train import Args
+
+    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    events = []
+    monkeypatch.setattr(llm, "prepare_warm_start", lambda args, log: events.append(("warm", args.digits)))
+    monkeypatch.setattr(llm, "run_cached", lambda args, force=False: events.append(("run", args.digits)) or
+                        {"summary": {"final_accuracy": 0.0}})
+    runs = [llm.Run(Args(size="tiny", digits=d, seed=s), ("r",)) for d, s in [(2, 0), (3, 0), (2, 1), (3, 1)]]
+    llm.results_of(runs, jobs=1, log=lambda *a: None)
+    assert events[:2] == [("warm", 2), ("warm", 3)]
+    assert sorted(events[2:]) == [("run", 2), ("run", 2), ("run", 3), ("run", 3)]
