@@ -3,8 +3,10 @@
 ``cached(kind, config, compute)`` returns ``compute()``'s JSON-able result, stored under
 ``experiments/.cache/KIND-HASH.json`` (atomically; ``GAC_LAB_CACHE`` moves it). ``cached_runs`` adds the
 profile, the device and a fingerprint of the package's source (gac/, sim/, theory/, experiments/,
-paper_figs/) to the config, so editing any code that could change a number recomputes. ``--force``
-(``GAC_LAB_FORCE=1``) always recomputes.
+paper_figs/) to the config, so editing any code that could change a number recomputes. ``GAC_LAB_FORCE=1``
+always recomputes; ``GAC_LAB_FORCE_BEFORE=T`` (what ``paper_figs --force`` sets, T = its start in seconds since
+the epoch) treats every entry written before T as missing, so each result is recomputed once per command, not
+once per figure that reads it.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ _MISSING = object()
 
 def _read(path: Path) -> Any:
     """The stored result at ``path``; _MISSING when absent or unreadable (a corrupt entry warns once, with its path)."""
-    if not path.exists():
+    if not path.exists() or path.stat().st_mtime < float(os.environ.get("GAC_LAB_FORCE_BEFORE", "-inf")):
         return _MISSING
     try:
         return json.loads(path.read_text())["result"]

@@ -18,7 +18,7 @@ import functools
 import math
 import os
 import time
-from concurrent.futures import as_completed
+import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -26,7 +26,8 @@ import numpy as np
 
 from experiments import cache
 from experiments.aggregate import measured
-from experiments.pool import process_pool
+from experiments.pool import Task, run_tasks
+from sim.llm import warmstart
 from sim.llm.train import Args, prepare_warm_start, run_records, warm_start_config
 
 # What each profile runs. quick: the "small" 0.6M model, fits about 15 minutes on 2 CPU cores.
@@ -149,10 +150,63 @@ def default_jobs(device: str) -> int:
     return 1 if device.startswith("cuda") else max(1, min(2, os.cpu_count() or 1))
 
 
-def _compute_in_worker(args: Args, cache_dir: str, force: bool) -> dict:
-    """Worker entry (a fresh process): the run through the same cache folder as the parent."""
+STEP_SECONDS = {"tiny": 0.05, "small": 0.19, "cpu": 0.4, "gpu": 0.5}
+"""Rough CPU seconds per RL step by model size (quick-profile runs on this project's 2-core machine: small 80 steps
+≈ 15 s, tiny 40 steps ≈ 2 s). They only order the work of ``run_tasks``; a wrong value costs time, not results."""
+WARM_START_SECONDS = {"tiny": 5.0}
+"""Rough seconds to train a warm start (small: 35 s for 2 digits, 46 s for 3); the same use as STEP_SECONDS."""
+
+
+def estimated_seconds(args: Args) -> float:
+    """A rough cost of the run of ``args`` on one core (orders the work; never changes a number)."""
+    return args.steps * STEP_SECONDS.get(args.size, 1.0) * (args.digits + 1) / 3
+
+
+def in_worker(fn, cache_dir: str, runs_dir: str, *args):
+    """Task entry: ``fn(*args)`` with this process's cache and warm-start folders set to the given ones, the
+    parent's (a spawned worker would read them from the environment, where a test or a caller may have moved
+    them)."""
     cache.CACHE_DIR = Path(cache_dir)
+    warmstart.RUNS_DIR = Path(runs_dir)
+    return fn(*args)
+
+
+def _warm_start(args: Args) -> None:
+    prepare_warm_start(args, log=lambda *a: None)
+
+
+def _run(args: Args, force: bool) -> dict:
     return run_cached(args, force=force)
+
+
+def run_name(args: Args) -> str:
+    """The task name of a run: its cache key's hash (runs with the same key are one task)."""
+    return "run " + cache.config_hash(run_key(args))
+
+
+def run_tasks_for(runs: list[Run], force: bool | None = None) -> tuple[dict[int, dict], list[Task]]:
+    """(the cached results of ``runs`` by index, the tasks that compute the others).
+
+    One task per distinct missing run (named by ``run_name``) and one per warm start they need, which those runs
+    wait for (so parallel workers only load it, and two warm starts train side by side).
+    """
+    force = os.environ.get("GAC_LAB_FORCE") == "1" if force is None else force
+    results = {} if force else {i: cache.lookup("llm_grpo", run_key(item.args)) for i, item in enumerate(runs)}
+    results = {i: r for i, r in results.items() if r is not None}
+    folders = (str(cache.CACHE_DIR), str(warmstart.RUNS_DIR))
+    tasks: dict[str, Task] = {}
+    for i, item in enumerate(runs):
+        if i in results or run_name(item.args) in tasks:
+            continue
+        config = warm_start_config(item.args)
+        after = ()
+        if config is not None:
+            after = (f"warm start {config}",)
+            tasks.setdefault(after[0], Task(after[0], in_worker, (_warm_start, *folders, item.args),
+                                            WARM_START_SECONDS.get(config.size, 40.0)))
+        tasks[run_name(item.args)] = Task(run_name(item.args), in_worker, (_run, *folders, item.args, force),
+                                          estimated_seconds(item.args), after)
+    return results, list(tasks.values())
 
 
 def sweep_results(profile: str, device: str = "cpu", log=_print_now, jobs: int | None = None) -> list[tuple[Run, dict]]:
@@ -163,35 +217,28 @@ def sweep_results(profile: str, device: str = "cpu", log=_print_now, jobs: int |
 
 def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int | None = None,
                name: str = "llm sweep") -> list[tuple[Run, dict]]:
-    """Every run of ``runs`` with its result (cached; missing runs are computed ``jobs`` at a time, in order)."""
+    """Every run of ``runs`` with its result (cached; missing runs are computed ``jobs`` at a time, longest first,
+    each after its warm start; see ``run_tasks_for``)."""
     jobs = 1 if dry_run() else default_jobs(device) if jobs is None else jobs  # a dry run's runs take a second
-    force = os.environ.get("GAC_LAB_FORCE") == "1"
-    results = {} if force else {i: cache.lookup("llm_grpo", run_key(item.args)) for i, item in enumerate(runs)}
-    pending = [i for i in range(len(runs)) if results.get(i) is None]
-    start, done = time.perf_counter(), len(runs) - len(pending)
+    cached, tasks = run_tasks_for(runs)
+    index = {run_name(item.args): i for i, item in enumerate(runs)}
+    if tasks and os.environ.get("GAC_LAB_PLANNED") == "1":
+        warnings.warn(f"{name}: {sum(t.name in index for t in tasks)} runs were not computed ahead by "
+                      "paper_figs.plan (a figure's llm_runs misses them); computing them here, one at a time",
+                      RuntimeWarning, stacklevel=2)
+    start, done = time.perf_counter(), len(cached)
 
-    def report(index: int, result: dict) -> None:
+    def report(task: Task, result) -> None:
         nonlocal done
-        done += 1
-        a = runs[index].args
+        if task.name not in index:  # a warm start
+            return
+        done += sum(run_name(item.args) == task.name for item in runs)
+        a = runs[index[task.name]].args
         log(f"[{name} {done}/{len(runs)}] {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
             f"{result['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.0f} s elapsed)")
 
-    # Each warm start is trained once, here, before any parallel worker needs it (no core waits on a lone run).
-    for i in {warm_start_config(runs[i].args): i for i in pending}.values():
-        prepare_warm_start(runs[i].args, log=lambda *a: None)
-    if jobs > 1 and len(pending) > 1:
-        with process_pool(jobs) as pool:
-            futures = {pool.submit(_compute_in_worker, runs[i].args, str(cache.CACHE_DIR), force): i
-                       for i in pending}
-            for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                report(futures[future], results[futures[future]])
-    else:
-        for i in pending:
-            results[i] = run_cached(runs[i].args, force=force)
-            report(i, results[i])
-    return [(item, results[i]) for i, item in enumerate(runs)]
+    computed = run_tasks(tasks, jobs, report)
+    return [(item, cached[i] if i in cached else computed[run_name(item.args)]) for i, item in enumerate(runs)]
 
 
 def _rows(results, role: str) -> list[dict]:

@@ -1,4 +1,5 @@
-"""The process pool that computes missing runs in parallel; its workers end when the process that started it dies.
+"""The process pool that computes missing runs in parallel (``run_tasks``); its workers end when the process that
+started it dies.
 
 Without that, a ``kill -9`` of a parallel ``paper_figs`` run leaves the workers re-parented, computing on, then
 idle at hundreds of MB each. Each worker runs a watchdog thread that polls its parent's pid (portable: no
@@ -11,7 +12,10 @@ import multiprocessing
 import os
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
 
 PARENT_POLL_S = 0.5
 """How often a worker checks that its parent is alive."""
@@ -32,3 +36,95 @@ def process_pool(jobs: int) -> ProcessPoolExecutor:
     """``jobs`` spawned worker processes (fresh interpreters: no forked torch state) that exit with this process."""
     return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_exit_with_parent, initargs=(os.getpid(),))
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work for ``run_tasks``: ``fn(*args)`` (module-level, so a spawned worker can import it)."""
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple = ()
+    cost: float = 1.0
+    """estimated seconds on one core: it orders the work, it cannot change a result"""
+    after: tuple[str, ...] = ()
+    """names of the tasks that must have finished before this one starts"""
+
+
+def priorities(tasks: list[Task]) -> dict[str, float]:
+    """Each task's cost plus the longest chain of tasks waiting on it (its critical path to the end)."""
+    by_name = {t.name: t for t in tasks}
+    waiting: dict[str, list[str]] = {t.name: [] for t in tasks}
+    for t in tasks:
+        for before in t.after:
+            if before not in by_name:
+                raise ValueError(f"task {t.name!r} waits for {before!r}, which is not among the tasks")
+            waiting[before].append(t.name)
+    level: dict[str, float] = {}
+    visiting: set[str] = set()
+
+    def path(name: str) -> float:
+        if name not in level:
+            if name in visiting:
+                raise ValueError(f"the tasks wait for each other in a cycle through {name!r}")
+            visiting.add(name)
+            level[name] = by_name[name].cost + max((path(w) for w in waiting[name]), default=0.0)
+        return level[name]
+
+    for t in tasks:
+        path(t.name)
+    return level
+
+
+def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None] = lambda task, result: None
+              ) -> dict[str, Any]:
+    """Every task's result by name, ``jobs`` at a time, each once the tasks it waits for are done.
+
+    Among the tasks that may start, the one with the longest chain of work behind it goes first (critical-path
+    list scheduling): with the estimated costs, the cores stay busy until the end and the last tasks are short.
+    ``jobs`` ≤ 1 (or a single task) runs them here, one after another in the same order. A task that raises
+    stops the rest: tasks not yet started are dropped and the error is raised here (a task already running in
+    another worker ends with it). Only ``jobs`` tasks are handed to the pool at a time, so the order is this
+    function's, not a queue's.
+    """
+    if len({t.name for t in tasks}) != len(tasks):
+        raise ValueError("task names must be unique")
+    level = priorities(tasks)
+    rank = {t.name: i for i, t in enumerate(tasks)}
+    waits = {t.name: set(t.after) for t in tasks}
+    ready = [t for t in tasks if not waits[t.name]]
+    results: dict[str, Any] = {}
+
+    def finish(task: Task, result: Any) -> None:
+        results[task.name] = result
+        on_done(task, result)
+        for t in tasks:
+            if task.name in waits[t.name]:
+                waits[t.name].discard(task.name)
+                if not waits[t.name]:
+                    ready.append(t)
+
+    def next_task() -> Task:
+        ready.sort(key=lambda t: (-level[t.name], rank[t.name]))
+        return ready.pop(0)
+
+    if jobs <= 1 or len(tasks) <= 1:
+        while ready:
+            task = next_task()
+            finish(task, task.fn(*task.args))
+        return results
+    pool = process_pool(jobs)
+    running: dict[Future, Task] = {}
+    try:
+        while ready or running:
+            while ready and len(running) < jobs:
+                task = next_task()
+                running[pool.submit(task.fn, *task.args)] = task
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                finish(running.pop(future), future.result())
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return results

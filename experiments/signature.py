@@ -98,11 +98,16 @@ STRONGEST = ("updates=2", "cos_prev_step")
 granularity at which it shows (measured: paper_figs/README.md, figs2)."""
 
 
+def strongest_runs(profile: str = "quick", device: str = "cpu") -> list[Run]:
+    """The runs of the STRONGEST configuration (fig1's LLM signature panel)."""
+    return [run for run in sweep(profile, device) if run.roles[0] == STRONGEST[0]]
+
+
 def strongest_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:
     """fig1: per-step records of the STRONGEST configuration at each s of ``profile``, with the per-run means of
     its granularity (``experiments.llm.with_run_means``); the plotted cosine is copied into ``cos_prev_shown``."""
     config, key = STRONGEST
-    runs = [run for run in sweep(profile, device) if run.roles[0] == config]
+    runs = strongest_runs(profile, device)
     rows = [dict(r, label=r["method"], config=f"{config}, behaviour ratio, no grad clip, 3 digits ({key})",
                  cos_prev_shown=r[key])
             for _, res in results_of(runs, device, name="signature") for r in res["records"]]

@@ -5,11 +5,8 @@ The command line is the ``FigureArgs`` dataclass, parsed by tyro (``--help`` lis
 
 from __future__ import annotations
 
-import importlib
 import os
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,8 +15,10 @@ from typing import Literal
 import torch
 import tyro
 
+from experiments.llm import default_jobs
 from paper_figs.common import OUT_DIR
-from sim.record import check_output_dir, publish_together
+from paper_figs.plan import make_figure, make_figures
+from sim.record import check_output_dir
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = run order for "all".
 FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region", "fig5_llm_grpo",
@@ -88,26 +87,16 @@ def parse_args(argv=None) -> FigureArgs:
     return replace(args, names=names)
 
 
-def make_figure(name: str, args: FigureArgs) -> list[Path]:
-    """Run figure ``name`` into a temp folder inside ``args.out``, then publish its files together.
-
-    A figure that fails or is killed leaves the previous outputs as they were (and no half of a new set).
-    """
-    args.out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=args.out, prefix=f".{name}."))
-    try:
-        importlib.import_module(f"paper_figs.{name}").main(args.profile, staging, args.device)
-        return publish_together(staging, args.out, name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.force:
-        os.environ["GAC_LAB_FORCE"] = "1"  # read by experiments.cache.cached
+    if args.force:  # read by experiments.cache: what was cached before now is recomputed, once
+        os.environ["GAC_LAB_FORCE_BEFORE"] = repr(time.time())
     if args.dry_run:
         os.environ["GAC_LAB_DRY_RUN"] = "1"  # read by experiments.llm.dry_run_args
+    jobs = default_jobs(args.device)
+    if jobs > 1 and args.device == "cpu" and not args.dry_run:  # see paper_figs.plan
+        make_figures(args.names, args, jobs, log=print)
+        return 0
     for name in args.names:
         start = time.perf_counter()
         print(f"[paper_figs] {name} ({args.profile}) ...", flush=True)

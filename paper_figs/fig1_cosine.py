@@ -17,8 +17,8 @@ import matplotlib.pyplot as plt
 from experiments import toy
 from experiments.aggregate import centered_mean, seed_mean, seed_median, trailing_mean
 from experiments.cache import cached_runs
-from experiments.llm import DEFAULT_CONFIG, llm_cosine_rows_with_run_means
-from experiments.signature import strongest_rows
+from experiments.llm import DEFAULT_CONFIG, Run, llm_cosine_rows_with_run_means, sweep
+from experiments.signature import strongest_rows, strongest_runs
 from paper_figs.common import Panel, apply_style, save_figure
 from sim.record import write_records
 
@@ -62,6 +62,11 @@ PANELS = [
     Panel("llm_signature", strongest_rows, lambda ax, rows: plot_llm(
         ax, rows, "cos_prev_shown", f"small LLM, strongest signature: {rows[0]['config']}")),
 ]
+
+
+def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
+    """The GRPO runs this figure reads (``paper_figs.plan`` computes them before the figure starts)."""
+    return sweep(profile, device) + strongest_runs(profile, device)
 
 
 def cosine_table(rows: list[dict]) -> list[dict]:

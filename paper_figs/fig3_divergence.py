@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 from experiments import toy
 from experiments.aggregate import centered_mean, seed_mean, seed_median
 from experiments.cache import cached_runs
-from experiments.llm import llm_divergence_rows
+from experiments.llm import Run, llm_divergence_rows, sweep
 from paper_figs.common import Panel, apply_style, method_color, save_figure
 from sim.record import write_records
 
@@ -79,6 +79,11 @@ def summarize(rows: list[dict]) -> list[dict]:
                     "median_final_objective": finals[len(finals) // 2],
                     "diverged_seeds": sum(r["diverged"] for r in mine if r["step"] == last), "seeds": len(finals)})
     return out
+
+
+def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
+    """The GRPO runs this figure reads (``paper_figs.plan`` computes them before the figure starts)."""
+    return sweep(profile, device)
 
 
 def main(profile: str, out_dir: Path, device: str = "cpu", panels=None) -> list[dict]:

@@ -13,7 +13,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from experiments.aggregate import centered_mean, seed_mean
-from experiments.llm import PROFILES, aggregate, summary_rows, sweep_results
+from experiments.llm import PROFILES, Run, aggregate, summary_rows, sweep, sweep_results
 from paper_figs.common import apply_style, method_color, save_figure
 from sim.record import write_records
 
@@ -110,6 +110,11 @@ def plot_cosine_vs_outcome(ax_cos, runs: list[dict]) -> float:
     ax_cos.set(xlabel="mean cos(g_k, g_{k-1}), first half of the run", ylabel="Δ held-out accuracy",
                title=f"all runs (dot size = s); naive async: ρ = {rho:+.2f}")
     return rho
+
+def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
+    """The GRPO runs this figure reads (``paper_figs.plan`` computes them before the figure starts)."""
+    return sweep(profile, device)
+
 
 def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
     p = PROFILES[profile]

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from experiments import tuning
+from experiments.llm import Run
 from paper_figs.common import apply_style, method_color, save_figure, single_thread
 from sim.record import write_records
 
@@ -80,6 +81,11 @@ def _markdown(summary: pd.DataFrame) -> str:
         lines.append(f"| {sim} | {s} | {won['method']} ({won['lr']:g}) | {won['mean']:.4g} [{won['low']:.4g}, "
                      f"{won['high']:.4g}] | {won['separated']} | {ranges} |")
     return "\n".join(lines)
+
+
+def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
+    """The GRPO runs this figure reads (``paper_figs.plan`` computes them before the figure starts)."""
+    return tuning.llm_runs(profile, device)
 
 
 def main(profile: str, out_dir: Path, device: str = "cpu") -> dict:

@@ -15,7 +15,7 @@ import numpy as np
 
 from experiments.cache import cached_runs
 from experiments.early_warning import HORIZONS, SIGNALS, check_request, evaluate, llm_rows
-from experiments.llm import sweep_results
+from experiments.llm import Run, sweep, sweep_results
 from paper_figs import fig1_cosine, fig3_divergence
 from paper_figs.common import apply_style, save_figure
 from sim.record import write_records
@@ -80,6 +80,11 @@ def markdown(table: list[dict]) -> str:
                      f"{r['precision']:.3f} ({base:.3f}) | "
                      f"{r['detected']:.2f} | {r['median_lead']:g} |")
     return "\n".join(lines)
+
+
+def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
+    """The GRPO runs this figure reads (``paper_figs.plan`` computes them before the figure starts)."""
+    return sweep(profile, device)
 
 
 def main(profile: str, out_dir: Path, device: str = "cpu", signals=tuple(SIGNALS), horizons=HORIZONS,

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from experiments import signature
+from experiments.llm import Run
 from paper_figs.common import apply_style, save_figure
 from sim.record import write_records
 
@@ -90,6 +91,11 @@ def plot_snr(ax, table: list[dict], colors: dict) -> None:
     ax.set(xlabel="measured per-half SNR_h (from cos_halves)", ylabel="cos_prev_step",
            title="step cosine vs SNR (o sync, ▲ async; size = s)")
     ax.legend(loc="upper left")
+
+
+def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
+    """The GRPO runs this figure reads (``paper_figs.plan`` computes them before the figure starts)."""
+    return signature.sweep(profile, device)
 
 
 def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:

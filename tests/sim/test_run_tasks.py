@@ -1,0 +1,56 @@
+"""``experiments.pool.run_tasks``: every task once, each after the tasks it waits for, longest chain first."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from experiments.pool import Task, priorities, run_tasks
+
+
+def _chain(tmp_path: Path) -> list[Task]:
+    """a → b → c move one file along (a rename fails if its source is not there yet), d and e stand alone."""
+    a, b, c = (tmp_path / n for n in "abc")
+    return [Task("d", str.upper, ("d",), cost=5.0),
+            Task("c", os.rename, (b, c), cost=1.0, after=("b",)),
+            Task("b", os.rename, (a, b), cost=1.0, after=("a",)),
+            Task("a", Path.write_text, (a, "x"), cost=4.0),
+            Task("e", str.upper, ("e",), cost=0.5)]
+
+
+def test_priorities_are_the_longest_chain_to_the_end(tmp_path):
+    assert priorities(_chain(tmp_path)) == {"a": 6.0, "b": 2.0, "c": 1.0, "d": 5.0, "e": 0.5}
+
+
+def test_one_job_runs_longest_chain_first_and_respects_waits(tmp_path):
+    order = []
+    results = run_tasks(_chain(tmp_path), 1, lambda task, result: order.append(task.name))
+    assert order == ["a", "d", "b", "c", "e"]  # a (chain 6) before d (5); b and c only once a is done
+    assert results["d"] == "D" and (tmp_path / "c").read_text() == "x"
+
+
+def test_two_workers_give_the_same_results(tmp_path):
+    done = []
+    results = run_tasks(_chain(tmp_path), 2, lambda task, result: done.append(task.name))
+    assert sorted(done) == ["a", "b", "c", "d", "e"] and results["e"] == "E"
+    assert done.index("a") < done.index("b") < done.index("c")
+    assert (tmp_path / "c").read_text() == "x"  # os.rename would have raised had b or c started early
+
+
+def test_a_failing_task_stops_the_rest(tmp_path):
+    tasks = [Task("bad", os.rename, (tmp_path / "absent", tmp_path / "x"), cost=9.0),
+             Task("later", str.upper, ("y",), after=("bad",))]
+    ran = []
+    with pytest.raises(FileNotFoundError):
+        run_tasks(tasks, 2, lambda task, result: ran.append(task.name))
+    assert ran == []
+
+
+@pytest.mark.parametrize("tasks, message", [
+    ([Task("a", str.upper, ("a",), after=("b",))], "not among the tasks"),
+    ([Task("a", str.upper, ("a",), after=("b",)), Task("b", str.upper, ("b",), after=("a",))], "cycle"),
+    ([Task("a", str.upper, ("a",)), Task("a", str.lower, ("a",))], "unique"),
+])
+def test_bad_graphs_are_refused_before_any_work(tasks, message):
+    with pytest.raises(ValueError, match=message):
+        run_tasks(tasks, 1)
