@@ -158,6 +158,8 @@ def sharded(hidden: int = 512, layers: int = 4, repeats: int = 7, world: int = 2
         return torch.load(result_file)
 
 
+UNSHARDED_TARGET = 1.2
+"""Target of the unsharded ratio (GAC's ``apply()`` alone / the AdamW step on the same parameters)."""
 SHARDED_TARGET = 1.2
 """Target of the sharded ratio (GAC-wrapped AdamW step / plain AdamW step under FSDP2)."""
 
@@ -196,7 +198,8 @@ def main(argv=None) -> None:
               f"{r['project_ms']:>8.2f} {r['project_bf16_ms']:>8.2f} {r['ratio_keep']:>9.2f} "
               f"{r['ratio_project']:>9.2f} {r['ratio_project_bf16']:>9.2f} {r['extra_MB_fp32']:>7.1f} "
               f"{r['extra_MB_bf16']:>7.1f}", flush=True)
-    print("(x/Adam = GAC's apply() alone over the AdamW step; the step with GAC is 1 + proj/Adam of the plain step)")
+    print("(x/Adam = GAC's apply() alone over the AdamW step, target proj/Adam <= "
+          f"{UNSHARDED_TARGET}; the step with GAC is 1 + proj/Adam of the plain step)")
     if args.sharded:
         print_sharded(sharded(repeats=args.repeats))
 

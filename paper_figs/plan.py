@@ -20,6 +20,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -56,11 +57,14 @@ def figure_runs(name: str, profile: str, device: str) -> list[Run]:
     return [] if llm_runs is None else llm_runs(profile, device)
 
 
-def _figure_task(name: str, args) -> list[str]:
+def _figure_task(name: str, profile: str, device: str, out: str) -> list[str]:
     """A figure in a worker: one torch thread; a run it still lacks is computed here (no pool inside a pool),
-    with a warning (``GAC_LAB_PLANNED``: the figure's ``llm_runs`` missed it)."""
+    with a warning (``GAC_LAB_PLANNED``: the figure's ``llm_runs`` missed it). Plain arguments only: the
+    command line's ``FigureArgs`` lives in ``__main__`` under ``python -m paper_figs``, which a worker cannot
+    unpickle."""
     os.environ.update(GAC_LAB_JOBS="1", GAC_LAB_PLANNED="1")
     torch.set_num_threads(1)
+    args = SimpleNamespace(profile=profile, device=device, out=Path(out))
     return [str(p) for p in make_figure(name, args)]
 
 
@@ -71,8 +75,9 @@ def tasks_for(names: tuple[str, ...], args) -> tuple[list[Task], dict[str, Run]]
     every = {run_name(r.args): r for rs in runs.values() for r in rs}
     _, run_tasks_ = run_tasks_for(list(every.values()))
     missing = {t.name for t in run_tasks_}
-    folders = (str(cache.CACHE_DIR), str(warmstart.RUNS_DIR))
-    figures = [Task(f"figure {name}", in_worker, (_figure_task, *folders, name, args), FIGURE_SECONDS.get(name, 10.0),
+    plain = (str(cache.CACHE_DIR), str(warmstart.RUNS_DIR), args.profile, args.device, str(args.out))
+    figures = [Task(f"figure {name}", in_worker, (_figure_task, *plain[:2], name, *plain[2:]),
+                    FIGURE_SECONDS.get(name, 10.0),
                     tuple(dict.fromkeys(run_name(r.args) for r in runs[name] if run_name(r.args) in missing)))
                for name in names]
     return run_tasks_ + figures, every
@@ -99,6 +104,7 @@ def make_figures(names: tuple[str, ...], args, jobs: int, log=print) -> None:
                 f"lr={a.lr:g} seed={a.seed}: final acc {result['summary']['final_accuracy']:.3f} "
                 f"({elapsed:.0f} s elapsed)", flush=True)
         else:
-            log(f"[paper_figs] {task.name} trained ({elapsed:.0f} s elapsed)", flush=True)
+            w = task.args[-1]  # a warm start: in_worker(_warm_start, cache, runs, args)
+            log(f"[paper_figs] warm start {w.size} {w.digits}-digit trained ({elapsed:.0f} s elapsed)", flush=True)
 
     run_tasks(tasks, jobs, report)

@@ -1,0 +1,57 @@
+"""The figure pipeline from an empty cache: wall time against the issue's targets, and how busy the cores were.
+
+Runs ``python -m paper_figs NAMES --profile quick`` in a child process with a fresh cache and warm-start folder
+(``GAC_LAB_CACHE``, ``GAC_LAB_RUNS`` in a temporary directory: what a fresh clone computes; the install is not
+timed). Prints the wall time next to its target, and the CPU time of the whole process tree over (wall time ×
+cores): 1.0 means no core ever waited, which is the most a scheduler can give on this machine.
+Run: ``python -m benchmarks.pipeline [--figures all|first-release] [--keep DIR]`` from the repository root
+(about 15 min for all figures on 2 cores; 11 for the first release's eight).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FIRST_RELEASE = ("fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region",
+                 "fig5_llm_grpo", "fig6_ablation", "fig7_bound", "figs1_bandit_snr")
+TARGET_S = {"all": 15 * 60.0, "first-release": 5 * 60.0}
+"""issue 15: every figure in at most 15 min, the eight figures of the first release in at most 5 min (2 cores)."""
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--figures", choices=sorted(TARGET_S), default="all")
+    parser.add_argument("--keep", type=Path, default=None, help="write the figures here (default: a temp folder)")
+    args = parser.parse_args(argv)
+    names = ["all"] if args.figures == "all" else list(FIRST_RELEASE)
+    with tempfile.TemporaryDirectory(prefix="gac-lab-pipeline-") as tmp:
+        out = args.keep or Path(tmp) / "out"
+        env = {**os.environ, "GAC_LAB_CACHE": f"{tmp}/cache", "GAC_LAB_RUNS": f"{tmp}/runs"}
+        env.pop("GAC_LAB_JOBS", None)
+        command = [sys.executable, "-m", "paper_figs", *names, "--profile", "quick", "--out", str(out)]
+        print("$ " + " ".join(command[1:]), flush=True)
+        cpu0, start = children_cpu_s(), time.perf_counter()
+        subprocess.run(command, env=env, check=True)
+        wall, cpu = time.perf_counter() - start, children_cpu_s() - cpu0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    target = TARGET_S[args.figures]
+    print(f"{args.figures} figures, empty cache: {wall:.0f} s wall (target ≤ {target:.0f} s: "
+          f"{'met' if wall <= target else 'NOT met'}); CPU {cpu:.0f} s = {cpu / (wall * cores):.2f} of "
+          f"{cores} cores × wall (1.0: no core idle)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
