@@ -31,6 +31,7 @@ from sim.llm import train as train_module
 from sim.llm.model import build_model, parameter_count, sample, sample_reference
 from sim.llm.task import AdditionTask
 from sim.llm.train import Args, setup, train
+from sim.record import same_records
 
 
 def timed_gac(state) -> list[float]:
@@ -198,14 +199,6 @@ def run_steps(args: Args, parts: bool = False) -> tuple[float, list, dict]:
             pass
         seconds = time.process_time() - start
     return seconds, state.records, spent
-
-
-def same_records(a: list, b: list) -> bool:
-    """Every value equal (NaN equal to NaN)."""
-    def same(x, y):
-        return x == y or (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
-    return len(a) == len(b) and all(ra.keys() == rb.keys() and all(same(ra[k], rb[k]) for k in ra)
-                                    for ra, rb in zip(a, b, strict=True))
 
 
 def step_parts(method: str, steps: int, rounds: int) -> dict:

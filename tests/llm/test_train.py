@@ -8,14 +8,10 @@ import gac
 from sim.llm import grpo
 from sim.llm import train as train_module
 from sim.llm.train import Args, NonFiniteError, rl_step, run_records, setup, summary, train
+from sim.record import same_value
 from sim.schema import columns
 
 QUIET = dict(log=lambda *a: None)
-
-
-def same(a, b) -> bool:
-    """Record values equal, NaN equal to NaN."""
-    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
 
 
 def cos(a, b) -> float:
@@ -142,7 +138,7 @@ def test_fast_cosine_has_the_bits_of_gac_alignment():
     for a, b in pairs:
         expected = float(gac.alignment(a.double(), b.double()))
         got = train_module.cosine(train_module.as_float64(a), train_module.as_float64(b))
-        assert same(got, expected) and math.isfinite(got), (a.abs().max(), b.abs().max(), got, expected)
+        assert same_value(got, expected) and math.isfinite(got), (a.abs().max(), b.abs().max(), got, expected)
     # The check can fail: float32 sums (the fast-but-wrong variant) change the last bits.
     float32_sums = [(float(torch.dot(a, b) / (a.norm() * b.norm())), a, b) for a, b in pairs[:40]]
     assert any(c != float(gac.alignment(a.double(), b.double())) for c, a, b in float32_sums)
@@ -168,7 +164,7 @@ def test_snr_probe_does_not_change_the_training_numbers(tiny_args):
     probed = run_records(tiny_args(method="gac", staleness=2, snr_every=1), **QUIET)["records"]
     plain = run_records(tiny_args(method="gac", staleness=2, snr_every=1000, seed=0), **QUIET)["records"]
     for a, b in zip(probed, plain, strict=True):
-        assert all(same(a[k], b[k]) for k in a if k not in ("cos_halves", "snr_halves")), (a, b)
+        assert all(same_value(a[k], b[k]) for k in a if k not in ("cos_halves", "snr_halves")), (a, b)
     assert all(math.isfinite(r["cos_halves"]) for r in probed)
 
 
@@ -199,7 +195,7 @@ def test_stopping_train_early_then_resume_gives_the_same_records(tiny_args, tmp_
     resumed = run_records(tiny_args(out_dir=str(tmp_path / "b"), resume=True, **common), **QUIET)
     assert len(resumed["records"]) == 6
     for a, b in zip(resumed["records"], uninterrupted["records"], strict=True):
-        assert all(same(a[k], b[k]) for k in a), (a, b)
+        assert all(same_value(a[k], b[k]) for k in a), (a, b)
     assert resumed["summary"]["final_accuracy"] == uninterrupted["summary"]["final_accuracy"]
 
 
