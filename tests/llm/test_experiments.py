@@ -27,8 +27,8 @@ def test_sweep_feeds_fig1_fig3_fig5(tiny_checkpoint, tmp_path, monkeypatch):
     assert "tis" in table and "m2po" in table and "bapo" in table and "behaviour" in table
 
 
-def test_results_of_trains_each_warm_start_once_before_any_run(tmp_path, monkeypatch):
-    # Parallel workers only load a warm start, so results_of must have trained every distinct one first.
+def test_results_of_trains_each_warm_start_once_before_its_runs(tmp_path, monkeypatch):
+    # Parallel workers only load a warm start, so each run must wait for its own, trained once.
     from sim.llm.train import Args
 
     monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
@@ -36,7 +36,10 @@ def test_results_of_trains_each_warm_start_once_before_any_run(tmp_path, monkeyp
     monkeypatch.setattr(llm, "prepare_warm_start", lambda args, log: events.append(("warm", args.digits)))
     monkeypatch.setattr(llm, "run_cached", lambda args, force=False: events.append(("run", args.digits)) or
                         {"summary": {"final_accuracy": 0.0}})
+    # Costs that would put every run before a warm start, were it not for the wait.
+    monkeypatch.setitem(llm.WARM_START_SECONDS, "tiny", 0.001)
+    monkeypatch.setattr(llm, "estimated_seconds", lambda args: 100.0)
     runs = [llm.Run(Args(size="tiny", digits=d, seed=s), ("r",)) for d, s in [(2, 0), (3, 0), (2, 1), (3, 1)]]
     llm.results_of(runs, jobs=1, log=lambda *a: None)
-    assert sorted(events[:2]) == [("warm", 2), ("warm", 3)]
-    assert sorted(events[2:]) == [("run", 2), ("run", 2), ("run", 3), ("run", 3)]
+    assert sorted(events) == [("run", 2), ("run", 2), ("run", 3), ("run", 3), ("warm", 2), ("warm", 3)]
+    assert all(("warm", d) in events[:i] for i, (kind, d) in enumerate(events) if kind == "run")
