@@ -19,6 +19,7 @@ import math
 import os
 import time
 import warnings
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -196,7 +197,8 @@ def run_tasks_for(runs: list[Run], force: bool | None = None) -> tuple[dict[int,
     folders = (str(cache.CACHE_DIR), str(warmstart.RUNS_DIR))
     tasks: dict[str, Task] = {}
     for i, item in enumerate(runs):
-        if i in results or run_name(item.args) in tasks:
+        name = run_name(item.args)
+        if i in results or name in tasks:
             continue
         config = warm_start_config(item.args)
         after = ()
@@ -204,8 +206,7 @@ def run_tasks_for(runs: list[Run], force: bool | None = None) -> tuple[dict[int,
             after = (f"warm start {config}",)
             tasks.setdefault(after[0], Task(after[0], in_worker, (_warm_start, *folders, item.args),
                                             WARM_START_SECONDS.get(config.size, 40.0)))
-        tasks[run_name(item.args)] = Task(run_name(item.args), in_worker, (_run, *folders, item.args, force),
-                                          estimated_seconds(item.args), after)
+        tasks[name] = Task(name, in_worker, (_run, *folders, item.args, force), estimated_seconds(item.args), after)
     return results, list(tasks.values())
 
 
@@ -221,7 +222,8 @@ def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int |
     each after its warm start; see ``run_tasks_for``)."""
     jobs = 1 if dry_run() else default_jobs(device) if jobs is None else jobs  # a dry run's runs take a second
     cached, tasks = run_tasks_for(runs)
-    index = {run_name(item.args): i for i, item in enumerate(runs)}
+    names = [run_name(item.args) for item in runs]
+    index, copies = {n: i for i, n in enumerate(names)}, Counter(names)  # runs listed twice are one task
     if tasks and os.environ.get("GAC_LAB_PLANNED") == "1":
         warnings.warn(f"{name}: {sum(t.name in index for t in tasks)} runs were not computed ahead by "
                       "paper_figs.plan (a figure's llm_runs misses them); computing them here, one at a time",
@@ -232,13 +234,13 @@ def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int |
         nonlocal done
         if task.name not in index:  # a warm start
             return
-        done += sum(run_name(item.args) == task.name for item in runs)
+        done += copies[task.name]
         a = runs[index[task.name]].args
         log(f"[{name} {done}/{len(runs)}] {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
             f"{result['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.0f} s elapsed)")
 
     computed = run_tasks(tasks, jobs, report)
-    return [(item, cached[i] if i in cached else computed[run_name(item.args)]) for i, item in enumerate(runs)]
+    return [(item, cached[i] if i in cached else computed[names[i]]) for i, item in enumerate(runs)]
 
 
 def _rows(results, role: str) -> list[dict]:
