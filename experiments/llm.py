@@ -172,6 +172,11 @@ def in_worker(fn, cache_dir: str, runs_dir: str, *args):
     return fn(*args)
 
 
+def worker_folders() -> tuple[str, str]:
+    """This process's cache and warm-start folders, the first arguments of ``in_worker`` after ``fn``."""
+    return str(cache.CACHE_DIR), str(warmstart.RUNS_DIR)
+
+
 def _warm_start(args: Args) -> None:
     prepare_warm_start(args, log=lambda *a: None)
 
@@ -194,7 +199,7 @@ def run_tasks_for(runs: list[Run], force: bool | None = None) -> tuple[dict[int,
     force = os.environ.get("GAC_LAB_FORCE") == "1" if force is None else force
     results = {} if force else {i: cache.lookup("llm_grpo", run_key(item.args)) for i, item in enumerate(runs)}
     results = {i: r for i, r in results.items() if r is not None}
-    folders = (str(cache.CACHE_DIR), str(warmstart.RUNS_DIR))
+    folders = worker_folders()
     tasks: dict[str, Task] = {}
     for i, item in enumerate(runs):
         name = run_name(item.args)

@@ -24,10 +24,8 @@ from types import SimpleNamespace
 
 import torch
 
-from experiments import cache
-from experiments.llm import Run, in_worker, run_name, run_tasks_for
+from experiments.llm import Run, in_worker, run_name, run_tasks_for, worker_folders
 from experiments.pool import Task, run_tasks
-from sim.llm import warmstart
 from sim.record import publish_together
 
 FIGURE_SECONDS = {"fig1_cosine": 8.0, "fig2_cosine_vs_staleness": 20.0, "fig3_divergence": 4.0,
@@ -71,14 +69,13 @@ def _figure_task(name: str, profile: str, device: str, out: str) -> list[str]:
 def tasks_for(names: tuple[str, ...], args) -> tuple[list[Task], dict[str, Run]]:
     """(every task of the figures ``names``: warm starts, the missing runs, the figures; every run they read,
     cached ones included, by task name)."""
-    runs = {name: figure_runs(name, args.profile, args.device) for name in names}
-    every = {run_name(r.args): r for rs in runs.values() for r in rs}
+    reads = {name: {run_name(r.args): r for r in figure_runs(name, args.profile, args.device)} for name in names}
+    every = {key: run for runs in reads.values() for key, run in runs.items()}
     _, run_tasks_ = run_tasks_for(list(every.values()))
     missing = {t.name for t in run_tasks_}
-    plain = (str(cache.CACHE_DIR), str(warmstart.RUNS_DIR), args.profile, args.device, str(args.out))
-    figures = [Task(f"figure {name}", in_worker, (_figure_task, *plain[:2], name, *plain[2:]),
-                    FIGURE_SECONDS.get(name, 10.0),
-                    tuple(dict.fromkeys(run_name(r.args) for r in runs[name] if run_name(r.args) in missing)))
+    figures = [Task(f"figure {name}", in_worker,
+                    (_figure_task, *worker_folders(), name, args.profile, args.device, str(args.out)),
+                    FIGURE_SECONDS.get(name, 10.0), tuple(key for key in reads[name] if key in missing))
                for name in names]
     return run_tasks_ + figures, every
 
