@@ -24,7 +24,8 @@ CORE: dict[str, str] = {
     "snr_halves": "per-half SNR_h = ‖g‖²/v implied by cos_halves: c/(1 − c) (NaN where not measured)",
     "cos_applied": "cos(applied g'_t, applied g'_{t−1}) of consecutive applied (post-GAC) gradients",
     "regime": "GAC decision: keep | project | cap | skip; n/a for methods without a GAC decision",
-    "parallel_scale": "γ, the factor GAC left on the gradient's part along the reference (1 = untouched)",
+    "parallel_scale": "γ, the factor GAC left on the gradient's part along the reference (1 = untouched); "
+                      "Adaptive Braking: its factor on the whole gradient",
 }
 """The fixed columns, in order: every row of every simulator has them."""
 
@@ -46,6 +47,10 @@ EXTRAS: dict[str, str] = {
                  "(LLM; NaN for m2po)",
     "behaviour_version": "parameter version that sampled the step's rollouts (LLM)",
     "ratio_to": "clip-ratio denominator: behaviour (π_b) or proximal (π_θ at the step's start) (LLM)",
+    "step_norm": "‖Δθ‖ of the applied parameter update (mean over the step's updates; 0 for a skipped one)",
+    "objective_fn": "the method's objective axis: none (the clipped ratio / stale gradient) | tis | m2po | bapo | dc",
+    "direction_control": "the method's direction-control axis: none | gac | braking",
+    "step_control": "the method's step-control axis: none (constant) | lr_scale | kl_target",
 }
 """Columns a simulator adds after the core ones; which ones each simulator has is in SIM_EXTRAS."""
 
@@ -57,12 +62,13 @@ SIM_EXTRAS: dict[str, tuple[str, ...]] = {
     "bandit_softmax": _BANDIT,
     "bandit_contextual": _BANDIT,
     "llm": ("label", "lr", "diverged", "kl_behaviour", "entropy", "accuracy", "train_accuracy", "response_length",
-            "clip_frac", "clip_low", "clip_high", "behaviour_version", "ratio_to"),
+            "clip_frac", "clip_low", "clip_high", "behaviour_version", "ratio_to", "step_norm", "objective_fn",
+            "direction_control", "step_control"),
 }
 """Exactly the extra columns of each simulator's rows, in order."""
 
 NO_REGIME = "n/a"
-_STRINGS = ("sim", "method", "regime", "label", "ratio_to")
+_STRINGS = ("sim", "method", "regime", "label", "ratio_to", "objective_fn", "direction_control", "step_control")
 
 
 def columns(sim: str) -> tuple[str, ...]:

@@ -1,9 +1,17 @@
 """The one registry of methods compared in every simulator (and the LLM run), with their math.
 
-A method name means the same thing everywhere: ``none`` (naive async), ``gac`` (Gradient Alignment
-Control via the ``gac`` library), ``lr_scale`` and ``dc`` (stale-gradient model), ``tis``, ``m2po`` and
-``bapo`` (stale-data model). Each entry names the paper it follows and, where it has parameters, the
-frozen config dataclass that holds them. Simulators call the functions below; they never
+A stabilizer is one choice on each of three axes (:class:`Combination`):
+
+- objective (what gradient the data gives): ``none`` (the plain clipped ratio / stale gradient), ``tis``,
+  ``m2po``, ``bapo`` (stale-data model), ``dc`` (stale-gradient model);
+- direction control (what is done to the gradient's direction): none, ``gac`` (Gradient Alignment Control via
+  the ``gac`` library, in gradient, update or momentum space), ``braking`` (Adaptive Braking);
+- step control (the step size): constant, ``lr_scale`` (η/(1+s)), ``kl_target`` (η follows the measured KL to
+  the behaviour policy toward a target; stale-data model only).
+
+A method name is its choices joined by ``+`` (``gac+tis``, ``kl_target+gac``; order does not matter), ``none``
+being naive async (every axis at its default). Each entry names the paper it follows and, where it has
+parameters, the frozen config dataclass that holds them. Simulators call the functions below; they never
 re-implement a method.
 """
 
@@ -92,6 +100,39 @@ class BAPOConfig:
 
 
 @dataclass(frozen=True)
+class BrakingConfig:
+    """Adaptive Braking's parameter (Venigalla, Kosson, Chiley, Köster, arXiv:2007.01397)."""
+
+    braking_alpha: float = 1.0
+    """α: the gradient is scaled by 1 − α·cos(g, v), v the optimizer's velocity (first moment); in [0, 2]."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.braking_alpha <= 2:
+            raise ValueError(f"braking_alpha must be in [0, 2], got {self.braking_alpha}")
+
+
+@dataclass(frozen=True)
+class KLTargetConfig:
+    """KL-target step control: η_t = η·clip(κ / KL_t, floor, 1), KL_t the measured KL to the behaviour policy."""
+
+    kl_target: float = 0.01
+    """κ (> 0): the step is cut in proportion once the KL to π_b exceeds κ. Default: PPO's adaptive-KL target
+    d_targ = 0.01 (Schulman et al. 2017), a value chosen before any run of this package."""
+    kl_floor: float = 0.01
+    """smallest factor the step may be cut to, in (0, 1]: a bad KL estimate can slow a run, never stop it."""
+
+    def __post_init__(self) -> None:
+        if not self.kl_target > 0:
+            raise ValueError(f"kl_target must be > 0, got {self.kl_target}")
+        if not 0 < self.kl_floor <= 1:
+            raise ValueError(f"kl_floor must be in (0, 1], got {self.kl_floor}")
+
+
+OBJECTIVE, DIRECTION, STEP = "objective", "direction", "step"
+AXES = (OBJECTIVE, DIRECTION, STEP)
+
+
+@dataclass(frozen=True)
 class Stabilizer:
     """A method in the comparison: where it applies, what it follows, its parameters.
 
@@ -105,10 +146,11 @@ class Stabilizer:
     summary: str
     defaults: dict = field(default_factory=dict)
     config: type | None = None
+    axis: str = OBJECTIVE
 
 
-def _entry(name, models, paper, summary, config) -> Stabilizer:
-    return Stabilizer(name, models, paper, summary, asdict(config()), config)
+def _entry(name, models, paper, summary, config, axis=OBJECTIVE) -> Stabilizer:
+    return Stabilizer(name, models, paper, summary, asdict(config()), config, axis)
 
 
 STABILIZERS: dict[str, Stabilizer] = {s.name: s for s in [
@@ -120,10 +162,19 @@ STABILIZERS: dict[str, Stabilizer] = {s.name: s for s in [
                "project (or cap, or skip) the gradient's part along the previous gradient when cos > τ",
                {"threshold": 0.0, "mode": "project", "skip_threshold": None, "reference": "prev", "ema_decay": 0.9,
                 "threshold_rule": None, "rule_margin": 0.2, "rule_floor": 0.1, "rule_ceiling": 0.9,
-                "space": "gradient"}),
+                "space": "gradient"}, axis=DIRECTION),
+    _entry("braking", (STALE_GRADIENT, STALE_DATA),
+           "Venigalla, Kosson, Chiley, Köster, Adaptive Braking for Mitigating Gradient Delay, arXiv:2007.01397 "
+           "(2020)",
+           "scale the gradient by 1 − α·cos(g, v), v the optimizer's velocity: brake when the gradient pushes "
+           "along the velocity, push back harder when it opposes it", BrakingConfig, DIRECTION),
     Stabilizer("lr_scale", (STALE_GRADIENT, STALE_DATA),
                "Zhang, Gupta, Lian, Liu, Staleness-aware async-SGD for distributed deep learning, IJCAI 2016",
-               "divide the step size by 1 + s_t"),
+               "divide the step size by 1 + s_t", axis=STEP),
+    _entry("kl_target", (STALE_DATA,),
+           "this package's drift control, after PPO's adaptive-KL target (Schulman et al., arXiv:1707.06347)",
+           "cut the step size to η·clip(κ/KL_t, floor, 1), KL_t the measured KL to the behaviour policy",
+           KLTargetConfig, STEP),
     _entry("dc", (STALE_GRADIENT,),
            "Zheng et al., Asynchronous SGD with delay compensation (DC-ASGD), ICML 2017",
            "g + λ·g⊙g⊙(θ_t − θ_{t−s}): first-order Taylor correction with a diagonal Hessian proxy", DCConfig),
@@ -151,6 +202,47 @@ def get_stabilizer(name: str, model: str | None = None) -> Stabilizer:
     if model is not None and model not in entry.models:
         raise ValueError(f"method {name!r} does not apply to the {model} model (only {', '.join(entry.models)})")
     return entry
+
+
+@dataclass(frozen=True)
+class Combination:
+    """A stabilizer as one choice per axis (registry names; ``none`` = the axis' default)."""
+
+    objective: str = "none"
+    direction: str = "none"
+    step: str = "none"
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return tuple(p for p in (self.objective, self.direction, self.step) if p != "none")
+
+    @property
+    def name(self) -> str:
+        """The canonical method name: the chosen parts in axis order joined by ``+`` (``none`` if none)."""
+        return "+".join(self.parts) or "none"
+
+
+def parse_method(name: str, model: str | None = None) -> Combination:
+    """The :class:`Combination` a method name stands for (``gac+tis`` → objective tis, direction gac).
+
+    Every part must be a registry entry applying to ``model``, at most one per axis; else one-line ValueError.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"method must be a non-empty name, got {name!r}")
+    chosen: dict[str, str] = {}
+    for part in name.split("+"):
+        entry = get_stabilizer(part.strip(), model)
+        if entry.name == "none":
+            continue
+        if entry.axis in chosen:
+            raise ValueError(f"method {name!r} chooses two {entry.axis} controls ({chosen[entry.axis]}, "
+                             f"{entry.name}); combine at most one per axis")
+        chosen[entry.axis] = entry.name
+    if name.strip() != "none" and not chosen:
+        raise ValueError(f"method {name!r} names nothing")
+    if "none" in [p.strip() for p in name.split("+")] and chosen:
+        raise ValueError(f"method {name!r}: 'none' is naive async and cannot be combined")
+    return Combination(**chosen)
 
 
 def method_params(name: str, **overrides) -> dict:
@@ -196,6 +288,22 @@ def gac_config(**overrides) -> gac.GACConfig:
         fields["threshold"] = gac.EMAThreshold(margin=params["rule_margin"], floor=params["rule_floor"],
                                                ceiling=params["rule_ceiling"])
     return gac.GACConfig(**fields)
+
+
+def braking_scale(cosine: torch.Tensor | float, braking_alpha: float) -> torch.Tensor | float:
+    """Adaptive Braking's factor on the gradient: 1 − α·cos(g, v) (v the velocity; 1 where cos is NaN)."""
+    if isinstance(cosine, torch.Tensor):
+        return 1 - braking_alpha * torch.nan_to_num(cosine, nan=0.0)
+    return 1.0 if math.isnan(cosine) else 1 - braking_alpha * cosine
+
+
+def kl_target_factor(kl: torch.Tensor | float, kl_target: float, kl_floor: float) -> torch.Tensor | float:
+    """KL-target step control's factor on η: clip(κ / KL, floor, 1) (1 where KL ≤ κ or is not positive)."""
+    if isinstance(kl, torch.Tensor):
+        return (kl_target / kl.clamp_min(1e-30)).clamp(kl_floor, 1.0)
+    if not kl > 0:
+        return 1.0
+    return min(1.0, max(kl_floor, kl_target / kl))
 
 
 def lr_scale_factor(staleness: torch.Tensor | int) -> torch.Tensor | float:

@@ -38,7 +38,20 @@ from sim.llm.task import AdditionTask
 from sim.llm.warmstart import WarmStartConfig, heldout_accuracy, load_warm_start, warm_start
 from sim.record import atomic_write_bytes, check_output_dir, write_records
 from sim.schema import NO_REGIME, columns, make_row
-from sim.stabilizers import STALE_DATA, BAPOConfig, M2POConfig, TISConfig, gac_config, get_stabilizer, method_params
+from sim.stabilizers import (
+    STALE_DATA,
+    BAPOConfig,
+    BrakingConfig,
+    Combination,
+    KLTargetConfig,
+    M2POConfig,
+    TISConfig,
+    braking_scale,
+    gac_config,
+    kl_target_factor,
+    method_params,
+    parse_method,
+)
 from sim.staleness import KINDS, Staleness, VersionRing
 
 GAC_REFERENCES = ("update", "step")
@@ -52,7 +65,8 @@ CHECKPOINT_MAGIC = b"gac-lab checkpoint v2 sha256="
 @dataclass
 class Args:
     method: str = "none"
-    """method from sim/stabilizers.py (none = naive async, gac, tis, m2po, bapo, lr_scale) or sync (= none at s=0)"""
+    """method from sim/stabilizers.py: one choice per axis joined by + (objective tis/m2po/bapo, direction gac/braking,
+    step lr_scale/kl_target; e.g. gac+tis), none = naive async, or sync (= none at s=0)"""
     staleness: int = 0
     """staleness s: rollouts of step t come from the policy of step t − s (max s when kind is random)"""
     staleness_kind: str = "fixed"
@@ -95,6 +109,10 @@ class Args:
     """method m2po: its parameters"""
     bapo: BAPOConfig = field(default_factory=BAPOConfig)
     """method bapo: its parameters"""
+    braking: BrakingConfig = field(default_factory=BrakingConfig)
+    """method braking (Adaptive Braking): its parameter"""
+    kl_target: KLTargetConfig = field(default_factory=KLTargetConfig)
+    """method kl_target (step control by the KL to π_b): its parameters"""
     eval_every: int = 20
     """held-out accuracy every this many steps"""
     eval_problems: int = 256
@@ -124,7 +142,7 @@ class Args:
     def validate(self) -> None:
         """Raise ValueError (one line) for any bad setting, before work starts."""
         if self.method != "sync":
-            get_stabilizer(self.method, STALE_DATA)
+            parse_method(self.method, STALE_DATA)
         if self.method == "sync" and self.staleness != 0:
             raise ValueError(f"method sync means staleness 0, got --staleness {self.staleness}; use --method none")
         Staleness(self.staleness, self.staleness_kind)
@@ -164,17 +182,28 @@ class Args:
             raise ValueError(f"--resume but {self.out_dir}/checkpoint.pt does not exist")
 
     @property
+    def axes(self) -> Combination:
+        """The run's objective, direction control and step control."""
+        return Combination() if self.method == "sync" else parse_method(self.method, STALE_DATA)
+
+    @property
     def registry_method(self) -> str:
-        return "none" if self.method == "sync" else self.method
+        """The canonical registry name of the run's combination (none for sync)."""
+        return self.axes.name
 
     @property
     def label(self) -> str:
         """The record's method name: sync for naive at s = 0, else the registry name."""
         return "sync" if self.registry_method == "none" and self.staleness == 0 else self.registry_method
 
+    @property
+    def gac_space(self) -> str:
+        """Where GAC acts: gradient (the raw gradient, before AdamW), update (AdamW's proposed Δθ) or momentum."""
+        return getattr(self.gac, "space", "gradient")
+
     def method_params(self) -> dict:
-        """The parameters of the run's method (its config group as a dict; {} for a method without one)."""
-        config = {"tis": self.tis, "m2po": self.m2po, "bapo": self.bapo}.get(self.registry_method)
+        """The parameters of the run's objective (its config group as a dict; {} for one without)."""
+        config = {"tis": self.tis, "m2po": self.m2po, "bapo": self.bapo}.get(self.axes.objective)
         return {} if config is None else asdict(config)
 
 
@@ -302,12 +331,15 @@ def setup(args: Args, log=print) -> TrainState:
     device = torch.device(args.device)
     policy, reference, behaviour, warm_info = load_models(args, device, log)
     params = [p for p in policy.parameters() if p.requires_grad]
-    method = args.registry_method
-    use_tracker = method == "gac" and args.gac_reference == "update"
+    use_gac = args.axes.direction == "gac"
+    use_tracker = use_gac and args.gac_reference == "update" and args.gac_space == "gradient"
+    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
+    if use_gac and args.gac_space != "gradient":  # GAC on AdamW's proposed step or first moment: the library's wrap
+        optimizer = gac.wrap(optimizer, args.gac)
     task = AdditionTask(digits=args.digits)
     state = TrainState(
         args=args, task=task, heldout=task.heldout_set(args.eval_problems), policy=policy, reference=reference,
-        behaviour=behaviour, optimizer=torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0),
+        behaviour=behaviour, optimizer=optimizer,
         controller=gac.GradientAlignmentControl(params, args.gac) if use_tracker else None,
         schedule=Staleness(args.staleness, args.staleness_kind).sample(
             args.steps, generator=torch.Generator().manual_seed(args.seed + 7)),
@@ -332,11 +364,11 @@ def sample_batch(state: TrainState) -> dict:
     reward, correct, _ = state.task.reward(operands, responses.cpu())
     advantages = group_advantages(reward.reshape(-1, args.group_size)).reshape(-1).to(device)
     prox_logp = None
-    if args.registry_method == "tis" or args.ratio_to == "proximal":
+    if args.axes.objective == "tis" or args.ratio_to == "proximal":
         with torch.no_grad():
             prox_logp, _ = token_logprobs(state.policy, prompts, responses, args.temperature)
     # The clip's denominator: π_b (default) or, with ratio_to=proximal, π_θ at the step's start.
-    proximal_clip = args.ratio_to == "proximal" and args.registry_method not in ("tis", "m2po", "bapo")
+    proximal_clip = args.ratio_to == "proximal" and args.axes.objective == "none"
     return {"version": version, "prompts": prompts, "responses": responses, "behaviour_logp": behaviour_logp,
             "mask": mask, "reward": reward, "correct": correct, "advantages": advantages, "prox_logp": prox_logp,
             "old_logp": prox_logp if proximal_clip else behaviour_logp}
@@ -348,8 +380,9 @@ def minibatch_loss(state: TrainState, batch: dict, idx: torch.Tensor) -> tuple[t
     prompts, responses, mask = batch["prompts"][idx], batch["responses"][idx], batch["mask"][idx]
     logp, entropy = token_logprobs(state.policy, prompts, responses, args.temperature)
     prox = None if batch["prox_logp"] is None else batch["prox_logp"][idx]
-    loss, stats = grpo.policy_loss(args.registry_method, logp, batch["old_logp"][idx], batch["advantages"][idx],
-                                   mask, args.clip_eps, method_params(args.registry_method, **args.method_params()),
+    objective = args.axes.objective
+    loss, stats = grpo.policy_loss(objective, logp, batch["old_logp"][idx], batch["advantages"][idx],
+                                   mask, args.clip_eps, method_params(objective, **args.method_params()),
                                    prox)
     if args.kl_coef > 0:
         with torch.no_grad():
@@ -390,9 +423,24 @@ def snr_from_cosine(c: float) -> float:
     return math.inf if c >= 1 else c / (1 - c)
 
 
+def velocity(state: TrainState) -> torch.Tensor | None:
+    """AdamW's first moment (its velocity) as one flat vector; None before its first step."""
+    moments = [state.optimizer.state.get(p, {}).get("exp_avg") for p in state.params]
+    return None if any(m is None for m in moments) else torch.cat([m.reshape(-1) for m in moments])
+
+
+def apply_braking(state: TrainState, raw: Float64Vector) -> float:
+    """Adaptive Braking on the .grad in place: g ← (1 − α·cos(g, v)) g, v AdamW's first moment; returns the factor."""
+    v = velocity(state)
+    factor = 1.0 if v is None else braking_scale(cosine(raw, as_float64(v)), state.args.braking.braking_alpha)
+    for p in state.params:
+        p.grad.mul_(factor)
+    return factor
+
+
 def apply_gac(state: TrainState) -> tuple[str, float]:
-    """GAC on the parameters' .grad in place (method gac); returns (regime, parallel scale)."""
-    if state.args.registry_method != "gac":
+    """GAC on the parameters' .grad in place (direction gac in gradient space); returns (regime, parallel scale)."""
+    if state.args.axes.direction != "gac" or state.args.gac_space != "gradient":
         return NO_REGIME, 1.0
     if state.controller is not None:  # reference: the previous optimizer update's raw gradient
         report = state.controller.apply()
@@ -408,31 +456,44 @@ def apply_gac(state: TrainState) -> tuple[str, float]:
 
 def optimizer_update(state: TrainState, batch: dict, idx: torch.Tensor, where: str) -> dict:
     """One update on the samples ``idx``: loss → backward → GAC → clip → AdamW; its update-level numbers."""
+    args = state.args
     loss, stats = minibatch_loss(state, batch, idx)
     if not torch.isfinite(loss):
         raise NonFiniteError(f"non-finite loss at {where}: {loss.item()}")
+    lr = args.lr / (1 + int(state.schedule[state.step])) if args.axes.step == "lr_scale" else args.lr
+    if args.axes.step == "kl_target":  # the KL of this update's samples, measured before its step
+        lr *= kl_target_factor(stats["kl_behaviour"], args.kl_target.kl_target, args.kl_target.kl_floor)
+    for group in state.optimizer.param_groups:
+        group["lr"] = lr
     state.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     raw = flat_grad(state.params)
     if not torch.isfinite(raw).all():
         raise NonFiniteError(f"non-finite gradient at {where}")
-    regime, scale = apply_gac(state)
-    applied = raw if regime == NO_REGIME else flat_grad(state.params)
     raw64 = as_float64(raw)
+    regime, scale = apply_gac(state)
+    if args.axes.direction == "braking":
+        scale = apply_braking(state, raw64)
+    applied = raw if regime == NO_REGIME and scale == 1.0 else flat_grad(state.params)
     applied64 = raw64 if applied is raw else as_float64(applied)
     numbers = {"grad_norm": float(raw.norm()), "cos_prev": cosine_to_prev(state, "raw", raw64),
                "cos_applied": cosine_to_prev(state, "applied", applied64), "regime": regime, "parallel_scale": scale,
                "clip_frac": stats["clip_frac"], "clip_low": stats["clip_low"], "clip_high": stats["clip_high"],
                "kl_behaviour": stats["kl_behaviour"], "entropy": stats["entropy"],
-               "raw": raw, "cos_update": math.nan}
+               "raw": raw, "cos_update": math.nan, "step_norm": 0.0, "lr": lr}
     state.prev_raw, state.prev_applied = raw, applied
-    torch.nn.utils.clip_grad_norm_(state.params, state.args.max_grad_norm)
+    torch.nn.utils.clip_grad_norm_(state.params, args.max_grad_norm)
     if regime != "skip":  # a skipped update moves nothing; the Δθ reference stays the last real move
         before = flat_params(state.params)
         state.optimizer.step()
+        report = getattr(state.optimizer, "last_report", None)  # GAC in update or momentum space decides in step()
+        if report is not None:
+            numbers["regime"], numbers["parallel_scale"] = report.regime, report.parallel_scale
         delta = flat_params(state.params) - before
-        numbers["cos_update"] = cosine_to_prev(state, "delta", as_float64(delta))
-        state.prev_delta = delta
+        if numbers["regime"] != "skip":
+            numbers["cos_update"] = cosine_to_prev(state, "delta", as_float64(delta))
+            numbers["step_norm"] = float(delta.norm())
+            state.prev_delta = delta
     return numbers
 
 
@@ -448,9 +509,6 @@ def rl_step(state: TrainState) -> dict:
     accuracy = heldout_accuracy(state.policy, state.task, state.heldout) if step % args.eval_every == 0 else None
     batch = sample_batch(state)
     cos_halves = snr_probe(state, batch) if step % args.snr_every == 0 else math.nan
-    lr = args.lr / (1 + int(state.schedule[step])) if args.registry_method == "lr_scale" else args.lr
-    for group in state.optimizer.param_groups:
-        group["lr"] = lr
     # Minibatches split by prompt group (each group whole in one update): consecutive updates then
     # see different prompts, so their gradients share no samples.
     order = group_samples(torch.randperm(args.prompts_per_step, generator=state.generator), args.group_size,
@@ -470,11 +528,13 @@ def rl_step(state: TrainState) -> dict:
         snr_halves=snr_from_cosine(cos_halves),
         cos_applied=mean_of(updates, "cos_applied"),
         regime=Counter(u["regime"] for u in updates).most_common(1)[0][0],
-        parallel_scale=mean_of(updates, "parallel_scale"), lr=lr, kl_behaviour=updates[0]["kl_behaviour"],
+        parallel_scale=mean_of(updates, "parallel_scale"), lr=mean_of(updates, "lr"),
+        step_norm=mean_of(updates, "step_norm"), kl_behaviour=updates[0]["kl_behaviour"],
         entropy=updates[0]["entropy"], accuracy=accuracy, train_accuracy=float(batch["correct"].mean()),
         response_length=float(batch["mask"].sum(1).float().mean()), clip_frac=mean_of(updates, "clip_frac"),
         clip_low=mean_of(updates, "clip_low"), clip_high=mean_of(updates, "clip_high"),
-        behaviour_version=batch["version"], ratio_to=args.ratio_to)
+        behaviour_version=batch["version"], ratio_to=args.ratio_to, objective_fn=args.axes.objective,
+        direction_control=args.axes.direction, step_control=args.axes.step)
     state.prev_step_grad = step_grad
     state.records.append(record)
     state.step += 1
