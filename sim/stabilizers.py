@@ -271,8 +271,8 @@ GAC_RUN_KEYS = ("threshold_rule", "rule_margin", "rule_floor", "rule_ceiling", "
 """Parameters of the ``gac`` entry that are not GACConfig fields: the adaptive-threshold rule
 (``threshold_rule="ema"`` → ``gac.EMAThreshold(margin, floor, ceiling)``) and where GAC acts
 (``space="gradient"``: the raw gradient; ``"update"``: the optimizer's proposed step, e.g. Adam's
-m̂/(√v̂+ε), with the reference built from past proposed steps)."""
-GAC_SPACES = ("gradient", "update")
+m̂/(√v̂+ε), with the reference built from past proposed steps; ``"momentum"``: the optimizer's first moment)."""
+GAC_SPACES = ("gradient", "update", "momentum")
 
 
 def gac_config(**overrides) -> gac.GACConfig:
@@ -284,6 +284,8 @@ def gac_config(**overrides) -> gac.GACConfig:
     if rule not in (None, "ema"):
         raise ValueError(f"gac threshold_rule must be None or 'ema', got {rule!r}")
     fields = {k: v for k, v in params.items() if k not in GAC_RUN_KEYS}
+    if "space" in gac.GACConfig.__dataclass_fields__:  # the library places GAC itself (gac.wrap)
+        fields["space"] = params["space"]
     if rule == "ema":
         fields["threshold"] = gac.EMAThreshold(margin=params["rule_margin"], floor=params["rule_floor"],
                                                ceiling=params["rule_ceiling"])

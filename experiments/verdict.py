@@ -1,0 +1,391 @@
+"""The LLM verdict: what closes the async − sync gap at the signature configuration, each arm at its own step size.
+
+Protocol (issue "What closes the async gap"): every arm — sync included — is tuned on a warm start that is never
+reported (``TUNING_WARM``), over a log step grid with neighbours 2× apart that is widened until the arm's best
+lies inside it; each arm is then run at its best step on the reporting warm starts × RL seeds, and summarised with
+a hierarchical bootstrap (warm starts, then seeds within them). Controls separate "a smaller step" from "a better
+direction": naive async at the arm's measured mean applied step norm ‖Δθ‖, and sync + the arm (s = 0). The key
+arms are also run at a milder configuration (s = 4) at their tuned steps.
+
+``python -m experiments.verdict --profile full --out docs/data/verdict_llm.csv`` runs (cached) and writes the table,
+the per-run rows (``*_runs.csv``) and the tuning grid (``*_tuning.csv``). ``--stage`` stops after tuning or
+reporting, so a long run can be committed in parts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from experiments.llm import Run, dry_run, results_of
+from experiments.signature import config_args
+from sim.stabilizers import gac_config, parse_method
+
+SIGNATURE = "updates=2"
+"""The GAC table's configuration: 2 optimizer updates per RL step, clip ratio to π_b, no grad clip, 3 digits."""
+
+LR_LADDER = tuple(3e-4 * 2.0 ** k for k in range(-6, 4))
+"""Step sizes an arm can be tuned on: neighbours 2× apart, 4.7e-6 … 2.4e-3."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of the verdict: a method name (axes joined by +) and its Args changes."""
+
+    method: str
+    changes: tuple = ()
+
+    def args_changes(self) -> dict:
+        return dict(self.changes)
+
+
+def gac_arm(space: str, method: str = "gac") -> Arm:
+    """GAC (τ = 0, project, reference: the previous optimizer update) in ``space``, combined as ``method`` says."""
+    return Arm(method, (("gac", gac_config(threshold=0.0, space=space)), ("gac_reference", "update")))
+
+
+ARMS: dict[str, Arm] = {
+    "sync": Arm("sync"),
+    "naive": Arm("none"),
+    "gac gradient": gac_arm("gradient"),
+    "gac update": gac_arm("update"),
+    "gac momentum": gac_arm("momentum"),
+    "braking": Arm("braking"),
+    "tis": Arm("tis"),
+    "kl_target": Arm("kl_target"),
+    "m2po": Arm("m2po"),
+    "bapo": Arm("bapo"),
+}
+"""The arms tuned first; the combinations with the best GAC placement (``combination_arms``) follow."""
+GAC_PLACEMENTS = ("gac gradient", "gac update", "gac momentum")
+SHRINKING = ("gac gradient", "gac update", "gac momentum", "braking", "kl_target", "gac + tis", "kl_target + gac")
+"""Arms that shrink or redirect the step: each gets the step-norm control and the sync + arm control."""
+MILD_ARMS = ("sync", "naive", "best gac", "kl_target", "tis", "best combination")
+
+
+@dataclass(frozen=True)
+class Profile:
+    staleness: int
+    mild_staleness: int
+    steps: int
+    eval_every: int
+    tuning_warm: int
+    tuning_seed: int
+    reporting_warms: tuple[int, ...]
+    reporting_seeds: tuple[int, ...]
+    start_lrs: tuple[float, ...]
+    base: tuple = ()
+    tune: bool = True
+    fixed_lr: float = 3e-4
+    arms: tuple[str, ...] = tuple(ARMS)
+
+
+PROFILES = {
+    # 150 RL steps (the GAC table ran 300): the sync − naive gap is already 0.2–0.3 at step 150 there.
+    "full": Profile(staleness=16, mild_staleness=4, steps=150, eval_every=50, tuning_warm=0, tuning_seed=10,
+                    reporting_warms=(1, 2, 3), reporting_seeds=(0, 1), start_lrs=(7.5e-5, 1.5e-4, 3e-4),
+                    base=(("snr_every", 50),)),
+    # quick (fig10's pipeline panel): 2-digit sums, 8 prompts × 8 samples, 40 steps, the key arms at one fixed
+    # step size (no tuning), 2 reporting warm starts × 1 seed. It shows the pipeline, not the verdict.
+    "quick": Profile(staleness=16, mild_staleness=4, steps=40, eval_every=20, tuning_warm=0, tuning_seed=10,
+                     reporting_warms=(1, 2), reporting_seeds=(0,), start_lrs=(3e-4,), tune=False,
+                     base=(("digits", 2), ("prompts_per_step", 8), ("snr_every", 1000)),
+                     arms=("sync", "naive", "gac update", "gac momentum", "kl_target", "tis")),
+}
+
+
+def arm_args(profile: Profile, arm: Arm, lr: float, warm: int, seed: int, staleness: int | None = None,
+             device: str = "cpu"):
+    """The Args of one verdict run (the signature configuration with the profile's horizon)."""
+    s = profile.staleness if staleness is None else staleness
+    method = "none" if arm.method == "sync" else arm.method
+    return config_args(SIGNATURE, dict(profile.base), device, method=method, staleness=0 if arm.method == "sync" else s,
+                       seed=seed, warm_seed=warm, lr=lr, steps=profile.steps, eval_every=profile.eval_every,
+                       **arm.args_changes())
+
+
+def late_accuracy(result: dict, steps: int) -> float:
+    """Mean held-out accuracy over the evaluations in the second half of the run, the final one included
+    (the tuning score: less noisy than the final accuracy alone)."""
+    values = [r["accuracy"] for r in result["records"] if r["step"] >= steps // 2 and r["accuracy"] == r["accuracy"]]
+    values.append(result["summary"]["final_accuracy"])
+    return float(np.mean(values))
+
+
+def run_row(arm_name: str, role: str, item: Run, result: dict) -> dict:
+    """One row per run: the arm, its axes, warm start, seed, step size, accuracy and the drift/alignment means."""
+    a, records = item.args, [r for r in result["records"] if not r.get("diverged")]
+    axes = parse_method(a.method)
+
+    def mean(key):
+        values = [r[key] for r in records if r[key] == r[key]]
+        return float(np.mean(values)) if values else math.nan
+
+    return {"arm": arm_name, "role": role, "method": a.label, "objective_fn": axes.objective,
+            "direction_control": axes.direction, "step_control": axes.step, "gac_space": a.gac_space
+            if axes.direction == "gac" else "", "staleness": a.staleness, "warm_seed": a.warm_seed, "seed": a.seed,
+            "lr": a.lr, "steps": a.steps, "final_accuracy": result["summary"]["final_accuracy"],
+            "late_accuracy": late_accuracy(result, a.steps),
+            "start_accuracy": result["summary"]["warm_start"].get("heldout_accuracy", math.nan),
+            "kl_behaviour_mean": mean("kl_behaviour"), "cos_prev": mean("cos_prev"),
+            "cos_prev_step": mean("cos_prev_step"), "cos_update": mean("cos_update"),
+            "step_norm_mean": mean("step_norm"), "lr_mean": mean("lr"), "parallel_scale_mean": mean("parallel_scale"),
+            "diverged": result["summary"]["diverged_at"] is not None}
+
+
+# -- tuning -----------------------------------------------------------------------------------------------------
+def neighbours(lr: float) -> tuple[float | None, float | None]:
+    """The ladder's step sizes just below and above ``lr`` (None past the ladder's ends)."""
+    i = min(range(len(LR_LADDER)), key=lambda k: abs(math.log(LR_LADDER[k] / lr)))
+    return (LR_LADDER[i - 1] if i > 0 else None), (LR_LADDER[i + 1] if i + 1 < len(LR_LADDER) else None)
+
+
+def best_of(scores: dict[float, float]) -> float:
+    """The step size with the highest score (ties: the smaller step)."""
+    return max(sorted(scores), key=lambda lr: scores[lr])
+
+
+def needs_widening(scores: dict[float, float]) -> float | None:
+    """The next step size to try when the best sits at an edge of the tried ones (None when it is inside)."""
+    lrs, best = sorted(scores), best_of(scores)
+    below, above = neighbours(best)
+    if best == lrs[0] and below is not None:
+        return below
+    if best == lrs[-1] and above is not None:
+        return above
+    return None
+
+
+def robust_range(scores: dict[float, float], within: float = 0.1) -> tuple[float, float]:
+    """The contiguous run of tried step sizes around the best whose score is ≥ (1 − within) × the best's."""
+    lrs, best = sorted(scores), best_of(scores)
+    i = lrs.index(best)
+    lo = hi = i
+    while lo > 0 and scores[lrs[lo - 1]] >= (1 - within) * scores[best]:
+        lo -= 1
+    while hi + 1 < len(lrs) and scores[lrs[hi + 1]] >= (1 - within) * scores[best]:
+        hi += 1
+    return lrs[lo], lrs[hi]
+
+
+def tune(profile: Profile, arms: dict[str, Arm], device: str = "cpu", log=print, max_rounds: int = 4) -> list[dict]:
+    """Tuning rows (arm, lr, score, …) on the tuning warm start: the start grid, then widened at an edge best."""
+    tried: dict[str, dict[float, tuple[Run, dict]]] = {name: {} for name in arms}
+    pending = {name: list(profile.start_lrs) for name in arms}
+    for _ in range(max_rounds):
+        runs = [Run(arm_args(profile, arms[name], lr, profile.tuning_warm, profile.tuning_seed, device=device),
+                    (name,)) for name, lrs in pending.items() for lr in lrs]
+        if not runs:
+            break
+        for item, result in results_of(runs, device, log, name="verdict tuning"):
+            tried[item.roles[0]][item.args.lr] = (item, result)
+        pending = {}
+        for name, done in tried.items():
+            nxt = needs_widening({lr: late_accuracy(res, profile.steps) for lr, (_, res) in done.items()})
+            if nxt is not None:
+                pending[name] = [nxt]
+    rows = []
+    for name, done in tried.items():
+        scores = {lr: late_accuracy(res, profile.steps) for lr, (_, res) in done.items()}
+        best, (low, high) = best_of(scores), robust_range(scores)
+        edge = needs_widening(scores) is not None or best in (LR_LADDER[0], LR_LADDER[-1])
+        for lr, (item, res) in sorted(done.items()):
+            rows.append({**run_row(name, "tuning", item, res), "score": scores[lr], "best_lr": best,
+                         "robust_low": low, "robust_high": high, "best_at_edge": edge})
+    return rows
+
+
+def tuned_lrs(tuning_rows: list[dict]) -> dict[str, float]:
+    return {r["arm"]: r["best_lr"] for r in tuning_rows}
+
+
+def combination_arms(tuning_rows: list[dict]) -> dict[str, Arm]:
+    """GAC + TIS and KL-target + GAC, each with the GAC placement that scored best on the tuning warm start."""
+    best = {r["arm"]: r["score"] for r in tuning_rows if r["lr"] == r["best_lr"]}
+    space = max(GAC_PLACEMENTS, key=lambda a: best.get(a, -math.inf)).split()[-1]
+    return {"gac + tis": gac_arm(space, "gac+tis"), "kl_target + gac": gac_arm(space, "gac+kl_target")}
+
+
+# -- reporting --------------------------------------------------------------------------------------------------
+def reporting_runs(profile: Profile, arms: dict[str, Arm], lrs: dict[str, float], role: str = "report",
+                   staleness: int | None = None, device: str = "cpu") -> list[Run]:
+    return [Run(arm_args(profile, arm, lrs[name], warm, seed, staleness, device), (name, role))
+            for name, arm in arms.items() for warm in profile.reporting_warms for seed in profile.reporting_seeds]
+
+
+def step_norm_controls(profile: Profile, report_rows: list[dict], lrs: dict[str, float],
+                       device: str = "cpu") -> list[Run]:
+    """Naive async at each shrinking arm's measured mean ‖Δθ‖: lr = naive's best × ‖Δθ_arm‖ / ‖Δθ_naive‖ (AdamW's
+    step norm is proportional to its step size at fixed gradient statistics), rounded to 2 digits."""
+    def norm(arm):
+        return np.nanmean([r["step_norm_mean"] for r in report_rows if r["arm"] == arm and r["role"] == "report"])
+
+    runs = []
+    for arm in SHRINKING:
+        if arm in lrs and arm in {r["arm"] for r in report_rows}:
+            lr = float(f"{lrs['naive'] * norm(arm) / norm('naive'):.2g}")
+            runs += [Run(arm_args(profile, ARMS["naive"], lr, w, s, device=device), (f"naive @ ‖Δθ‖ of {arm}",
+                                                                                      "control_step_norm"))
+                     for w in profile.reporting_warms for s in profile.reporting_seeds]
+    return runs
+
+
+def hierarchical_bootstrap(values: dict[tuple[int, int], np.ndarray], stat, n: int = 2000, confidence: float = 0.9,
+                           seed: int = 0) -> tuple[float, float, float]:
+    """(stat on the data, low, high): percentile interval resampling warm starts, then seeds within each.
+
+    ``values`` maps (warm, seed) to a vector (one entry per quantity the statistic pairs, e.g. arm, naive, sync);
+    ``stat`` maps an (n_samples, k) array to a number.
+    """
+    keys = sorted(values)
+    warms = sorted({w for w, _ in keys})
+    by_warm = {w: [values[k] for k in keys if k[0] == w] for w in warms}
+    full = np.array([values[k] for k in keys])
+    point = float(stat(full))
+    if len(warms) < 2:
+        return point, math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(n):
+        sample = []
+        for w in rng.choice(warms, size=len(warms), replace=True):
+            group = by_warm[w]
+            sample += [group[i] for i in rng.integers(0, len(group), size=len(group))]
+        draws.append(stat(np.array(sample)))
+    draws = np.array(draws, dtype=float)
+    draws = draws[np.isfinite(draws)]
+    if not len(draws):
+        return point, math.nan, math.nan
+    alpha = (1 - confidence) / 2
+    return point, float(np.quantile(draws, alpha)), float(np.quantile(draws, 1 - alpha))
+
+
+def gap_ratio(x: np.ndarray) -> float:
+    """(mean arm − mean naive) / (mean sync − mean naive) over the rows of an (n, 3) array [arm, naive, sync]."""
+    m = x.mean(0)
+    return (m[0] - m[1]) / (m[2] - m[1]) if m[2] != m[1] else math.nan
+
+
+def verdict_table(rows: list[dict], tuning_rows: list[dict], metric: str = "final_accuracy") -> list[dict]:
+    """Per arm and role: accuracy with a hierarchical interval, gap recovered (paired with naive and sync on the same
+    warm start and seed of the same staleness), robust range, and the drift/alignment means."""
+    tuning = {r["arm"]: r for r in tuning_rows if r["lr"] == r["best_lr"]}
+    table = []
+    for (arm, role, s) in dict.fromkeys((r["arm"], r["role"], r["staleness"]) for r in rows):
+        mine = [r for r in rows if (r["arm"], r["role"], r["staleness"]) == (arm, role, s)]
+        base_role = "mild" if role == "mild" else "report"
+        ref = {name: {(r["warm_seed"], r["seed"]): r[metric] for r in rows
+                      if r["arm"] == name and r["role"] == base_role} for name in ("naive", "sync")}
+        own = {(r["warm_seed"], r["seed"]): r[metric] for r in mine}
+        acc, lo, hi = hierarchical_bootstrap({k: np.array([v]) for k, v in own.items()}, lambda x: x[:, 0].mean())
+        paired = {k: np.array([own[k], ref["naive"][k], ref["sync"][k]]) for k in own
+                  if k in ref["naive"] and k in ref["sync"]}
+        gap, gap_lo, gap_hi = hierarchical_bootstrap(paired, gap_ratio) if paired else (math.nan,) * 3
+        t = tuning.get(arm, {})
+        table.append({"arm": arm, "role": role, "staleness": s, "method": mine[0]["method"],
+                      "objective_fn": mine[0]["objective_fn"], "direction_control": mine[0]["direction_control"],
+                      "step_control": mine[0]["step_control"], "lr": mine[0]["lr"],
+                      "warm_starts": len({r["warm_seed"] for r in mine}), "runs": len(mine),
+                      metric: acc, f"{metric}_low": lo, f"{metric}_high": hi,
+                      "gap_recovered": gap, "gap_low": gap_lo, "gap_high": gap_hi,
+                      "robust_low": t.get("robust_low", math.nan), "robust_high": t.get("robust_high", math.nan),
+                      "best_at_edge": t.get("best_at_edge", ""),
+                      **{k: float(np.nanmean([r[k] for r in mine])) for k in
+                         ("kl_behaviour_mean", "cos_prev_step", "cos_update", "step_norm_mean", "lr_mean",
+                          "parallel_scale_mean")},
+                      "diverged_runs": sum(bool(r["diverged"]) for r in mine)})
+    return table
+
+
+def drift_correlation(rows: list[dict], metric: str = "final_accuracy") -> tuple[float, int]:
+    """Spearman ρ(mean KL to π_b, accuracy) over every stale reporting run of the arms that do not reweight by the
+    importance ratio (TIS does, so a large KL means less there)."""
+    from scipy.stats import spearmanr
+
+    stale = [r for r in rows if r["staleness"] > 0 and r["objective_fn"] != "tis" and r["role"] != "tuning"]
+    if len(stale) < 3:
+        return math.nan, len(stale)
+    return float(spearmanr([r["kl_behaviour_mean"] for r in stale], [r[metric] for r in stale]).statistic), len(stale)
+
+
+def code_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                             cwd=Path(__file__).resolve().parents[1])
+        dirty = subprocess.run(["git", "status", "--porcelain", "gac", "sim", "experiments"], capture_output=True,
+                               text=True, cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+        return out.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: str = "all") -> dict[str, list[dict]]:
+    """Every stage of the protocol (cached runs): {"tuning", "runs", "table"} rows."""
+    if profile_name not in PROFILES:
+        raise ValueError(f"unknown profile {profile_name!r}; choose from {', '.join(PROFILES)}")
+    profile = PROFILES[profile_name]
+    if dry_run():
+        profile = replace(profile, reporting_warms=profile.reporting_warms[:2], reporting_seeds=(0,), tune=False)
+    arms = {name: ARMS[name] for name in profile.arms}
+    if profile.tune:
+        tuning_rows = tune(profile, arms, device, log)
+        combos = combination_arms(tuning_rows)
+        tuning_rows += tune(profile, combos, device, log)
+        arms.update(combos)
+    else:
+        tuning_rows = []
+    lrs = tuned_lrs(tuning_rows) if tuning_rows else {name: profile.fixed_lr for name in arms}
+    if stage == "tuning":
+        return {"tuning": tuning_rows, "runs": [], "table": []}
+    commit = code_commit()
+
+    def rows_of(runs):
+        return [{**run_row(item.roles[0], item.roles[1], item, res), "code": commit}
+                for item, res in results_of(runs, device, log, name="verdict")]
+
+    rows = rows_of(reporting_runs(profile, arms, lrs, device=device))
+    if stage != "reporting" and profile.tune:
+        controls = step_norm_controls(profile, rows, lrs, device)
+        sync_plus = {f"sync + {a}": arms[a] for a in SHRINKING if a in arms}
+        controls += reporting_runs(profile, sync_plus, {f"sync + {a}": lrs[a] for a in SHRINKING if a in arms},
+                                   "control_sync", staleness=0, device=device)
+        rows += rows_of(controls)
+        best_gac = max(GAC_PLACEMENTS, key=lambda a: np.mean([r["final_accuracy"] for r in rows if r["arm"] == a]))
+        combos = [a for a in ("gac + tis", "kl_target + gac") if a in arms]
+        best_combo = max(combos, key=lambda a: np.mean([r["final_accuracy"] for r in rows if r["arm"] == a]))
+        mild = {name: arms[name] for name in ("sync", "naive", best_gac, "kl_target", "tis", best_combo)}
+        rows += rows_of(reporting_runs(profile, mild, lrs, "mild", profile.mild_staleness, device))
+    return {"tuning": tuning_rows, "runs": rows, "table": verdict_table(rows, tuning_rows)}
+
+
+def main(argv=None) -> int:
+    from sim.record import write_records
+
+    parser = argparse.ArgumentParser(prog="python -m experiments.verdict", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="quick", choices=sorted(PROFILES))
+    parser.add_argument("--out", default="docs/data/verdict_llm.csv", help="table CSV (runs and tuning beside it)")
+    parser.add_argument("--stage", default="all", choices=("tuning", "reporting", "all"))
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if out.suffix != ".csv":
+        parser.error(f"--out must name a .csv file, got {out}")
+    result = verdict(args.profile, args.device, lambda *a: print(*a, flush=True), args.stage)
+    if result["tuning"]:
+        write_records(result["tuning"], out.with_name(out.stem + "_tuning.csv"))
+    if result["runs"]:
+        write_records(result["runs"], out.with_name(out.stem + "_runs.csv"))
+        write_records(result["table"], out)
+        rho, n = drift_correlation(result["runs"])
+        print(f"Spearman rho(mean KL to behaviour policy, final accuracy) over {n} stale non-TIS runs: {rho:+.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
