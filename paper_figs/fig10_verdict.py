@@ -1,0 +1,118 @@
+"""fig10_verdict: what closes the async − sync gap at LLM scale — every stabilizer combination at its own step size
+(full profile), over reporting warm starts × seeds, with the step-norm and sync + arm controls.
+
+Panels: (a) gap recovered per arm with its hierarchical interval (warm starts, then seeds), controls hatched;
+(b) final accuracy against the mean KL to the behaviour policy, one dot per run (the drift correlation);
+(c) the applied update's alignment cos(Δθ_t, Δθ_{t−1}) per arm (where the aligned progress is);
+(d) the tuning curves (full profile) or, in the quick profile (fixed step size, no tuning), the accuracy per run.
+Runs: experiments/verdict.py (cached).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from experiments import verdict as verdict_mod
+from experiments.llm import Run
+from paper_figs.common import apply_style, method_color, save_figure
+from sim.record import write_records
+
+NAME = "fig10_verdict"
+
+
+def arm_color(row: dict) -> str:
+    """Color by direction control, else objective, else step control (one family color each)."""
+    for axis in ("direction_control", "objective_fn", "step_control"):
+        if row[axis] != "none":
+            return {"kl_target": "#17becf", "braking": "#bcbd22"}.get(row[axis], method_color(row[axis]))
+    return method_color("sync" if row["staleness"] == 0 else "none")
+
+
+def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
+    """The runs known before the figure starts: the quick and gpu profiles' fixed-step runs (the full profile's depend
+    on its tuning, so the figure computes them itself)."""
+    p = verdict_mod.PROFILES[profile]
+    if p.tune:
+        return []
+    arms = {name: verdict_mod.ARMS[name] for name in p.arms}
+    return verdict_mod.reporting_runs(p, arms, {name: p.fixed_lr for name in arms}, device=device)
+
+
+def plot_gap(ax, table: list[dict]) -> None:
+    rows = [r for r in table if r["arm"] not in ("sync", "naive") and r["role"] != "mild"]
+    rows = sorted(rows, key=lambda r: (r["role"] != "report", -np.nan_to_num(r["gap_recovered"], nan=-9)))
+    for i, r in enumerate(rows):
+        gap = r["gap_recovered"]
+        ax.barh(i, np.nan_to_num(gap), color=arm_color(r), alpha=0.85, hatch=None if r["role"] == "report" else "//")
+        if np.isfinite(r["gap_low"]):
+            ax.errorbar(gap, i, xerr=[[gap - r["gap_low"]], [r["gap_high"] - gap]], color="black", capsize=2, lw=0.8)
+    ax.set_yticks(range(len(rows)), [f"{r['arm']} (lr {r['lr']:.2g})" for r in rows], fontsize=6)
+    ax.invert_yaxis()
+    ax.axvline(0, color="#d62728", lw=0.8, label="naive async")
+    ax.axvline(1, color="black", lw=0.8, label="sync")
+    ax.set(xlabel="async − sync gap recovered (90 % hierarchical interval)", title="(a) gap recovered")
+    ax.legend(loc="lower right", fontsize=6)
+
+
+def plot_drift(ax, runs: list[dict]) -> None:
+    rho, n = verdict_mod.drift_correlation(runs)
+    for r in runs:
+        if r["role"] == "tuning":
+            continue
+        ax.scatter(max(r["kl_behaviour_mean"], 1e-6), r["final_accuracy"], color=arm_color(r), s=10,
+                   marker="x" if r["diverged"] else "o", alpha=0.7)
+    ax.set_xscale("log")
+    ax.set(xlabel="mean KL(π_b ‖ π_θ) over the run (log; sync runs at 1e-6)", ylabel="final held-out accuracy",
+           title=f"(b) drift decides: Spearman ρ = {rho:+.2f} ({n} stale non-TIS runs)")
+
+
+def plot_alignment(ax, table: list[dict]) -> None:
+    rows = [r for r in table if r["role"] == "report"]
+    ax.bar(range(len(rows)), [r["cos_update"] for r in rows], color=[arm_color(r) for r in rows])
+    ax.set_xticks(range(len(rows)), [r["arm"] for r in rows], rotation=60, ha="right", fontsize=6)
+    ax.set(ylabel="mean cos(Δθ_t, Δθ_{t−1})", ylim=(-0.1, 1.0), title="(c) alignment of the applied update")
+
+
+def plot_tuning_or_runs(ax, tuning: list[dict], runs: list[dict]) -> None:
+    if tuning:
+        for arm in dict.fromkeys(r["arm"] for r in tuning):
+            mine = sorted((r for r in tuning if r["arm"] == arm), key=lambda r: r["lr"])
+            ax.plot([r["lr"] for r in mine], [r["score"] for r in mine], marker="o", ms=3, color=arm_color(mine[0]),
+                    label=arm)
+        ax.set_xscale("log")
+        ax.set(xlabel="AdamW step size", ylabel="late held-out accuracy (tuning warm start)",
+               title="(d) tuning: each arm's own step size")
+        ax.legend(fontsize=5, ncol=2)
+        return
+    report = [r for r in runs if r["role"] == "report"]
+    arms = list(dict.fromkeys(r["arm"] for r in report))
+    for i, arm in enumerate(arms):
+        mine = [r for r in report if r["arm"] == arm]
+        ax.scatter([i] * len(mine), [r["final_accuracy"] for r in mine], color=arm_color(mine[0]), s=12)
+    ax.set_xticks(range(len(arms)), arms, rotation=60, ha="right", fontsize=6)
+    ax.set(ylabel="final held-out accuracy (one dot per warm start × seed)",
+           title="(d) per run (quick profile: one fixed step size, no tuning)")
+
+
+def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
+    result = verdict_mod.verdict(profile, device, lambda *a: print(*a, flush=True))
+    runs, table, tuning = result["runs"], result["table"], result["tuning"]
+    apply_style()
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), layout="constrained")
+    plot_gap(axes[0, 0], table)
+    plot_drift(axes[0, 1], runs)
+    plot_alignment(axes[1, 0], table)
+    plot_tuning_or_runs(axes[1, 1], tuning, runs)
+    fig.suptitle(f"What closes the async gap (LLM, s = {verdict_mod.PROFILES[profile].staleness}, {profile} profile)")
+    write_records(runs, out_dir / f"{NAME}.csv")
+    write_records(table, out_dir / f"{NAME}_table.csv")
+    if tuning:
+        write_records(tuning, out_dir / f"{NAME}_tuning.csv")
+    save_figure(fig, out_dir, NAME)
+    for r in table:
+        print(f"{r['arm']:>28} {r['role']:>18} s={r['staleness']:<2} acc {r['final_accuracy']:.3f} "
+              f"[{r['final_accuracy_low']:.3f}, {r['final_accuracy_high']:.3f}]  gap {r['gap_recovered']:+.2f}  "
+              f"KL {r['kl_behaviour_mean']:.3f}  cos_update {r['cos_update']:.2f}")

@@ -1,0 +1,80 @@
+"""The verdict protocol's pieces against direct computations: the step ladder and its widening, the robust range,
+the hierarchical bootstrap (its spread against the closed-form variance of a two-level resample) and the gap ratio."""
+
+import math
+
+import numpy as np
+import pytest
+
+from experiments import verdict
+
+
+def test_ladder_neighbours_are_2x_apart_and_widening_moves_off_an_edge_best():
+    ladder = verdict.LR_LADDER
+    assert all(b / a == pytest.approx(2.0) for a, b in zip(ladder, ladder[1:]))
+    assert verdict.neighbours(3e-4) == (pytest.approx(1.5e-4), pytest.approx(6e-4))
+    assert verdict.needs_widening({7.5e-5: 0.3, 1.5e-4: 0.4, 3e-4: 0.5}) == pytest.approx(6e-4)
+    assert verdict.needs_widening({7.5e-5: 0.5, 1.5e-4: 0.4, 3e-4: 0.3}) == pytest.approx(3.75e-5)
+    assert verdict.needs_widening({7.5e-5: 0.3, 1.5e-4: 0.5, 3e-4: 0.3}) is None
+    assert verdict.needs_widening({ladder[0]: 0.5, ladder[1]: 0.3}) is None  # the ladder's end: reported as an edge
+
+
+def test_robust_range_is_the_contiguous_run_within_ten_percent_of_the_best():
+    scores = {1e-5: 0.30, 2e-5: 0.46, 4e-5: 0.50, 8e-5: 0.455, 1.6e-4: 0.44, 3.2e-4: 0.47}
+    assert verdict.best_of(scores) == 4e-5
+    assert verdict.robust_range(scores) == (2e-5, 8e-5)  # 1.6e-4 breaks the run; 3.2e-4 is not contiguous
+    assert verdict.best_of({1e-4: 0.5, 2e-4: 0.5}) == 1e-4  # a tie goes to the smaller step
+
+
+def two_level(rng, warms, seeds, between, within):
+    centres = rng.normal(0, between, warms)
+    return {(w, s): np.array([centres[w] + rng.normal(0, within)]) for w in range(warms) for s in range(seeds)}
+
+
+def bootstrap_variance(values) -> float:
+    """Closed form of the variance of the two-level resampled mean (balanced): (1/W)[B + E_w(σ_w²)/n]."""
+    warms = sorted({w for w, _ in values})
+    groups = [np.array([v[0] for (w2, _), v in values.items() if w2 == w]) for w in warms]
+    means = np.array([g.mean() for g in groups])
+    between = ((means - means.mean()) ** 2).mean()
+    within = np.mean([((g - g.mean()) ** 2).mean() / len(g) for g in groups])
+    return (between + within) / len(warms)
+
+
+def test_hierarchical_bootstrap_spread_matches_the_two_level_formula():
+    rng = np.random.default_rng(3)
+    values = two_level(rng, warms=12, seeds=4, between=1.0, within=0.5)
+    point, low, high = verdict.hierarchical_bootstrap(values, lambda x: x[:, 0].mean(), n=8000)
+    assert point == pytest.approx(np.mean([v[0] for v in values.values()]))
+    expected_width = 2 * 1.6449 * math.sqrt(bootstrap_variance(values))
+    assert high - low == pytest.approx(expected_width, rel=0.1)
+
+
+def test_a_flat_bootstrap_would_fail_the_same_check():
+    """The mutation: resampling runs as if independent ignores the warm-start level and is far too narrow."""
+    rng = np.random.default_rng(3)
+    values = two_level(rng, warms=12, seeds=4, between=1.0, within=0.5)
+    flat = {(i, 0): v for i, v in enumerate(values.values())}  # every run its own "warm start"
+    _, low, high = verdict.hierarchical_bootstrap(flat, lambda x: x[:, 0].mean(), n=8000)
+    expected_width = 2 * 1.6449 * math.sqrt(bootstrap_variance(values))
+    assert high - low < 0.8 * expected_width
+
+
+def test_gap_ratio_and_paired_interval():
+    x = np.array([[0.5, 0.3, 0.7], [0.6, 0.2, 0.8]])  # columns: arm, naive, sync
+    assert verdict.gap_ratio(x) == pytest.approx((0.55 - 0.25) / (0.75 - 0.25))
+    assert math.isnan(verdict.gap_ratio(np.array([[0.5, 0.3, 0.3]])))
+    one_warm = {(0, s): np.array([0.5, 0.3, 0.7]) for s in range(2)}
+    assert math.isnan(verdict.hierarchical_bootstrap(one_warm, verdict.gap_ratio)[1])  # < 2 warm starts: no interval
+
+
+def test_every_arm_resolves_to_valid_args_and_the_protocol_keeps_tuning_apart():
+    for name in ("full", "quick"):
+        p = verdict.PROFILES[name]
+        assert p.tuning_warm not in p.reporting_warms and p.tuning_seed not in p.reporting_seeds
+        for arm in (*verdict.ARMS.values(), *verdict.combination_arms([]).values()):
+            verdict.arm_args(p, arm, 3e-4, p.reporting_warms[0], 0).validate()
+    full = verdict.PROFILES["full"]
+    assert len(full.reporting_warms) >= 3 and len(full.reporting_seeds) >= 2
+    args = verdict.arm_args(full, verdict.ARMS["gac momentum"], 3e-4, 1, 0)
+    assert (args.minibatches, args.ratio_to, args.staleness, args.digits) == (2, "behaviour", 16, 3)
