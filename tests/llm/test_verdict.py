@@ -11,7 +11,7 @@ from experiments import verdict
 
 def test_ladder_neighbours_are_2x_apart_and_widening_moves_off_an_edge_best():
     ladder = verdict.LR_LADDER
-    assert all(b / a == pytest.approx(2.0) for a, b in zip(ladder, ladder[1:]))
+    assert all(b / a == pytest.approx(2.0) for a, b in zip(ladder[:-1], ladder[1:], strict=True))
     assert verdict.neighbours(3e-4) == (pytest.approx(1.5e-4), pytest.approx(6e-4))
     assert verdict.needs_widening({7.5e-5: 0.3, 1.5e-4: 0.4, 3e-4: 0.5}) == pytest.approx(6e-4)
     assert verdict.needs_widening({7.5e-5: 0.5, 1.5e-4: 0.4, 3e-4: 0.3}) == pytest.approx(3.75e-5)
