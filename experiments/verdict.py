@@ -84,6 +84,8 @@ class Profile:
     tune: bool = True
     fixed_lr: float = 3e-4
     arms: tuple[str, ...] = tuple(ARMS)
+    control_seeds: tuple[int, ...] = (0,)
+    """RL seeds of the controls and the milder configuration (on every reporting warm start)."""
 
 
 PROFILES = {
@@ -214,9 +216,10 @@ def combination_arms(tuning_rows: list[dict]) -> dict[str, Arm]:
 
 # -- reporting --------------------------------------------------------------------------------------------------
 def reporting_runs(profile: Profile, arms: dict[str, Arm], lrs: dict[str, float], role: str = "report",
-                   staleness: int | None = None, device: str = "cpu") -> list[Run]:
+                   staleness: int | None = None, device: str = "cpu", seeds: tuple[int, ...] | None = None) -> list[Run]:
+    seeds = profile.reporting_seeds if seeds is None else seeds
     return [Run(arm_args(profile, arm, lrs[name], warm, seed, staleness, device), (name, role))
-            for name, arm in arms.items() for warm in profile.reporting_warms for seed in profile.reporting_seeds]
+            for name, arm in arms.items() for warm in profile.reporting_warms for seed in seeds]
 
 
 def step_norm_controls(profile: Profile, report_rows: list[dict], lrs: dict[str, float],
@@ -232,7 +235,7 @@ def step_norm_controls(profile: Profile, report_rows: list[dict], lrs: dict[str,
             lr = float(f"{lrs['naive'] * norm(arm) / norm('naive'):.2g}")
             runs += [Run(arm_args(profile, ARMS["naive"], lr, w, s, device=device), (f"naive @ ‖Δθ‖ of {arm}",
                                                                                       "control_step_norm"))
-                     for w in profile.reporting_warms for s in profile.reporting_seeds]
+                     for w in profile.reporting_warms for s in profile.control_seeds]
     return runs
 
 
@@ -354,13 +357,14 @@ def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: 
         controls = step_norm_controls(profile, rows, lrs, device)
         sync_plus = {f"sync + {a}": arms[a] for a in SHRINKING if a in arms}
         controls += reporting_runs(profile, sync_plus, {f"sync + {a}": lrs[a] for a in SHRINKING if a in arms},
-                                   "control_sync", staleness=0, device=device)
+                                   "control_sync", staleness=0, device=device, seeds=profile.control_seeds)
         rows += rows_of(controls)
         best_gac = max(GAC_PLACEMENTS, key=lambda a: np.mean([r["final_accuracy"] for r in rows if r["arm"] == a]))
         combos = [a for a in ("gac + tis", "kl_target + gac") if a in arms]
         best_combo = max(combos, key=lambda a: np.mean([r["final_accuracy"] for r in rows if r["arm"] == a]))
         mild = {name: arms[name] for name in ("sync", "naive", best_gac, "kl_target", "tis", best_combo)}
-        rows += rows_of(reporting_runs(profile, mild, lrs, "mild", profile.mild_staleness, device))
+        rows += rows_of(reporting_runs(profile, mild, lrs, "mild", profile.mild_staleness, device,
+                                       profile.control_seeds))
     return {"tuning": tuning_rows, "runs": rows, "table": verdict_table(rows, tuning_rows)}
 
 
