@@ -216,7 +216,8 @@ def combination_arms(tuning_rows: list[dict]) -> dict[str, Arm]:
 
 # -- reporting --------------------------------------------------------------------------------------------------
 def reporting_runs(profile: Profile, arms: dict[str, Arm], lrs: dict[str, float], role: str = "report",
-                   staleness: int | None = None, device: str = "cpu", seeds: tuple[int, ...] | None = None) -> list[Run]:
+                   staleness: int | None = None, device: str = "cpu",
+                   seeds: tuple[int, ...] | None = None) -> list[Run]:
     seeds = profile.reporting_seeds if seeds is None else seeds
     return [Run(arm_args(profile, arm, lrs[name], warm, seed, staleness, device), (name, role))
             for name, arm in arms.items() for warm in profile.reporting_warms for seed in seeds]
