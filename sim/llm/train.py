@@ -39,6 +39,7 @@ from sim.llm.warmstart import WarmStartConfig, heldout_accuracy, load_warm_start
 from sim.record import atomic_write_bytes, check_output_dir, write_records
 from sim.schema import NO_REGIME, columns, make_row
 from sim.stabilizers import (
+    GAC_SPACES,
     STALE_DATA,
     BAPOConfig,
     BrakingConfig,
@@ -103,6 +104,9 @@ class Args:
     """method gac: its parameters (--gac.threshold, --gac.mode, ...)"""
     gac_reference: str = "update"
     """GAC reference: update = the previous optimizer update's raw gradient; step = the previous RL step's sum"""
+    gac_space: str = "gradient"
+    """where GAC acts: gradient (the raw gradient, before AdamW), update (AdamW's proposed step Δθ, after it; AdamW's
+    state untouched) or momentum (AdamW's first moment, before its step); references: the previous uncontrolled one"""
     tis: TISConfig = field(default_factory=TISConfig)
     """method tis: its parameters"""
     m2po: M2POConfig = field(default_factory=M2POConfig)
@@ -166,6 +170,13 @@ class Args:
         # The method configs (gac, tis, m2po, bapo) checked their own values when they were built.
         if self.gac_reference not in GAC_REFERENCES:
             raise ValueError(f"gac_reference must be one of {GAC_REFERENCES}, got {self.gac_reference!r}")
+        if self.gac_space not in GAC_SPACES:
+            raise ValueError(f"gac_space must be one of {GAC_SPACES}, got {self.gac_space!r}")
+        if self.gac_space != "gradient" and self.gac_reference != "update":
+            raise ValueError(f"--gac-space {self.gac_space} takes its reference from the previous update; "
+                             "--gac-reference step applies to the gradient space only")
+        if getattr(self.gac, "space", "gradient") != "gradient":
+            raise ValueError("the trainer places GAC with --gac-space, not --gac.space")
         if self.ratio_to not in ("behaviour", "proximal"):
             raise ValueError(f"ratio_to must be behaviour or proximal, got {self.ratio_to!r}")
         if self.on_nonfinite not in ("raise", "mark"):
@@ -195,11 +206,6 @@ class Args:
     def label(self) -> str:
         """The record's method name: sync for naive at s = 0, else the registry name."""
         return "sync" if self.registry_method == "none" and self.staleness == 0 else self.registry_method
-
-    @property
-    def gac_space(self) -> str:
-        """Where GAC acts: gradient (the raw gradient, before AdamW), update (AdamW's proposed Δθ) or momentum."""
-        return getattr(self.gac, "space", "gradient")
 
     def method_params(self) -> dict:
         """The parameters of the run's objective (its config group as a dict; {} for one without)."""
@@ -234,6 +240,7 @@ class TrainState:
     prev_delta: torch.Tensor | None = None  # its parameter update θ_{k+1} − θ_k
     prev_step_grad: torch.Tensor | None = None  # summed raw gradient of the previous RL step
     diverged_at: int | None = None
+    space_reference: torch.Tensor | None = None  # GAC in update/momentum space: the previous uncontrolled Δθ or m
     prev64: dict = field(default_factory=dict)  # "raw", "applied", "delta", "step_grad" -> its prev_* as Float64Vector
 
     @property
@@ -334,8 +341,6 @@ def setup(args: Args, log=print) -> TrainState:
     use_gac = args.axes.direction == "gac"
     use_tracker = use_gac and args.gac_reference == "update" and args.gac_space == "gradient"
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
-    if use_gac and args.gac_space != "gradient":  # GAC on AdamW's proposed step or first moment: the library's wrap
-        optimizer = gac.wrap(optimizer, args.gac)
     task = AdditionTask(digits=args.digits)
     state = TrainState(
         args=args, task=task, heldout=task.heldout_set(args.eval_problems), policy=policy, reference=reference,
@@ -438,6 +443,46 @@ def apply_braking(state: TrainState, raw: Float64Vector) -> float:
     return factor
 
 
+def gac_on_momentum(state: TrainState) -> tuple[str, float]:
+    """GAC on AdamW's first moment (space momentum), before its step: the moment it is about to form,
+    m_t = β1·m_{t−1} + (1 − β1)·g, is controlled against the previous uncontrolled m, and the stored moment is shifted
+    so that AdamW forms the controlled m'_t (the removed part does not come back through it). Returns (regime, γ)."""
+    moments = [state.optimizer.state.get(p, {}).get("exp_avg") for p in state.params]
+    beta1 = state.optimizer.param_groups[0]["betas"][0]
+    # AdamW starts its moment at zero: its first one is (1 − β1)·g (no reference yet, so it is kept).
+    formed = torch.cat([(p.grad * (1 - beta1) if m is None else torch.lerp(m, p.grad, 1 - beta1)).reshape(-1)
+                        for m, p in zip(moments, state.params, strict=True)])
+    return controlled_in_place(state, formed, lambda i, p, change: moments[i].sub_(change.view_as(p) / beta1))
+
+
+def gac_on_update(state: TrainState, before: torch.Tensor) -> tuple[str, float]:
+    """GAC on AdamW's proposed step Δθ_t (space update), after its step: Δθ_t is controlled against the previous
+    proposed step and θ set to θ_before + Δθ'_t; AdamW's state is left as its step left it. Returns (regime, γ)."""
+    proposed = flat_params(state.params) - before
+    regime, scale = controlled_in_place(state, proposed, lambda i, p, change: p.data.sub_(change.view_as(p)))
+    if regime == "skip":  # no move at all this update
+        for p, old in zip(state.params, before.split([p.numel() for p in state.params]), strict=True):
+            p.data.copy_(old.view_as(p))
+    return regime, scale
+
+
+def controlled_in_place(state: TrainState, vector: torch.Tensor, subtract) -> tuple[str, float]:
+    """GAC's pure core on ``vector`` against ``state.space_reference``; ``subtract(i, p, change)`` removes parameter
+    i's share of ``vector − vector'``. The reference then becomes ``vector`` (uncontrolled, as in gradient space)."""
+    cfg, reference = state.args.gac, state.space_reference
+    state.space_reference = vector.clone() if reference is None else gac.update_reference(reference, vector, cfg)
+    if reference is None:
+        return "keep", 1.0
+    out = gac.control(vector, reference, cfg)
+    regime = regime_name(int(out.regime), cfg.mode)
+    if regime in ("project", "cap"):
+        change = vector - out.grad
+        for i, (p, piece) in enumerate(zip(state.params, change.split([p.numel() for p in state.params]),
+                                           strict=True)):
+            subtract(i, p, piece)
+    return regime, float(out.parallel_scale)
+
+
 def apply_gac(state: TrainState) -> tuple[str, float]:
     """GAC on the parameters' .grad in place (direction gac in gradient space); returns (regime, parallel scale)."""
     if state.args.axes.direction != "gac" or state.args.gac_space != "gradient":
@@ -483,12 +528,14 @@ def optimizer_update(state: TrainState, batch: dict, idx: torch.Tensor, where: s
                "raw": raw, "cos_update": math.nan, "step_norm": 0.0, "lr": lr}
     state.prev_raw, state.prev_applied = raw, applied
     torch.nn.utils.clip_grad_norm_(state.params, args.max_grad_norm)
+    space = args.gac_space if args.axes.direction == "gac" else "gradient"
+    if space == "momentum":  # on the (clipped) gradient AdamW is about to take into its moment
+        regime, scale = numbers["regime"], numbers["parallel_scale"] = gac_on_momentum(state)
     if regime != "skip":  # a skipped update moves nothing; the Δθ reference stays the last real move
         before = flat_params(state.params)
         state.optimizer.step()
-        report = getattr(state.optimizer, "last_report", None)  # GAC in update or momentum space decides in step()
-        if report is not None:
-            numbers["regime"], numbers["parallel_scale"] = report.regime, report.parallel_scale
+        if space == "update":
+            numbers["regime"], numbers["parallel_scale"] = gac_on_update(state, before)
         delta = flat_params(state.params) - before
         if numbers["regime"] != "skip":
             numbers["cos_update"] = cosine_to_prev(state, "delta", as_float64(delta))
@@ -594,7 +641,8 @@ def checkpoint_payload(state: TrainState) -> dict:
             "gac": None if state.controller is None else state.controller.state_dict(),
             "ring": state.ring.state_dict(), "generator": state.generator.get_state(), "records": state.records,
             "prev_raw": state.prev_raw, "prev_applied": state.prev_applied, "prev_delta": state.prev_delta,
-            "prev_step_grad": state.prev_step_grad, "step": state.step, "args": asdict(state.args)}
+            "prev_step_grad": state.prev_step_grad, "space_reference": state.space_reference, "step": state.step,
+            "args": asdict(state.args)}
 
 
 def save_checkpoint(path: Path, payload: dict) -> None:
@@ -654,6 +702,7 @@ def restore(state: TrainState, checkpoint: dict) -> None:
     state.records, state.step = checkpoint["records"], checkpoint["step"]
     for name in ("prev_raw", "prev_applied", "prev_delta", "prev_step_grad"):
         setattr(state, name, checkpoint[name])
+    state.space_reference = checkpoint.get("space_reference")
 
 
 class OutDirLock:

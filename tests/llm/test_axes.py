@@ -118,3 +118,76 @@ def test_method_names_compose_and_bad_combinations_fail_before_work(tiny_args):
                          ("none+gac", "cannot be combined"), ("gac+wat", "unknown method")]:
         with pytest.raises(ValueError, match=message):
             tiny_args(method=bad).validate()
+
+
+def projected(v: np.ndarray, d: np.ndarray | None) -> np.ndarray:
+    """GAC τ = 0, project mode, computed directly: v's part along d removed when cos(v, d) > 0."""
+    if d is None or np.dot(v, d) <= 0:
+        return v
+    return v - np.dot(v, d) / np.dot(d, d) * d
+
+
+def update_space_error(args) -> tuple[float, int]:
+    """Largest relative distance between each applied Δθ and the direct projection of AdamW's proposed Δθ against
+    the previous proposed one, and how many updates were projected."""
+    state = setup(args, **QUIET)
+    before, proposed = [], []
+    state.optimizer.register_step_pre_hook(lambda *a: before.append(flat(p.detach() for p in state.params)))
+    state.optimizer.register_step_post_hook(lambda *a: proposed.append(flat(p.detach() for p in state.params)))
+    for _ in range(args.steps):
+        rl_step(state)
+    after = before[1:] + [flat(p.detach() for p in state.params)]  # θ changes only in the updates
+    errors, previous, projections = [], None, 0
+    for b, prop, a in zip(before, proposed, after, strict=True):
+        delta = prop - b
+        expected = projected(delta, previous)
+        projections += int(expected is not delta)
+        errors.append(np.abs((a - b) - expected).max() / np.abs(delta).max())
+        previous = delta
+    return max(errors), projections
+
+
+def test_gac_update_space_projects_adamw_proposed_step(tiny_args):
+    args = tiny_args(method="gac", gac_space="update", staleness=2, max_grad_norm=1e9, snr_every=1000)
+    error, projections = update_space_error(args)
+    assert projections >= 2 and error < 1e-4
+
+
+def test_update_space_check_catches_gac_left_out(tiny_args, monkeypatch):
+    monkeypatch.setattr(train_module, "gac_on_update", lambda state, before: ("keep", 1.0))
+    args = tiny_args(method="gac", gac_space="update", staleness=2, max_grad_norm=1e9, snr_every=1000)
+    assert update_space_error(args)[0] > 1e-2
+
+
+def momentum_space_error(args) -> tuple[float, int]:
+    """Largest relative distance between AdamW's stored first moment after each step and the direct computation:
+    m_t = β1·m'_{t−1} + (1 − β1)·g_t projected against the previous uncontrolled m_{t−1}."""
+    state = setup(args, **QUIET)
+    params, grads, stored = state.params, [], []
+    state.optimizer.register_step_pre_hook(lambda *a: grads.append(flat(p.grad for p in params)))
+    state.optimizer.register_step_post_hook(
+        lambda opt, *a: stored.append(flat(opt.state[p]["exp_avg"] for p in params)))
+    for _ in range(args.steps):
+        rl_step(state)
+    beta1 = state.optimizer.param_groups[0]["betas"][0]
+    errors, kept_moment, previous, projections = [], np.zeros_like(grads[0]), None, 0
+    for g, m_stored in zip(grads, stored, strict=True):
+        formed = beta1 * kept_moment + (1 - beta1) * g
+        expected = projected(formed, previous)
+        projections += int(expected is not formed)
+        errors.append(np.abs(m_stored - expected).max() / np.abs(formed).max())
+        previous, kept_moment = formed, m_stored
+    return max(errors), projections
+
+
+def test_gac_momentum_space_controls_the_moment_adamw_keeps(tiny_args):
+    args = tiny_args(method="gac", gac_space="momentum", staleness=2, max_grad_norm=1e9, snr_every=1000)
+    error, projections = momentum_space_error(args)
+    assert projections >= 2 and error < 1e-4
+
+
+def test_momentum_space_check_catches_projecting_the_gradient_instead(tiny_args, monkeypatch):
+    """The wrong placement: GAC on the raw gradient (the removed part comes back through AdamW's moment)."""
+    monkeypatch.setattr(train_module, "gac_on_momentum", lambda state: ("keep", 1.0))
+    args = tiny_args(method="gac", gac_space="gradient", staleness=2, max_grad_norm=1e9, snr_every=1000)
+    assert momentum_space_error(args)[0] > 1e-2

@@ -78,3 +78,26 @@ def test_every_arm_resolves_to_valid_args_and_the_protocol_keeps_tuning_apart():
     assert len(full.reporting_warms) >= 3 and len(full.reporting_seeds) >= 2
     args = verdict.arm_args(full, verdict.ARMS["gac momentum"], 3e-4, 1, 0)
     assert (args.minibatches, args.ratio_to, args.staleness, args.digits) == (2, "behaviour", 16, 3)
+
+
+def test_fig10_gpu_profile_dry_run_writes_every_arm_with_warm_start_and_seed(tiny_checkpoint, tmp_path, monkeypatch):
+    """The figure command end to end on the gpu profile's arms, shrunk to a CPU smoke run (--dry-run)."""
+    import csv
+
+    import experiments.cache
+    import sim.llm.warmstart
+    from paper_figs import __main__ as cli
+
+    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(sim.llm.warmstart, "RUNS_DIR", tmp_path / "runs")
+    monkeypatch.setenv("GAC_LAB_DRY_RUN", "0")  # restored after the test (main sets it to 1)
+    assert cli.main(["fig10_verdict", "--profile", "gpu", "--dry-run", "--out", str(tmp_path / "out")]) == 0
+    with open(tmp_path / "out" / "fig10_verdict.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["arm"] for r in rows} == set(verdict.PROFILES["gpu"].arms)
+    assert {r["warm_seed"] for r in rows} == {"1", "2"} and {r["seed"] for r in rows} == {"0"}  # dry run: shrunk
+    assert {r["direction_control"] for r in rows if r["arm"].startswith("gac")} == {"gac"}
+    assert {r["gac_space"] for r in rows if r["arm"].startswith("gac")} == {"gradient", "update", "momentum"}
+    assert (tmp_path / "out" / "fig10_verdict.png").stat().st_size > 0
+    with open(tmp_path / "out" / "fig10_verdict_table.csv") as handle:
+        assert {r["arm"] for r in csv.DictReader(handle)} == set(verdict.PROFILES["gpu"].arms)
