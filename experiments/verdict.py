@@ -321,9 +321,10 @@ def drift_correlation(rows: list[dict], metric: str = "final_accuracy") -> tuple
     from scipy.stats import spearmanr
 
     stale = [r for r in rows if r["staleness"] > 0 and r["objective_fn"] != "tis" and r["role"] != "tuning"]
-    if len(stale) < 3:
+    kl, accuracy = [r["kl_behaviour_mean"] for r in stale], [r[metric] for r in stale]
+    if len(stale) < 3 or np.ptp(kl) == 0 or np.ptp(accuracy) == 0:  # no ranking to correlate
         return math.nan, len(stale)
-    return float(spearmanr([r["kl_behaviour_mean"] for r in stale], [r[metric] for r in stale]).statistic), len(stale)
+    return float(spearmanr(kl, accuracy).statistic), len(stale)
 
 
 def code_commit() -> str:
