@@ -289,16 +289,22 @@ def self_consistent_rho(eta: float, curvatures, staleness: int, beta: float, pla
 
 
 def predicted_max_stable_step(curvatures, staleness: int, beta: float, placement: str, noise=1.0,
-                              preconditioner=None, tol: float = 1e-3) -> float:
-    """Largest η·λ_max (in units of a*_none(s, β)) at which mean-field GAC in this space has a stable self-consistent
-    ρ* (bisection on [0.5, 32]; the set is assumed to be an interval, as in ``gac_stability``)."""
+                              preconditioner=None, grid: int = 49, tol: float = 1e-3) -> float:
+    """The η·λ_max (in units of a*_none(s, β)) at which mean-field GAC in this space first loses its stable
+    self-consistent ρ* as η grows: a log-grid scan over [0.5, 32] for the first factor without one, then bisection
+    between it and the last factor with one (the set is not always an interval, so plain bisection is not used).
+    Returns 32 if ρ* exists on the whole grid."""
     top = stability_boundary(staleness, beta, 0.0, "none")
     lam_max = float(np.max(curvatures)) * (1.0 if preconditioner is None else float(np.max(preconditioner)))
     holds = lambda f: np.isfinite(self_consistent_rho(f * top / lam_max, curvatures, staleness, beta,  # noqa: E731
                                                       placement, noise, preconditioner))
-    lo, hi = 0.5, 32.0
-    if holds(hi):
-        return hi
+    factors = np.geomspace(0.5, 32.0, grid)
+    failing = next((k for k, f in enumerate(factors) if not holds(f)), None)
+    if failing is None:
+        return 32.0
+    if failing == 0:
+        return float("nan")
+    lo, hi = factors[failing - 1], factors[failing]
     while hi - lo > tol:
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if holds(mid) else (lo, mid)
@@ -445,3 +451,122 @@ def simulate(curvatures, eta: float, staleness: int, beta: float, placement: str
             "cos_ratio": float(torch.stack(dots).sum() / torch.stack(norms).sum()),
             "step_sq": float(torch.stack(norms).mean()), "final_sq": float(final.median()),
             "mid_sq": float(mid.median()), "precond": torch.stack(preconds).mean(0).numpy()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables: `python -m theory.placement [boundary|noise|consistent|stable|all]`
+# ---------------------------------------------------------------------------------------------
+
+
+def spiked_curvatures(staleness: int, beta: float, dim: int) -> np.ndarray:
+    """10 % of directions at λ = 1, the rest at 0.05·a*_none(s, β): the spectrum of the tables (η·λ_max = η)."""
+    out = np.full(dim, 0.05 * stability_boundary(staleness, beta, 0.0, "none"))
+    out[: max(1, dim // 10)] = 1.0
+    return out
+
+
+def boundary_table(stalenesses=(1, 2, 4, 8, 16), betas=(0.0, 0.9), rhos=(0.3, 0.6)) -> str:
+    lines = ["| s | β | ρ | a*_none | a*_gradient = a*_update | ratio at equal slow step | a*_momentum | κ_momentum | "
+             "ratio at equal slow step |", "|---|---|---|---|---|---|---|---|---|"]
+    for beta in betas:
+        for rho in rhos:
+            for s in stalenesses:
+                plain = stability_boundary(s, beta, 0.0, "none")
+                grad, mom = stability_boundary(s, beta, rho, "gradient"), stability_boundary(s, beta, rho, "momentum")
+                kappa = slow_mode_gain(beta, rho, "momentum")
+                lines.append(f"| {s} | {beta} | {rho} | {plain:.4f} | {grad:.4f} | {grad * (1 - rho) / plain:.3f} | "
+                             f"{mom:.4f} | {kappa:.4f} | {mom * kappa / plain:.3f} |")
+    return "\n".join(lines)
+
+
+def noise_table(betas=(0.5, 0.9, 0.95, 0.99), a: float = 1e-5, staleness: int = 4) -> str:
+    lines = ["| β | placement | ρ* (closed form) | cos(Δθ) (closed form) | cos(Δθ) (Lyapunov, a = 1e-5) | κ at ρ* | "
+             "‖Δθ‖ / ‖Δθ‖_none |", "|---|---|---|---|---|---|---|"]
+    for beta in betas:
+        closed = noise_limit(beta)
+        plain = predicted_step_energy(a, [1.0], staleness, beta, 0.0, "none")
+        for space in ("none", *GAC_PLACEMENTS):
+            rho = self_consistent_rho(a, [1.0], staleness, beta, space) if space in GAC_PLACEMENTS else 0.0
+            cosine = predicted_update_cosine(a, [1.0], staleness, beta, rho, space)
+            norm = np.sqrt(predicted_step_energy(a, [1.0], staleness, beta, rho, space) / plain)
+            lines.append(f"| {beta} | {space} | {float(closed[space]['rho']):.4f} | "
+                         f"{float(closed[space]['cosine']):.4f} | {cosine:.4f} | "
+                         f"{float(slow_mode_gain(beta, rho, space)):.4f} | {norm:.3f} |")
+    return "\n".join(lines)
+
+
+def _optimizer_setting(optimizer: str, staleness: int, beta: float, fraction: float, dim: int, seed: int = 0):
+    """(η, curvatures, noise σ_i, frozen preconditioner or None, adam_beta2 or None) of one table row.
+
+    SGD-momentum: σ = 1, η·λ_max = fraction·a*_none. Adam-like: σ_i log-spaced over [0.1, 10] (shuffled; 1 on the
+    top directions), η chosen so that the top direction's preconditioned a is fraction·a*_none."""
+    curvatures = spiked_curvatures(staleness, beta, dim)
+    top = stability_boundary(staleness, beta, 0.0, "none")
+    if optimizer == "sgd":
+        return fraction * top, curvatures, np.ones(dim), None, None
+    noise = np.random.default_rng(seed).permutation(np.geomspace(0.1, 10.0, dim))
+    noise[: dim // 10] = 1.0
+    a = fraction * top  # top direction: λ = σ = 1, a = η/√E[g²](a)
+    eta = a * np.sqrt(stationary_moments(a, staleness, beta, 0.0, "none")["g_sq"])
+    return eta, curvatures, noise, adam_preconditioner(eta, curvatures, staleness, beta, noise), 0.999
+
+
+def consistent_table(staleness: int = 4, beta: float = 0.9, fractions=(0.3, 0.9), dim: int = 1000, steps: int = 3000,
+                     seeds: int = 2) -> str:
+    lines = ["| optimizer | ηλ_max / a*_none | placement | ρ* predicted | ρ̄ measured | cos(Δθ) predicted | measured | "
+             "κ at ρ* | ‖Δθ‖/‖Δθ‖_none predicted | measured |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for optimizer in ("sgd", "adam"):
+        for fraction in fractions:
+            eta, curvatures, noise, precond, beta2 = _optimizer_setting(optimizer, staleness, beta, fraction, dim)
+            plain_energy = predicted_step_energy(eta, curvatures, staleness, beta, 0.0, "none", noise, precond)
+            plain_run = None
+            for space in ("none", *GAC_PLACEMENTS):
+                gac_space = space in GAC_PLACEMENTS
+                rho = self_consistent_rho(eta, curvatures, staleness, beta, space, noise, precond) if gac_space else 0.0
+                run = simulate(curvatures, eta, staleness, beta, space, rho=None if gac_space else 0.0, noise=noise,
+                               preconditioner=precond, adam_beta2=beta2, steps=steps, seeds=seeds)
+                plain_run = run if space == "none" else plain_run
+                cosine = predicted_update_cosine(eta, curvatures, staleness, beta, rho, space, noise, precond)
+                norm = np.sqrt(predicted_step_energy(eta, curvatures, staleness, beta, rho, space, noise, precond)
+                               / plain_energy)
+                lines.append(f"| {optimizer} | {fraction} | {space} | {rho:.4f} | {run['rho_bar']:.4f} | "
+                             f"{cosine:.4f} | {run['cos_ratio']:.4f} | {float(slow_mode_gain(beta, rho, space)):.4f} | "
+                             f"{norm:.3f} | {np.sqrt(run['step_sq'] / plain_run['step_sq']):.3f} |")
+    return "\n".join(lines)
+
+
+def stable_table(stalenesses=(2, 4, 8), beta: float = 0.9, dim: int = 1000, steps: int = 3000, seeds: int = 2,
+                 factors=(0.9, 1.1)) -> str:
+    lines = ["| s | placement | predicted largest ηλ_max / a*_none | ρ* just below | 1/κ at that ρ* | real GAC at 0.9× "
+             "(final/mid ‖x‖²) | at 1.1× |", "|---|---|---|---|---|---|---|"]
+    for s in stalenesses:
+        curvatures = spiked_curvatures(s, beta, dim)
+        top = stability_boundary(s, beta, 0.0, "none")
+        for space in GAC_PLACEMENTS:
+            largest = predicted_max_stable_step(curvatures, s, beta, space)
+            rho = self_consistent_rho(0.999 * largest * top, curvatures, s, beta, space)
+            cells = []
+            for factor in factors:
+                run = simulate(curvatures, factor * largest * top, s, beta, space, steps=steps, seeds=seeds, seed=s)
+                cells.append(f"{run['final_sq'] / run['mid_sq']:.3g}")
+            lines.append(f"| {s} | {space} | {largest:.3f} | {rho:.3f} | "
+                         f"{1 / float(slow_mode_gain(beta, rho, space)):.2f} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
+TABLES = {"boundary": boundary_table, "noise": noise_table, "consistent": consistent_table, "stable": stable_table}
+
+
+def main(argv: list[str]) -> None:
+    names = list(TABLES) if not argv or argv == ["all"] else argv
+    unknown = [name for name in names if name not in TABLES]
+    if unknown:
+        raise SystemExit(f"unknown table(s) {unknown}; choose from {list(TABLES)} or all")
+    for name in names:
+        print(f"## {name}\n\n{TABLES[name]()}\n", flush=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
