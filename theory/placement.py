@@ -454,7 +454,7 @@ def simulate(curvatures, eta: float, staleness: int, beta: float, placement: str
 
 
 # ---------------------------------------------------------------------------------------------
-# Tables: `python -m theory.placement [boundary|noise|consistent|stable|all]`
+# Tables: `python -m theory.placement [boundary|plain|noise|consistent|stable|all]`
 # ---------------------------------------------------------------------------------------------
 
 
@@ -476,6 +476,18 @@ def boundary_table(stalenesses=(1, 2, 4, 8, 16), betas=(0.0, 0.9), rhos=(0.3, 0.
                 kappa = slow_mode_gain(beta, rho, "momentum")
                 lines.append(f"| {s} | {beta} | {rho} | {plain:.4f} | {grad:.4f} | {grad * (1 - rho) / plain:.3f} | "
                              f"{mom:.4f} | {kappa:.4f} | {mom * kappa / plain:.3f} |")
+    return "\n".join(lines)
+
+
+def plain_table(stalenesses=(0, 1, 4, 16), betas=(0.0, 0.9), steps=(0.01, 0.05)) -> str:
+    """cos(Δθ_t, Δθ_{t−1}) without GAC, one direction, at small a = ηλ and at 0.9·a*_none(s, β): what staleness adds."""
+    lines = ["| β | s | " + " | ".join(f"a = {a}" for a in steps) + " | a = 0.9·a*_none |",
+             "|---|---|" + "---|" * (len(steps) + 1)]
+    for beta in betas:
+        for s in stalenesses:
+            values = [*steps, 0.9 * stability_boundary(s, beta, 0.0, "none")]
+            cells = [f"{predicted_update_cosine(a, [1.0], s, beta, 0.0, 'none'):.4f}" for a in values]
+            lines.append(f"| {beta} | {s} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -554,7 +566,8 @@ def stable_table(stalenesses=(2, 4, 8), beta: float = 0.9, dim: int = 1000, step
     return "\n".join(lines)
 
 
-TABLES = {"boundary": boundary_table, "noise": noise_table, "consistent": consistent_table, "stable": stable_table}
+TABLES = {"boundary": boundary_table, "plain": plain_table, "noise": noise_table, "consistent": consistent_table,
+          "stable": stable_table}
 
 
 def main(argv: list[str]) -> None:

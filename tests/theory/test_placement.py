@@ -33,6 +33,13 @@ def test_slow_mode_gain_is_the_root_near_one():
     assert abs(placement.slow_mode_gain(0.9, 0.5, "momentum") - 0.05 / 0.55) < 1e-12
 
 
+def test_slow_mode_gain_check_fails_on_naive_momentum_gain(monkeypatch):
+    right = placement.slow_mode_gain
+    monkeypatch.setattr(placement, "slow_mode_gain",
+                        lambda beta, rho, space: 1 - rho if space == "momentum" else right(beta, rho, space))
+    assert placement.check_slow_mode_gain() > 0.1
+
+
 FIXED_RHO_SETTINGS = [(2, 0.9, 0.5, 0.3), (0, 0.9, 0.6, 5.0), (4, 0.5, 0.3, 0.2)]
 """(s, beta, rho, a) of the fixed-filter check: strong momentum, s = 0 far beyond plain SGD's a = 2, mild momentum."""
 
@@ -64,6 +71,18 @@ def test_noise_limit_closed_forms():
     assert placement.check_noise_limit() < 1e-3  # against the Lyapunov solve at a = 1e-5
 
 
+def test_noise_limit_check_fails_on_a_wrong_closed_form(monkeypatch):
+    right = placement.noise_limit
+
+    def wrong(beta):
+        out = right(beta)
+        out["momentum"]["cosine"] = out["momentum"]["rho"] ** 3  # forgets E[u²] = (1 − ρ²)γ₀
+        return out
+
+    monkeypatch.setattr(placement, "noise_limit", wrong)
+    assert placement.check_noise_limit(betas=(0.9,)) > 0.05
+
+
 def test_noise_limit_fails_when_momentum_reference_is_the_stored_moment(monkeypatch):
     def reference_is_stored(g, m, q, beta, rho):
         formed = beta * m + (1 - beta) * g
@@ -79,6 +98,12 @@ def _spiked(staleness, beta, dim):
     curvatures = np.full(dim, 0.05 * top)
     curvatures[: dim // 10] = 1.0
     return curvatures, top
+
+
+def test_momentum_keeps_the_update_aligned_in_sync_and_async():
+    # without GAC, cos(dtheta) ~ beta at small steps for every staleness, sync included: the EMA's own correlation
+    for s in (0, 1, 4, 16):
+        assert abs(placement.predicted_update_cosine(0.01, [1.0], s, 0.9, 0.0, "none") - 0.9) < 0.01
 
 
 def test_self_consistent_rho_and_update_cosine_match_real_gac():
