@@ -274,7 +274,8 @@ class Problem:
     """A separable test objective f(x) = Σ_i λ_i ψ(x_i) with f* = 0.
 
     kind "quadratic": ψ = x²/2 (L = max λ); kind "wavy": ψ = x²/2 + 3 sin²x, non-convex (ψ'' = 1 + 6 cos 2x
-    ∈ [−5, 7], so L = 7 max λ) with spurious stationary points at |x| ≈ 2.4.
+    ∈ [−5, 7], so L = 7 max λ) with spurious stationary points where x + 3 sin 2x = 0: |x| ≈ 1.918 (a local
+    maximum of ψ) and |x| ≈ 2.613 (a local minimum).
     """
 
     kind: str
