@@ -134,3 +134,23 @@ def test_decision_bias_floor_is_real():
     for row in rows:
         assert row["kept"] <= row["bound"], row
     assert np.isfinite(small["bound"])
+
+
+@pytest.mark.parametrize("case", ["independent", "minibatches"])
+def test_bound_holds_inside_the_assumptions_including_one_pass_over_minibatches(case):
+    for mode in ("none", "project"):
+        row = convergence.run_assumption_case(case, mode, steps=1000, seeds=4)
+        assert row["breaks"] == "inside" and row["ratio"] <= 1.0, row
+
+
+@pytest.mark.parametrize("case,mode", [("epochs", "none"), ("epochs_minibatches", "none"),
+                                       ("reference_uses_noise", "project")])
+def test_runs_outside_the_assumptions_exceed_the_bound(case, mode):
+    # reused noise (A3) and a reference built from the current noise (A4): the claim fails, as theory/README says
+    row = convergence.run_assumption_case(case, mode, steps=1000, seeds=4)
+    assert row["breaks"] != "inside" and row["ratio"] > 1.3, row
+
+
+def test_assumption_case_rejects_unknown_names():
+    with pytest.raises(ValueError, match="case must be one of"):
+        convergence.run_assumption_case("shared_noise", "none")
