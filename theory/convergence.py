@@ -28,15 +28,26 @@ MODES = ("none", "project", "cap")
 
 
 def bound_expression() -> dict:
-    """The step-size condition of the GAC branch and its optimal γ as sympy expressions in L, η, s, γ.
+    """The v3 bound as sympy expressions in L, η, s, T, Δ, σ², σ_∥², γ: the statement in readable form (notebook).
 
-    Returns {"phi": φ = Lη + (1+Lη)(1+γ)L²η²s² (condition φ ≤ 1), "gamma_opt": the γ that solves φ = 1 (the bound
-    decreases in γ, so this is the optimum), "symbols": dict}.
+    Returns {"phi": φ = Lη + (1+Lη)(1+γ)L²η²s² (GAC condition φ ≤ 1), "gamma_opt": the γ that solves φ = 1 (the
+    bound decreases in γ, so this is the optimum), "A", "b", "bound": (b + √(b² + A))² (GAC branch),
+    "bound_none": the no-GAC bound (its own γ, from φ₀ = Lη + (1+γ)L²η²s² ≤ 1), "symbols": dict}. Not a check of
+    ``convergence_bound``: the checks evaluate the proof's steps (``check_decision_bias``, ``check_one_step``,
+    ``window_noise_energy``, ``noise_term_coefficients``).
     """
-    L, eta, s, gamma = sp.symbols("L eta s gamma", positive=True)
+    L, eta, s, T, delta_f, sigma2, sigma_par2, gamma = sp.symbols(
+        "L eta s T Delta sigma2 sigma_par2 gamma", positive=True)
     phi = L * eta + (1 + L * eta) * (1 + gamma) * L**2 * eta**2 * s**2
     gamma_opt = sp.solve(sp.Eq(phi, 1), gamma)[0]
-    return {"phi": phi, "gamma_opt": sp.simplify(gamma_opt), "symbols": {"L": L, "eta": eta, "s": s, "gamma": gamma}}
+    base = 2 * delta_f / (eta * T) + L * eta * sigma2
+    a_gac = base + (1 + L * eta) * (1 + 1 / gamma) * L**2 * eta**2 * (2 * s * sigma2 + s**2 * sigma_par2 / 2)
+    b = (1 - L * eta) * sp.sqrt(sigma_par2)
+    return {"phi": phi, "gamma_opt": sp.simplify(gamma_opt), "A": a_gac, "b": b,
+            "bound": (b + sp.sqrt(b**2 + a_gac)) ** 2,
+            "bound_none": base + (1 + 1 / gamma) * L**2 * eta**2 * s * sigma2,
+            "symbols": {"L": L, "eta": eta, "s": s, "T": T, "Delta": delta_f, "sigma2": sigma2,
+                        "sigma_par2": sigma_par2, "gamma": gamma}}
 
 
 def stationary_gradient_energy_series(staleness: int, order: int = 2) -> sp.Expr:
