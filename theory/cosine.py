@@ -9,6 +9,8 @@ stale-data model for a softmax policy and when it reduces to the same structure.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import scipy.linalg
 import sympy as sp
@@ -281,6 +283,7 @@ def check_stale_data_reduction(trials: int = 20, actions: int = 6, dim: int = 4,
 # ---------------------------------------------------------------------------------------------
 
 
+@functools.cache  # sympy's solve takes seconds at s = 8; the result depends on s only
 def gradient_autocovariance_symbolic(staleness: int) -> dict:
     """Sympy: exact (E[g_t²], E[g_t g_{t−1}]) / σ² of one direction as rational functions of a = ηλ.
 

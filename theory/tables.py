@@ -1,7 +1,8 @@
-"""`python -m theory.tables [stability|cosine|bound|gac|rho|all]`: print the closing-note tables as Markdown.
+"""`python -m theory.tables [stability|cosine|bound|stationary|assumptions|gac|rho|all]`: the tables as Markdown.
 
 Each table is computed here from the theory functions and their independent checks (no cached numbers).
-The bound table runs the full ``convergence.DEFAULT_SETTINGS`` grid (about a minute on 2 CPU cores).
+The bound table runs the full ``convergence.DEFAULT_SETTINGS`` grid (about a minute on 2 CPU cores); the
+stationary table about five minutes (runs of 5000–16 000 steps), the assumptions table about two.
 """
 
 from __future__ import annotations
@@ -48,6 +49,26 @@ def bound_table() -> str:
     return "\n".join(lines)
 
 
+def stationary_table() -> str:
+    rows = convergence.stationary_tightness()
+    lines = ["| s | mode | η/η_max | T (stationary run) | transient: bound / kept (T = 300) | stationary kept | "
+             "stationary bound | stationary bound/kept |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['staleness']} | {r['mode']} | {r['fraction']} | {r['steps']} | "
+                     f"{r['transient_bound']:.4g} / {r['transient_kept']:.4g} = {r['transient_ratio']:.1f} | "
+                     f"{r['stationary_kept']:.4g} | {r['stationary_bound']:.4g} | {r['stationary_ratio']:.1f} |")
+    return "\n".join(lines)
+
+
+def assumptions_table() -> str:
+    lines = ["| case | breaks | mode | kept (2nd half) | bound | kept/bound |", "|---|---|---|---|---|---|"]
+    for case, (breaks, _) in convergence.ASSUMPTION_CASES.items():
+        for mode in ("project",) if case == "reference_uses_noise" else ("none", "project"):
+            r = convergence.run_assumption_case(case, mode)
+            lines.append(f"| {case} | {breaks} | {mode} | {r['kept']:.4g} | {r['bound']:.4g} | {r['ratio']:.2f} |")
+    return "\n".join(lines)
+
+
 def gac_table(stalenesses=(1, 2, 4, 8, 16, 32), rhos=(0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.95)) -> str:
     lines = ["| s | a*(s) | 1/cos(π/(2s+3)) | " + " | ".join(f"ρ = {r}" for r in rhos) + " |",
              "|---" * (len(rhos) + 3) + "|"]
@@ -70,8 +91,8 @@ def rho_table() -> str:
 
 def main(argv=None) -> int:
     names = (argv if argv is not None else sys.argv[1:]) or ["all"]
-    tables = {"stability": stability_table, "cosine": cosine_table, "bound": bound_table, "gac": gac_table,
-              "rho": rho_table}
+    tables = {"stability": stability_table, "cosine": cosine_table, "bound": bound_table,
+              "stationary": stationary_table, "assumptions": assumptions_table, "gac": gac_table, "rho": rho_table}
     for name in tables if names == ["all"] else names:
         print(f"\n### {name}\n")
         print(tables[name]())

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import gac
 from gac import ACT, KEEP, SKIP
+from gac.control import controlled, pow2_scale
 
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True)
 settings.load_profile("ci")
@@ -181,3 +182,55 @@ def test_eps_is_an_absolute_norm_level():
     assert out.cosine[0] == 0 and out.regime.tolist() == [KEEP, ACT]  # the tiny row counts as zero
     assert torch.equal(out.grad[0], g[0]) and torch.allclose(out.grad[1], torch.tensor([0.0, 1.0]))
     assert gac.alignment(g, d, eps=1e-2)[0] == 0 and gac.alignment(g, d, eps=1e-2)[1] > 0.7
+
+
+@given(pairs(), st.floats(0.0, 0.9), st.sampled_from(["project", "cap"]))
+def test_decision_norms_are_the_norms_of_g_and_the_new_gradient(gd, tau, mode):
+    g, d = gd
+    cfg = gac.GACConfig(threshold=tau, mode=mode, skip_threshold=0.97)
+    new, decision = controlled(g, d, cfg, tau)
+    assert torch.allclose(decision.norm_before, g.norm(dim=-1), rtol=1e-12)
+    assert torch.allclose(decision.norm_after, new.norm(dim=-1), rtol=1e-9, atol=1e-12 * float(g.abs().max()))
+    acting = decision.regime == ACT
+    expected_scale = gac.cap_scale(decision.cosine, tau) if mode == "cap" else torch.zeros_like(decision.cosine)
+    assert torch.equal(decision.parallel_scale[acting], expected_scale[acting])
+    assert torch.all(decision.parallel_scale[decision.regime == KEEP] == 1)
+    assert torch.all(decision.parallel_scale[decision.regime == SKIP] == 0)
+
+
+def test_pow2_scale_is_a_power_of_two_just_below_the_peak():
+    x = torch.tensor([[3.0, -5.0, 1.0], [0.0, 0.0, 0.0], [0.25, 0.0, -0.1], [1e300, 1.0, 0.0]], dtype=torch.float64)
+    scale = pow2_scale(x).squeeze(-1)
+    peak = x.abs().amax(-1)
+    assert scale.tolist()[:3] == [4.0, 1.0, 0.25]
+    assert torch.all(torch.log2(scale) == torch.round(torch.log2(scale)))
+    nonzero = peak > 0
+    assert torch.all(scale[nonzero] <= peak[nonzero]) and torch.all(peak[nonzero] < 2 * scale[nonzero])
+
+
+def test_regime_names():
+    assert [gac.regime_name(code, "cap") for code in (KEEP, ACT, SKIP)] == ["keep", "cap", "skip"]
+    assert gac.regime_name(ACT, "project") == "project"
+
+
+def test_bad_shapes_and_non_finite_gradients_fail_or_skip_as_configured():
+    g, d = torch.ones(2, 3), torch.ones(2, 3)
+    with pytest.raises(ValueError, match="same shape"):
+        gac.control(g, torch.ones(2, 4), gac.GACConfig())
+    with pytest.raises(ValueError, match="non-empty last dimension"):
+        gac.control(torch.ones(2, 0), torch.ones(2, 0), gac.GACConfig())
+    bad = g.clone()
+    bad[1, 0] = float("nan")
+    with pytest.raises(gac.NonFiniteGradientError, match="non-finite"):
+        gac.control(bad, d, gac.GACConfig())
+    out = gac.control(bad, d, gac.GACConfig(nonfinite="skip", threshold=0.5))
+    assert torch.equal(out.grad[1], torch.zeros(3)) and int(out.regime[1]) == SKIP and float(out.cosine[1]) == 0.0
+    assert int(out.regime[0]) == ACT and torch.allclose(out.grad[0], torch.zeros(3), atol=1e-7)  # g ∥ d: all removed
+
+
+def test_huge_finite_inputs_give_finite_exact_decisions():
+    g = torch.tensor([[1e300, 1e300, 0.0]], dtype=torch.float64)
+    d = torch.tensor([[1e300, 0.0, 0.0]], dtype=torch.float64)
+    out = gac.control(g, d, gac.GACConfig(threshold=0.5, mode="project"))
+    assert math.isclose(float(out.cosine), 1 / math.sqrt(2), rel_tol=1e-12)
+    assert torch.equal(out.grad, torch.tensor([[0.0, 1e300, 0.0]], dtype=torch.float64))

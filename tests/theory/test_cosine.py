@@ -93,6 +93,22 @@ def test_cosine_series_coefficients_and_numeric_value(staleness):
     assert abs(float(series.subs(a, value)) - lag_one[0] / second[0]) < 1e-3
 
 
+@pytest.mark.parametrize("staleness", [1, 2, 3, 5, 8])
+def test_cosine_series_order_three_and_the_next_term_against_lyapunov(staleness):
+    # exact cosine from the numeric Lyapunov solve (no sympy); after the order-3 series the residual must be the
+    # a^4 term s(s-1)(2s-1)a^4/12: a wrong a^3 coefficient leaves a residual/a^4 that grows like 1/a
+    a = sp.Symbol("a", positive=True)
+    series = sp.lambdify(a, cosine.cosine_series(staleness, order=3))
+
+    def residual_over_a4(value):
+        lag_one, second = cosine.gradient_moments(value, staleness)
+        return (lag_one[0] / second[0] - series(value)) / value**4
+
+    next_coefficient = 2 * residual_over_a4(0.005) - residual_over_a4(0.01)  # Richardson: removes the a^5 term
+    expected = staleness * (staleness - 1) * (2 * staleness - 1) / 12
+    assert abs(next_coefficient - expected) < 0.02 * expected + 0.02, (next_coefficient, expected)
+
+
 def test_exact_autocovariance_agrees_with_lyapunov():
     for staleness in (0, 2, 5):
         derived = cosine.gradient_autocovariance_symbolic(staleness)
