@@ -19,7 +19,7 @@ import tyro
 from sim.record import is_complete
 
 RENAMED = {"kl": "kl_behaviour"}
-"""Old column name -> new name (the bandit's KL column now has its ``sim.schema`` name)."""
+"""Column name in a baseline CSV -> its ``sim.schema`` name (the bandit's KL column; CHANGELOG.md)."""
 
 
 @dataclass(frozen=True)
