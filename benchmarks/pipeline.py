@@ -22,7 +22,7 @@ from pathlib import Path
 FIRST_RELEASE = ("fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region",
                  "fig5_llm_grpo", "fig6_ablation", "fig7_bound", "figs1_bandit_snr")
 TARGET_S = {"all": 15 * 60.0, "first-release": 5 * 60.0}
-"""issue 15: every figure in at most 15 min, the eight figures of the first release in at most 5 min (2 cores)."""
+"""The targets: every figure in at most 15 min, the eight of ``FIRST_RELEASE`` in at most 5 min (2 cores)."""
 
 
 def children_cpu_s() -> float:

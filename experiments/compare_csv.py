@@ -3,23 +3,23 @@
 ``python -m experiments.compare_csv BASELINE_DIR NEW_DIR [--names fig1_cosine ...]`` prints one line per
 CSV (identical / equal after documented changes / DIFFERENT, with the first differences) and exits 1 if
 any differs. Where NEW_DIR has completion markers (``NAME.complete``), a CSV outside a finished set differs.
-Floats are equal when within ``rel_tol`` relative (float reordering); NaN equals NaN.
+The values are compared by ``pandas.testing.assert_frame_equal``: floats within ``rel_tol`` relative (float
+reordering), NaN equals NaN; this module adds only the documented renames and added columns.
 """
 
 from __future__ import annotations
 
-import csv
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import tyro
 
 from sim.record import is_complete
 
 RENAMED = {"kl": "kl_behaviour"}
-"""Old column name -> new name (the bandit's KL column now has its ``sim.schema`` name)."""
+"""Column name in a baseline CSV -> its ``sim.schema`` name (the bandit's KL column; CHANGELOG.md)."""
 
 
 @dataclass(frozen=True)
@@ -29,59 +29,36 @@ class Comparison:
     notes: tuple[str, ...]
 
 
-def _read(path: Path) -> tuple[list[str], list[dict]]:
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        return list(reader.fieldnames or []), list(reader)
-
-
-def values_equal(a: str, b: str, rel_tol: float = 1e-12) -> bool:
-    """Equal as text, or as floats within ``rel_tol`` relative (NaN equals NaN)."""
-    if a == b:
-        return True
-    try:
-        x, y = float(a), float(b)
-    except ValueError:
-        return False
-    if math.isnan(x) and math.isnan(y):
-        return True
-    return math.isclose(x, y, rel_tol=rel_tol, abs_tol=0.0)
-
-
 def compare(old_path: Path, new_path: Path, rel_tol: float = 1e-12, allow_added: tuple[str, ...] = ()) -> Comparison:
     """Compare one CSV; columns only in the new file are allowed when every value there is NaN or empty, or
     when named in ``allow_added`` (a documented addition; reported)."""
-    raw_cols, old_rows = _read(old_path)
-    new_cols, new_rows = _read(new_path)
-    old_cols = [RENAMED.get(c, c) for c in raw_cols]
-    old_rows = [{RENAMED.get(k, k): v for k, v in row.items()} for row in old_rows]
-    notes, equal = [], True
-    missing = [c for c in old_cols if c not in new_cols]
-    added = [c for c in new_cols if c not in old_cols]
+    old, new = pd.read_csv(old_path), pd.read_csv(new_path)
+    renamed = {c: RENAMED[c] for c in old.columns if c in RENAMED}
+    old = old.rename(columns=renamed)
+    missing = [c for c in old.columns if c not in new.columns]
+    added = [c for c in new.columns if c not in old.columns]
+    filled = [c for c in added if new[c].notna().any()]
+    notes = []
     if missing:
-        equal = False
         notes.append(f"columns missing in the new file: {missing}")
-    filled = [c for c in added if any(r[c] not in ("nan", "") for r in new_rows)]
-    unexpected = [c for c in filled if c not in allow_added]
-    if unexpected:
-        equal = False
+    if unexpected := [c for c in filled if c not in allow_added]:
         notes.append(f"new columns with values: {unexpected}")
-    if [c for c in filled if c in allow_added]:
-        notes.append(f"new columns with values, allowed: {[c for c in filled if c in allow_added]}")
-    if [c for c in added if c not in filled]:
-        notes.append(f"new all-NaN schema columns: {[c for c in added if c not in filled]}")
-    if [c for c in new_cols if c in old_cols] != old_cols:
+    equal = not notes
+    if allowed := [c for c in filled if c in allow_added]:
+        notes.append(f"new columns with values, allowed: {allowed}")
+    if empty := [c for c in added if c not in filled]:
+        notes.append(f"new all-NaN schema columns: {empty}")
+    if [c for c in new.columns if c in old.columns] != list(old.columns):
         notes.append("column order changed")
-    renamed = {c: RENAMED[c] for c in raw_cols if c in RENAMED}
     if renamed:
         notes.append(f"renamed: {renamed}")
-    if len(old_rows) != len(new_rows):
-        return Comparison(old_path.name, False, (*notes, f"rows: {len(old_rows)} before, {len(new_rows)} after"))
-    diffs = [(i, c, o[c], n[c]) for i, (o, n) in enumerate(zip(old_rows, new_rows, strict=True))
-             for c in old_cols if c in n and not values_equal(o[c], n[c], rel_tol)]
-    if diffs:
+    shared = [c for c in old.columns if c in new.columns]
+    try:
+        # atol=0: the tolerance is relative only; check_dtype=False: an int column equals its float spelling
+        pd.testing.assert_frame_equal(old[shared], new[shared], check_dtype=False, rtol=rel_tol, atol=0.0)
+    except AssertionError as err:
         equal = False
-        notes.append(f"{len(diffs)} differing values, first: {diffs[:3]}")
+        notes.append(" ".join(str(err).split())[:500])
     return Comparison(old_path.name, equal, tuple(notes))
 
 

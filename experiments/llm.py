@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments import cache
-from experiments.aggregate import measured
+from experiments.aggregate import measured, seed_std
 from experiments.pool import Task, run_tasks
 from sim.llm import warmstart
 from sim.llm.train import Args, prepare_warm_start, run_records, warm_start_config
@@ -337,7 +337,7 @@ def aggregate(rows: list[dict], keys=("method", "staleness", "lr", "ratio_to")) 
         final = np.array([r["final_accuracy"] for r in rs])
         delta = np.array([r["delta_accuracy"] for r in rs])
         out.append({**dict(zip(keys, key, strict=True)), "seeds": len(rs), "final_mean": float(final.mean()),
-                    "final_std": float(final.std()), "final_min": float(final.min()), "final_max": float(final.max()),
+                    "final_std": seed_std(final), "final_min": float(final.min()), "final_max": float(final.max()),
                     "delta_mean": float(delta.mean()),
                     "cos_prev_mean": float(np.mean([r["cos_prev_mean"] for r in rs])),
                     "diverged": int(sum(r["diverged"] for r in rs)), "roles": rs[0]["roles"]})

@@ -81,6 +81,16 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
+def panel_axes(panels) -> tuple[plt.Figure, list[tuple]]:
+    """A figure with one column per panel, each split into as many stacked axes as its plot draws (the LLM
+    panel has three, the toys two), so that no axes stay empty."""
+    height = 2.3 * max(panel.n_axes or 2 for panel in panels)
+    fig = plt.figure(figsize=(3.3 * len(panels), height), layout="constrained")
+    columns = fig.subfigures(1, len(panels), squeeze=False)[0]
+    return fig, [tuple(column.subplots(panel.n_axes or 2, 1, squeeze=False)[:, 0])
+                 for column, panel in zip(columns, panels, strict=True)]
+
+
 def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
     """The GRPO runs this figure reads (``paper_figs.plan`` computes them before the figure starts)."""
     return sweep(profile, device)
@@ -89,17 +99,13 @@ def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
 def main(profile: str, out_dir: Path, device: str = "cpu", panels=None) -> list[dict]:
     panels = PANELS if panels is None else panels
     apply_style()
-    n_rows = max(panel.n_axes or 2 for panel in panels)
-    fig, axes = plt.subplots(n_rows, len(panels), figsize=(3.3 * len(panels), 2.3 * n_rows), squeeze=False)
+    fig, columns = panel_axes(panels)
     all_rows = []
-    for k, panel in enumerate(panels):
+    for panel, axes in zip(panels, columns, strict=True):
         rows = cached_runs(f"{NAME}/{panel.name}", profile, device, lambda p=panel: p.run(profile, device))
-        used = panel.n_axes or 2
-        panel.plot(tuple(axes[r][k] for r in range(used)), rows)
-        for r in range(used, n_rows):
-            axes[r][k].axis("off")
+        panel.plot(axes, rows)
         all_rows.extend(rows)
-    axes[0][0].legend()
+    columns[0][0].legend()
     summary = summarize(all_rows)
     for row in summary:
         print(f"  {row['sim']:<16} {row['label']:<6} s={row['staleness']:>2} final objective "

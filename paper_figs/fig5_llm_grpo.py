@@ -1,5 +1,5 @@
 """fig5_llm_grpo: GRPO on a small Qwen3 model with stale rollouts — reward curves of every method, the
-final held-out accuracy table (mean ± std over seeds), the step size × staleness regime map of naive
+final held-out accuracy table (mean ± sample std over seeds), the step size × staleness regime map of naive
 async, and whether the consecutive-gradient cosine predicts the outcome. Runs come from the shared
 LLM sweep (experiments/llm.py), cached with fig1/fig3's LLM panels.
 """
@@ -21,7 +21,7 @@ NAME = "fig5_llm_grpo"
 
 
 def _markdown(table: list[dict]) -> str:
-    lines = ["| method | s | lr | ratio to | seeds | final held-out acc (mean ± std) | min..max | Δ vs start "
+    lines = ["| method | s | lr | ratio to | seeds | final held-out acc (mean ± sample std) | min..max | Δ vs start "
              "| cos_prev "
              "| diverged |",
              "|---|---|---|---|---|---|---|---|---|---|"]

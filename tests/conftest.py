@@ -11,3 +11,8 @@ def _isolated_run_cache(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("GAC_LAB_FORCE", raising=False)
     monkeypatch.delenv("GAC_LAB_FORCE_BEFORE", raising=False)  # set by paper_figs --force
     monkeypatch.setenv("GAC_LAB_JOBS", "1")  # the LLM sweep's parallel path has its own test
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a test that runs a real command for tens of seconds "
+                                       "(deselect with -m 'not slow')")

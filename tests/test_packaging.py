@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 
@@ -16,15 +17,75 @@ def names(requirements):
     return {re.split(r"[<>=\[ ]", r.strip(), maxsplit=1)[0].lower() for r in requirements}
 
 
-def test_environment_yml_lists_every_pyproject_dependency():
+EXTRAS = ("research", "trl", "tensorboard", "dev")
+CONDA_NAME = {"torch": "pytorch"}  # PyPI name -> conda-forge name, where they differ
+
+
+def specs(requirements, where):
+    """name -> version specifier of a requirement list; a name listed twice (even with the same bound) fails."""
+    out = {}
+    for requirement in requirements:
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+)\s*([<>=!~].*)?", requirement.strip())
+        assert match, f"{where}: cannot read requirement {requirement!r}"
+        name, spec = match[1].lower(), (match[2] or "").replace(" ", "")
+        assert name not in out, f"{where}: {name} listed twice"
+        out[name] = spec
+    return out
+
+
+def pyproject_requirements() -> dict:
+    """Every requirement of pyproject.toml (dependencies and the extras) under its conda-forge name; a name that
+    two lists give different bounds fails."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = names(project["dependencies"])
-    for extra in ("research", "trl", "tensorboard", "dev"):
-        wanted |= names(project["optional-dependencies"][extra])
-    conda = {line.strip()[2:] for line in (ROOT / "environment.yml").read_text().splitlines()
-             if line.strip().startswith("- ") and not line.strip().startswith("- -")}
-    conda_names = names(conda) | ({"torch"} if "pytorch" in names(conda) else set())
-    assert wanted - conda_names == set()
+    merged = {"python": project["requires-python"].replace(" ", "")}
+    for where, requirements in [("dependencies", project["dependencies"]),
+                                *((f"[{e}]", project["optional-dependencies"][e]) for e in EXTRAS)]:
+        for name, spec in specs(requirements, where).items():
+            name = CONDA_NAME.get(name, name)
+            assert merged.setdefault(name, spec) == spec, f"{name}: {merged[name]} and {spec} in pyproject.toml"
+    return merged
+
+
+def environment_requirements(text: str) -> tuple[list, dict, list]:
+    """(channels, conda requirements as name -> specifier, pip lines) of an environment.yml."""
+    env = yaml.safe_load(text)
+    conda = [d for d in env["dependencies"] if isinstance(d, str) and d != "pip"]
+    pip_lines = [line for d in env["dependencies"] if isinstance(d, dict) for line in d.get("pip", [])]
+    return env["channels"], specs(conda, "environment.yml"), pip_lines
+
+
+def check_environment(text: str) -> None:
+    channels, conda, pip_lines = environment_requirements(text)
+    assert channels[0] == "conda-forge" and not {"pytorch", "defaults"} & set(channels), channels
+    assert "cpuonly" not in conda, "cpuonly belongs to the retired pytorch channel"
+    assert conda == pyproject_requirements()
+    assert pip_lines == ["-e ."]  # the package itself, nothing that bypasses conda
+
+
+def test_environment_yml_equals_pyproject():
+    check_environment((ROOT / "environment.yml").read_text())
+
+
+@pytest.mark.parametrize("old, new", [
+    ("  - tyro>=0.8\n", "  - tyro>=0.8\n  - tyro>=0.8\n"),          # listed twice
+    ("  - pytorch>=2.4\n", "  - pytorch>=2.4\n  - cpuonly\n"),     # the retired channel's CPU switch
+    ("  - conda-forge\n", "  - pytorch\n  - conda-forge\n"),       # the retired channel
+    ("  - pandas>=1.5\n", "  - pandas>=2.0\n"),                     # another bound than pyproject's
+    ("  - ruff>=0.4\n", ""),                                        # a dependency left out
+    ("  - pip\n", "  - pip\n  - polars>=1.0\n"),                    # one pyproject does not have
+])
+def test_environment_check_catches(old, new):
+    text = (ROOT / "environment.yml").read_text()
+    assert old in text
+    with pytest.raises(AssertionError):
+        check_environment(text.replace(old, new, 1))
+
+
+def test_pyproject_lists_each_requirement_once_per_list():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    with pytest.raises(AssertionError, match="tyro listed twice"):
+        specs([*project["optional-dependencies"]["research"], "tyro>=0.8"], "[research]")
+    pyproject_requirements()  # every list of the real file passes
 
 
 def test_gac_depends_on_torch_only():

@@ -1,7 +1,10 @@
-"""The README's code blocks marked `<!-- readme-test: ... -->` run as written."""
+"""The README is a front door: at most 150 lines, links that resolve, code blocks marked `<!-- readme-test: ... -->`
+(there and in docs/usage.md) that run as written, and a first-five-minutes command that writes its figure with
+the numbers the README tells the reader to expect."""
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,13 +17,36 @@ TEARDOWN_ABORT = "terminate called without an active exception"
 BLOCK = re.compile(r"<!-- readme-test: (?P<how>[^>]*?) -->\s*```python\n(?P<code>.*?)```", re.S)
 
 
+DOCS = ("README.md", "docs/usage.md")
+MAX_README_LINES = 150
+
+
 def readme_blocks():
-    return [(m["how"].strip(), m["code"]) for m in BLOCK.finditer((ROOT / "README.md").read_text())]
+    return [(m["how"].strip(), m["code"]) for doc in DOCS for m in BLOCK.finditer((ROOT / doc).read_text())]
 
 
 def test_readme_has_tested_blocks():
     kinds = [how for how, _ in readme_blocks()]
-    assert "python" in kinds and "torchrun 2" in kinds
+    assert "python" in kinds and "torchrun 2" in kinds and "trl-trainer" in kinds
+
+
+def test_readme_is_short_and_its_links_resolve():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= MAX_README_LINES
+    links = re.findall(r"\]\(([^)#\s]+)(?:#([^)]*))?\)", text)
+    assert {"RESULTS.md", "docs/usage.md", "CHANGELOG.md", "RELIABILITY.md"} <= {path for path, _ in links}
+    for path, anchor in links:
+        assert (ROOT / path).exists(), path
+        if anchor:  # GitHub's anchor of a heading: lower case, spaces to dashes
+            headings = re.findall(r"^#+ (.+)$", (ROOT / path).read_text(), re.M)
+            assert anchor in {h.strip().lower().replace(" ", "-") for h in headings}, (path, anchor)
+
+
+def trl_trainer_setup() -> str:
+    """The full TRL example of docs/usage.md up to its ``add_gac`` call: it builds the ``trainer`` that the
+    README's short TRL block starts from."""
+    (code,) = [code for how, code in readme_blocks() if how == "python" and "add_gac(trainer" in code]
+    return code[: code.index("\nadd_gac(")] + "\n"
 
 
 @pytest.mark.parametrize("how, code", readme_blocks(), ids=lambda v: v if len(v) < 20 else "code")
@@ -28,6 +54,10 @@ def test_readme_block_runs(how, code, tmp_path):
     script = tmp_path / "snippet.py"
     script.write_text(code)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    if how == "trl-trainer":  # the README's short block, on the trainer that docs/usage.md builds
+        script.write_text(trl_trainer_setup() + code + "\nrows = trainer.state.log_history\n"
+                          "assert any(k.startswith('gac/cos_prev') for row in rows for k in row), rows\n")
+        how = "python"
     if how == "python":
         command = [sys.executable, str(script)]
     elif how.startswith("torchrun"):
@@ -54,3 +84,37 @@ def test_readme_block_runs(how, code, tmp_path):
         assert len(by_rank) == int(how.split()[1])
         assert all(len(v) == 4 for v in by_rank.values())
         assert len({tuple(v) for v in by_rank.values()}) == 1  # every rank reports the same cosines and regimes
+
+
+def first_five_minutes() -> tuple[list[str], dict]:
+    """The README's first-five-minutes figure command (argv) and the counts it tells the reader to expect."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- first-five-minutes -->\s*```bash\n(.*?)```", text, re.S)[1]
+    (line,) = [line for line in block.splitlines() if " -m paper_figs " in line]
+    expected = re.search(r"^theory_unstable_runs (\d+), diverged_of_those (\d+), theory_stable_runs (\d+), "
+                         r"diverged_of_stable (\d+)", text, re.M)
+    keys = ("theory_unstable_runs", "diverged_of_those", "theory_stable_runs", "diverged_of_stable")
+    return shlex.split(line), dict(zip(keys, map(int, expected.groups()), strict=True))
+
+
+@pytest.mark.slow
+def test_first_five_minutes_command_writes_its_figure_with_the_expected_counts(tmp_path):
+    """The README's command as written (its python is this one; --out and the run cache in tmp, so it computes
+    from scratch and leaves the checkout alone). 14–18 s of CPU; its wall time follows the machine's load."""
+    argv, expected = first_five_minutes()
+    assert argv[0].endswith("python") and argv[1:3] == ["-m", "paper_figs"]
+    env = {k: v for k, v in os.environ.items() if k != "GAC_LAB_JOBS"}  # the default job count, as a reader's
+    env.update(GAC_LAB_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
+    result = subprocess.run([sys.executable, *argv[1:], "--out", str(tmp_path / "out")], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    name = argv[3]
+    assert (tmp_path / "out" / f"{name}.png").stat().st_size > 10_000
+    printed = dict(re.findall(r"(\w+) (\d+)", re.search(r"theory_unstable_runs.*", result.stdout)[0]))
+    got = {k: int(printed[k]) for k in expected}
+    # The grid of cells is fixed, so which runs lie beyond a*(s) is exact; no run inside diverges (the theory).
+    # Beyond it, the 10 runs that stay finite sit at the edge, where growth is slow: a last-bit difference of
+    # another machine's kernels can flip one of those, so that count gets ±2.
+    assert {k: got[k] for k in ("theory_unstable_runs", "theory_stable_runs", "diverged_of_stable")} == \
+        {k: expected[k] for k in ("theory_unstable_runs", "theory_stable_runs", "diverged_of_stable")}
+    assert abs(got["diverged_of_those"] - expected["diverged_of_those"]) <= 2

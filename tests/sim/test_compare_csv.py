@@ -49,3 +49,25 @@ def test_cli_exit_code(tmp_path):
     assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     write_records([_renamed(BASE[0])], tmp_path / "b" / "fig.csv")
     assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 1
+
+
+def test_tolerance_is_relative_only_and_int_equals_float(tmp_path):
+    """rel_tol bounds |a − b| / |b| at every magnitude (no absolute floor), and 2 equals 2.0."""
+    small = [{"step": 0, "objective": 1e-12}, {"step": 1, "objective": 5.0}]
+    write_records(small, tmp_path / "old.csv")
+    write_records([{"step": 0.0, "objective": 1e-12 * (1 + 1e-13)}, {"step": 1.0, "objective": 5.0}],
+                  tmp_path / "new.csv")
+    assert compare(tmp_path / "old.csv", tmp_path / "new.csv").equal
+    write_records([{"step": 0, "objective": 2e-12}, {"step": 1, "objective": 5.0}], tmp_path / "new.csv")
+    assert not compare(tmp_path / "old.csv", tmp_path / "new.csv").equal  # an absolute 1e-12 apart
+    assert compare(tmp_path / "old.csv", tmp_path / "new.csv", rel_tol=0.6).equal
+
+
+def test_cli_prints_one_verdict_per_csv_and_names_the_difference(tmp_path, capsys):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    write_records(BASE, tmp_path / "a" / "fig.csv")
+    write_records([_renamed(BASE[0], regime="project"), _renamed(BASE[1])], tmp_path / "b" / "fig.csv")
+    assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("fig.csv: DIFFERENT") and "regime" in out

@@ -1,0 +1,30 @@
+"""fig3 gives every panel as many axes as it draws on: a three-axis panel beside two-axis ones leaves none empty."""
+
+import matplotlib.pyplot as plt
+
+from paper_figs import fig3_divergence
+from paper_figs.common import Panel
+
+
+def _panel(name: str, n_axes: int) -> Panel:
+    rows = [{"sim": name, "label": "sync", "staleness": 0, "seed": 0, "step": step, "objective": 1.0 / (1 + step),
+             "grad_norm": 1.0, "diverged": False} for step in range(3)]
+
+    def plot(axes, rows):
+        assert len(axes) == (n_axes or 2)  # the panel gets exactly the axes it draws on
+        for ax in axes:
+            ax.plot([r["step"] for r in rows], [r["objective"] for r in rows], label="sync")
+
+    return Panel(name, lambda profile, device: rows, plot, n_axes=n_axes)
+
+
+def test_no_empty_axes_beside_a_taller_panel(tmp_path, monkeypatch):
+    saved = []
+    monkeypatch.setattr(fig3_divergence, "save_figure", lambda fig, out, name: saved.append(fig))
+    panels = [_panel("quadratic", 0), _panel("bandit_gaussian", 2), _panel("llm", 3)]
+    fig3_divergence.main("test", tmp_path, panels=panels)
+    (fig,) = saved
+    axes = fig.get_axes()
+    assert len(axes) == 2 + 2 + 3
+    assert all(ax.axison and ax.has_data() for ax in axes)
+    plt.close(fig)
