@@ -15,6 +15,7 @@ import torch
 MODES = ("project", "cap")
 REFERENCES = ("prev", "ema")
 NONFINITE_POLICIES = ("raise", "skip")
+SPACES = ("gradient", "update", "momentum")
 
 
 def _check_real(owner: str, name: str, value, finite: bool = True) -> float:
@@ -114,6 +115,10 @@ class GACConfig:
     """What a non-finite gradient does: "raise" an error naming the step, or "skip" the step and count it."""
     reference_dtype: torch.dtype | None = None
     """Storage dtype of the reference (None: the gradient's dtype; torch.bfloat16 halves its memory)."""
+    space: str = "gradient"
+    """Where ``gac.wrap`` acts: "gradient" (raw g before the step), "update" (the proposed step Δθ after it),
+    "momentum" (the optimizer's first moment before it); see ``gac.optim``. Pure ``gac.update`` and the
+    tracker control whatever vector they are given."""
 
     def __post_init__(self) -> None:
         if isinstance(self.threshold, (int, float)) and not isinstance(self.threshold, bool):
@@ -136,6 +141,8 @@ class GACConfig:
             raise ValueError(f"GACConfig.eps must be >= 0, got {self.eps}")
         if self.nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"GACConfig.nonfinite must be one of {NONFINITE_POLICIES}, got {self.nonfinite!r}")
+        if self.space not in SPACES:
+            raise ValueError(f"GACConfig.space must be one of {SPACES}, got {self.space!r}")
         if self.reference_dtype is not None and not (isinstance(self.reference_dtype, torch.dtype)
                                                      and self.reference_dtype.is_floating_point):
             raise ValueError(f"GACConfig.reference_dtype must be a floating torch.dtype or None, "
