@@ -10,9 +10,9 @@ Spaces (``GACConfig.space``), with v the controlled vector and d its reference:
 
 - ``"gradient"``: v = the raw ``.grad``, controlled in place before the inner step; skip = no inner step.
 - ``"update"``: θ_before is saved, the inner step runs, v = Δ = θ_after − θ_before (weight decay included);
-  d is built from previous proposed Δ; θ = θ_before + Δ' (skip: θ = θ_before). The inner optimizer's state
-  stays as its step left it. Memory: the reference (one previous Δ per parameter) as state, θ_before and Δ
-  (one parameter-sized copy each) during ``step()`` only.
+  d is built from previous proposed Δ; θ = θ_before + Δ' (skip: θ = θ_before), computed as θ_after − α·d.
+  The inner optimizer's state stays as its step left it. Memory: the reference (one previous Δ per
+  parameter) as state, θ_before and Δ (one parameter-sized copy each) during ``step()`` only.
 - ``"momentum"``: v = the first moment m_t the inner step is about to form (Adam/AdamW:
   β1·exp_avg + (1−β1)·g; SGD: μ·buf + (1−δ)·g, buf = g at its first step; g includes coupled weight decay
   and ``maximize``); d is built from previous uncontrolled m. Acting shifts the stored buffer so that the
@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from gac.config import SPACES, GACConfig
-from gac.control import ACT, NonFiniteGradientError
+from gac.control import ACT, SKIP, NonFiniteGradientError
 from gac.distributed import local_tensor
 from gac.state import init_threshold_stats
 from gac.tracker import REFERENCE_KEY, GACReport, GradientAlignmentControl, all_finite, check_reference_shape
@@ -136,27 +136,32 @@ class GACOptimizer(torch.optim.Optimizer):
             # No inner step on a non-finite gradient (it would corrupt the optimizer's state): the tracker sees
             # the gradient itself, so every rank raises or skips together after its one all_reduce.
             return self.gac.apply([p.grad for p in params])
-        before = [local_tensor(p).clone() if p.grad is not None else None for p in params]
+        stepped = [local_tensor(p) for p in params if p.grad is not None]
+        before = [t.clone() for t in stepped]
         self._inner_step()
-        deltas = [None if b is None else local_tensor(p) - b for p, b in zip(params, before, strict=True)]
+        deltas = iter(torch._foreach_sub(stepped, before))
+        deltas = [next(deltas) if p.grad is not None else None for p in params]
+        index_of = {p: i for i, p in enumerate(params)}
+
+        def move_parameters(regime: int, coef: float) -> None:
+            """θ_before + Δ' with Δ' = Δ − α·d is θ_after − α·d: one pass over the parameters, no Δ' needed."""
+            if regime == SKIP:
+                self._restore(stepped, before)
+            elif regime == ACT:
+                refs = [self.gac._reference_of(index_of[p]) for p in params if p.grad is not None]
+                pairs = [(t, r) for t, r in zip(stepped, refs, strict=True) if r is not None]
+                if pairs:
+                    torch._foreach_add_([t for t, _ in pairs], [r.to(t.dtype) for t, r in pairs], alpha=-coef)
+
         try:
-            report = self.gac.apply(deltas)
+            return self.gac.apply(deltas, before_write=move_parameters)
         except NonFiniteGradientError:
-            self._restore(params, before)
+            self._restore(stepped, before)
             raise
-        if report.regime == "skip":
-            self._restore(params, before)
-        elif report.regime != "keep":
-            for p, b, delta in zip(params, before, deltas, strict=True):
-                if b is not None:
-                    local_tensor(p).copy_(b.add_(delta))
-        return report
 
     @staticmethod
-    def _restore(params, before) -> None:
-        for p, b in zip(params, before, strict=True):
-            if b is not None:
-                local_tensor(p).copy_(b)
+    def _restore(stepped: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        torch._foreach_copy_(stepped, values)
 
     @torch.no_grad()
     def _momentum_step(self) -> GACReport:

@@ -185,7 +185,7 @@ def test_a_wrong_placement_fails_the_comparison(monkeypatch, space, wrong, optim
     expected, expected_regimes = run_by_hand(space, optimizer, cfg)
     if wrong == "no_restore":
         assert "skip" in expected_regimes
-        monkeypatch.setattr(GACOptimizer, "_restore", staticmethod(lambda params, before: None))
+        monkeypatch.setattr(GACOptimizer, "_restore", staticmethod(lambda stepped, values: None))
     else:
         monkeypatch.setattr(GACOptimizer, f"_{space}_step", wrong)
     got, _ = run_wrapped(space, optimizer, cfg)
