@@ -221,7 +221,9 @@ class GradientAlignmentControl:
             d_sq = sum_of_squares([r for _, r in pairs]) if pairs else zero
         # Decided from the entries, not from the sums: a finite vector's sum may still overflow.
         nonfinite = zero if bool(torch.isfinite(g_sq)) else (~all_finite(grads)).double()
-        reference_nonfinite = zero if bool(torch.isfinite(d_sq)) else (~all_finite([r for _, r in pairs])).double()
+        # ‖d‖² may come from the cache (last step's ‖g‖²), so a non-finite ⟨g, d⟩ also sends us to look at d.
+        suspect = not bool(torch.isfinite(d_sq) & torch.isfinite(dot))
+        reference_nonfinite = (~all_finite([r for _, r in pairs])).double() if suspect else zero
         return torch.stack([dot, g_sq, d_sq, nonfinite, reference_nonfinite])
 
     def _cached_d_sq(self, indices: list[int], grads: list[torch.Tensor]) -> torch.Tensor | None:
