@@ -4,8 +4,10 @@ For 1M / 10M / 100M parameters: median time of ``GradientAlignmentControl.apply(
 and in the project regime) and of ``torch.optim.AdamW(foreach=True).step()`` on the same
 parameters, measured alternately in one run; the ratio GAC / AdamW; the extra memory (the reference
 buffer, fp32 and bf16). ``--sharded`` adds FSDP2 on 2 CPU processes: optimizer step time with and
-without GAC, collectives per step, reference memory against the gradient shard.
-Run: ``python -m benchmarks.gac_overhead [--sizes 1 10 100] [--repeats 7] [--sharded]``.
+without GAC, collectives per step, reference memory against the gradient shard. ``--spaces`` adds the
+whole wrapped AdamW step in each GAC space (gradient, update, momentum) over the plain AdamW step, measured
+alternately, and the bytes of state each keeps.
+Run: ``python -m benchmarks.gac_overhead [--sizes 1 10 100] [--repeats 7] [--sharded] [--spaces 1 10]``.
 """
 
 from __future__ import annotations
@@ -77,6 +79,70 @@ def measure(total_millions: float, repeats: int) -> dict:
             "ratio_project_bf16": med["project_bf16"] / med["adamw"],
             "extra_MB_fp32": project.reference_bytes() / 2**20, "extra_MB_bf16": half.reference_bytes() / 2**20,
             "project_regime": project.last_report.regime}
+
+
+# -- spaces: the whole wrapped step in gradient / update / momentum space ------------------------------
+
+SPACES = ("gradient", "update", "momentum")
+
+
+def measure_spaces(total_millions: float, repeats: int) -> dict:
+    """Median time of ``opt.step()`` for plain AdamW and AdamW wrapped in each space (project regime), alternately.
+
+    Each variant has its own copy of the parameters (steps move them); every step gets the same fresh gradient,
+    so consecutive gradients, proposed steps and first moments are aligned and GAC projects every time.
+    """
+    torch.manual_seed(0)
+    shapes = transformer_shapes(total_millions)
+    start = [torch.randn(shape) * 0.02 for shape in shapes]
+    grads = [torch.randn_like(t) for t in start]
+    variants = {}
+    for name in ("adamw", *SPACES):
+        params = [torch.nn.Parameter(t.clone()) for t in start]
+        inner = torch.optim.AdamW(params, lr=1e-4, foreach=True)
+        opt = inner if name == "adamw" else gac.wrap(inner, gac.GACConfig(threshold=0.0, space=name))
+        variants[name] = (params, opt)
+
+    def timed(name):
+        params, opt = variants[name]
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g.clone()
+        begin = time.perf_counter()
+        opt.step()
+        return time.perf_counter() - begin
+
+    for name in variants:  # warm-up: optimizer state and references allocated, and a first moment to control
+        timed(name), timed(name)
+    samples = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name in variants:
+            samples[name].append(timed(name))
+    med = {name: statistics.median(v) for name, v in samples.items()}
+    param_bytes = sum(t.numel() * t.element_size() for t in start)
+    result = {"params_M": sum(t.numel() for t in start) / 1e6, "adamw_ms": med["adamw"] * 1e3,
+              "param_MB": param_bytes / 2**20}
+    for name in SPACES:
+        opt = variants[name][1]
+        assert opt.last_report.regime == "project", (name, opt.last_report)
+        result[f"{name}_ms"] = med[name] * 1e3
+        result[f"{name}_ratio"] = med[name] / med["adamw"]
+        result[f"{name}_state_MB"] = opt.gac.reference_bytes() / 2**20
+        # update space holds θ_before and Δ (one parameter-sized copy each) during step() only
+        result[f"{name}_transient_MB"] = 2 * param_bytes / 2**20 if name == "update" else 0.0
+    return result
+
+
+def print_spaces(sizes: list[float], repeats: int) -> None:
+    print("\nWrapped AdamW step in each GAC space / plain AdamW step (medians, alternated; project regime):")
+    print(f"{'params':>8} {'AdamW ms':>9} " + " ".join(f"{s + ' ms':>12} {'x':>5}" for s in SPACES)
+          + f" {'state MB (each space)':>22} {'update transient MB':>19}")
+    for size in sizes:
+        r = measure_spaces(size, repeats)
+        times = " ".join(f"{r[s + '_ms']:>12.2f} {r[s + '_ratio']:>5.2f}" for s in SPACES)
+        states = "/".join(f"{r[s + '_state_MB']:.1f}" for s in SPACES)
+        print(f"{r['params_M']:>7.1f}M {r['adamw_ms']:>9.2f} {times} {states:>22} "
+              f"{r['update_transient_MB']:>19.1f}", flush=True)
+    print("(state: the reference, one previous g / Δθ / m per parameter; GAC's added time = x − 1)")
 
 
 # -- sharded case: FSDP2 on 2 CPU processes (gloo) ---------------------------------------------------
@@ -184,6 +250,8 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--sharded", action="store_true", help="also measure FSDP2 on 2 CPU processes")
+    parser.add_argument("--spaces", type=float, nargs="*", default=None,
+                        help="also time the wrapped step in each GAC space at these sizes (millions)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -202,6 +270,8 @@ def main(argv=None) -> None:
           f"{UNSHARDED_TARGET}; the step with GAC is 1 + proj/Adam of the plain step)")
     if args.sharded:
         print_sharded(sharded(repeats=args.repeats))
+    if args.spaces is not None:
+        print_spaces(args.spaces or [1, 10], args.repeats)
 
 
 if __name__ == "__main__":

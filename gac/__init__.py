@@ -4,6 +4,11 @@ Pure core: ``state = gac.init(g, cfg)``; ``g', state, report = gac.update(g, sta
 of shape (..., P). Measure the cosine between the current gradient and a reference direction (the previous
 gradient, or an EMA of past ones); when it exceeds a threshold, remove ("project") or shrink
 ("cap") the parallel part, or skip the step. Depends on torch only.
+
+In a training loop, ``opt = gac.wrap(optimizer, GACConfig(space=...))`` places the control: "gradient"
+(the raw gradient before the step), "update" (the optimizer's proposed step Δθ after it, against the
+previous proposed Δθ; the optimizer's state untouched) or "momentum" (the optimizer's first moment before
+the step, against the previous uncontrolled one; Adam/AdamW/SGD with momentum). See ``gac.optim``.
 """
 
 from gac.config import EMAThreshold, GACConfig, ThresholdRule
@@ -24,7 +29,7 @@ from gac.control import (
     regime_name,
     update_reference,
 )
-from gac.optim import GACOptimizer, wrap
+from gac.optim import GACOptimizer, strip_gac_state, wrap
 from gac.state import GACState, UpdateReport, init, update
 from gac.tracker import GACReport, GradientAlignmentControl
 
@@ -33,6 +38,6 @@ __all__ = [
     "GACOptimizer", "GACReport", "GACState", "GradientAlignmentControl", "NonFiniteGradientError", "ThresholdRule",
     "UpdateReport", "init", "update",
     "alignment", "alignment_stats", "apply_decision", "cap_scale", "control", "decide", "regime_name",
-    "update_reference", "wrap",
+    "update_reference", "strip_gac_state", "wrap",
 ]
 __version__ = "0.1.0"

@@ -7,6 +7,7 @@ training work starts.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -15,14 +16,33 @@ import torch
 MODES = ("project", "cap")
 REFERENCES = ("prev", "ema")
 NONFINITE_POLICIES = ("raise", "skip")
+SPACES = ("gradient", "update", "momentum")
 
 
 def _check_real(owner: str, name: str, value, finite: bool = True) -> float:
     """``value`` as a float, or a one-line ValueError if it is not a real number (or not finite)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy scalars are Real too
         raise ValueError(f"{owner}.{name} must be a number, got {value!r}")
     if finite and not math.isfinite(value):
         raise ValueError(f"{owner}.{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def check_threshold(value, where: str = "threshold"):
+    """τ as a float (or a tensor of them) in [0, 1); else a one-line ValueError naming ``where``.
+
+    The same rule for ``GACConfig.threshold`` and for a ``threshold=`` override of ``gac.control`` /
+    ``gac.update`` (a τ outside it makes cap's γ meaningless: τ < 0 gives γ < 0, τ ≥ 1 divides by zero).
+    """
+    if isinstance(value, torch.Tensor):
+        if value.is_complex() or not bool(((value >= 0) & (value < 1)).all()):  # NaN fails the comparison too
+            raise ValueError(f"{where} must be in [0, 1) everywhere, got values in "
+                             f"[{value.min().item()}, {value.max().item()}] (or NaN)")
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{where} must be a float in [0, 1) or a ThresholdRule, got {value!r}")
+    if not 0.0 <= float(value) < 1.0:  # NaN fails this too
+        raise ValueError(f"{where} must be in [0, 1), got {value}")
     return float(value)
 
 
@@ -114,13 +134,15 @@ class GACConfig:
     """What a non-finite gradient does: "raise" an error naming the step, or "skip" the step and count it."""
     reference_dtype: torch.dtype | None = None
     """Storage dtype of the reference (None: the gradient's dtype; torch.bfloat16 halves its memory)."""
+    space: str = "gradient"
+    """Where ``gac.wrap`` acts: "gradient" (raw g before the step), "update" (the proposed step Δθ after it),
+    "momentum" (the optimizer's first moment before it); see ``gac.optim``. Pure ``gac.update`` and the
+    tracker control whatever vector they are given."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.threshold, (int, float)) and not isinstance(self.threshold, bool):
-            threshold = _check_real("GACConfig", "threshold", self.threshold)
-            if not 0.0 <= threshold < 1.0:
-                raise ValueError(f"GACConfig.threshold must be in [0, 1), got {self.threshold}")
-            object.__setattr__(self, "threshold", threshold)  # frozen: normalise int to float once
+        if isinstance(self.threshold, numbers.Real) and not isinstance(self.threshold, bool):
+            # frozen: normalise int / numpy scalars to float once
+            object.__setattr__(self, "threshold", check_threshold(self.threshold, "GACConfig.threshold"))
         elif not isinstance(self.threshold, ThresholdRule):
             raise ValueError(f"GACConfig.threshold must be a float in [0, 1) or a ThresholdRule, "
                              f"got {self.threshold!r}")
@@ -136,6 +158,8 @@ class GACConfig:
             raise ValueError(f"GACConfig.eps must be >= 0, got {self.eps}")
         if self.nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"GACConfig.nonfinite must be one of {NONFINITE_POLICIES}, got {self.nonfinite!r}")
+        if self.space not in SPACES:
+            raise ValueError(f"GACConfig.space must be one of {SPACES}, got {self.space!r}")
         if self.reference_dtype is not None and not (isinstance(self.reference_dtype, torch.dtype)
                                                      and self.reference_dtype.is_floating_point):
             raise ValueError(f"GACConfig.reference_dtype must be a floating torch.dtype or None, "

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import torch
 
-from gac.config import GACConfig
+from gac.config import GACConfig, check_threshold
 
 KEEP, ACT, SKIP = 0, 1, 2
 """Regime codes in batched results; ``regime_name`` turns them into "keep" / mode / "skip"."""
@@ -167,13 +167,16 @@ def check_gradient(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig, where: str)
     if cfg.nonfinite == "raise" and not bool(torch.isfinite(g).all()):
         raise NonFiniteGradientError(f"{where}: non-finite gradient (NaN or inf); nothing was changed "
                                      f"(GACConfig(nonfinite='skip') skips such steps instead)")
+    if cfg.nonfinite == "raise" and not bool(torch.isfinite(d).all()):
+        raise NonFiniteGradientError(f"{where}: non-finite GAC reference (NaN or inf); nothing was changed "
+                                     f"(GACConfig(nonfinite='skip') skips such steps and restarts the reference)")
 
 
 def controlled(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
                threshold: torch.Tensor | float) -> tuple[torch.Tensor, Decision]:
     """(g', decision) for checked g, d of shape (..., P), P ≥ 1; the one implementation of the step.
 
-    Norms in the decision are in the input's units. Rows whose g is not finite are skipped (g' = 0)
+    Norms in the decision are in the input's units. Rows whose g or d is not finite are skipped (g' = 0)
     — callers reach this only under ``nonfinite="skip"``, as ``check_gradient`` raises otherwise.
     """
     # Work on exactly rescaled copies (powers of two) so extreme finite inputs cannot overflow.
@@ -183,7 +186,7 @@ def controlled(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
     new = torch.where((decision.regime == KEEP).unsqueeze(-1), g, new)
     scale = g_scale.squeeze(-1)
     decision = decision._replace(norm_before=decision.norm_before * scale, norm_after=decision.norm_after * scale)
-    finite = torch.isfinite(g).all(-1)
+    finite = torch.isfinite(g).all(-1) & torch.isfinite(d).all(-1)
     if not bool(finite.all()):
         zeros, nan = torch.zeros_like(decision.cosine), torch.full_like(decision.cosine, float("nan"))
         skipped = Decision(zeros, torch.full_like(decision.regime, SKIP), zeros, zeros, zeros, nan, zeros)
@@ -203,6 +206,8 @@ def control(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
     ``NonFiniteGradientError`` under ``nonfinite="raise"`` and is skipped (g' = 0) under "skip".
     """
     check_gradient(g, d, cfg, "control")
+    if threshold is not None:
+        threshold = check_threshold(threshold, "control: threshold")
     if threshold is None:
         if not isinstance(cfg.threshold, float):
             raise ValueError("control with an adaptive threshold rule needs threshold=τ; use gac.update, "

@@ -1,26 +1,69 @@
-"""wrap(optimizer, cfg): an optimizer whose step() applies GAC to the gradients first.
+"""wrap(optimizer, cfg): an optimizer whose step() applies GAC where ``cfg.space`` says.
 
 The wrapper shares ``param_groups`` and ``state`` with the optimizer it wraps, so LR schedulers,
-gradient clipping and checkpoint code see an ordinary ``torch.optim.Optimizer``. The reference
-direction lives in ``optimizer.state[p]["gac_reference"]`` (the torch convention, so FSDP and
-distributed-checkpoint tooling carry it); the state_dict adds a small "gac" entry (step counts and
-threshold statistics). In the "skip" regime the inner step is not taken.
+gradient clipping and checkpoint code see an ordinary ``torch.optim.Optimizer``. All GAC state lives
+in ``optimizer.state``-shaped entries, so every checkpoint path that keeps an optimizer's state keeps
+GAC's: the reference under each parameter's ``"gac_reference"``, and (in ``state_dict()`` only) the step
+counts and threshold statistics as plain Python numbers under the first parameter's ``"gac_counters"``.
+
+Spaces (``GACConfig.space``), with v the controlled vector and d its reference:
+
+- ``"gradient"``: v = the raw ``.grad``, controlled in place before the inner step; skip = no inner step.
+- ``"update"``: θ_before is saved, the inner step runs, v = Δ = θ_after − θ_before (weight decay included);
+  d is built from previous proposed Δ; θ = θ_before + Δ' (skip: θ = θ_before), computed as θ_after − α·d.
+  The inner optimizer's state stays as its step left it. Memory: the reference (one previous Δ per
+  parameter) as state, θ_before and Δ (one parameter-sized copy each) during ``step()`` only.
+- ``"momentum"``: v = the first moment m_t the inner step is about to form (Adam/AdamW:
+  β1·exp_avg + (1−β1)·g; SGD: μ·buf + (1−δ)·g, buf = g at its first step; g includes coupled weight decay
+  and ``maximize``); d is built from previous uncontrolled m. Acting shifts the stored buffer so that the
+  inner step forms m' = m − α·d: exp_avg −= α·d/β1 (SGD: buf −= α·d/μ); the second moment is untouched.
+  At a step where some parameter has no first moment yet, GAC measures but keeps. Skip = no inner step,
+  buffers unchanged. Memory: the reference (one previous m per parameter).
 """
 
 from __future__ import annotations
 
 import torch
 
-from gac.config import GACConfig
-from gac.tracker import REFERENCE_KEY, GACReport, GradientAlignmentControl, check_reference_shape
+from gac.config import SPACES, GACConfig
+from gac.control import ACT, SKIP, NonFiniteGradientError
+from gac.distributed import local_tensor
+from gac.state import init_threshold_stats
+from gac.tracker import REFERENCE_KEY, GACReport, GradientAlignmentControl, all_finite, check_reference_shape
+
+COUNTERS_KEY = "gac_counters"
+"""Key, in the first parameter's entry of ``state_dict()["state"]``, of GAC's step counts, threshold
+statistics and space (plain Python numbers: torch casts loaded state tensors to the parameter's dtype,
+and distributed-checkpoint tooling keeps only per-parameter state and param groups)."""
+
+MOMENTUM_OPTIMIZERS = "torch.optim.Adam, torch.optim.AdamW, or torch.optim.SGD with momentum > 0"
+
+
+def first_moment_kind(optimizer: torch.optim.Optimizer) -> str:
+    """"adam" or "sgd" for optimizers whose first moment momentum space can control; else a one-line error."""
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        if any(float(group["betas"][0]) == 0 for group in optimizer.param_groups):
+            raise ValueError("GACConfig(space='momentum') needs β1 > 0 (with β1 = 0 Adam keeps no first moment)")
+        return "adam"
+    if isinstance(optimizer, torch.optim.SGD) and all(group["momentum"] > 0 for group in optimizer.param_groups):
+        return "sgd"
+    raise ValueError(f"GACConfig(space='momentum') needs an optimizer with a first moment ({MOMENTUM_OPTIMIZERS}); "
+                     f"got {type(optimizer).__name__} without one: use space='gradient' or 'update'")
 
 
 class GACOptimizer(torch.optim.Optimizer):
-    """An optimizer that applies Gradient Alignment Control before delegating to ``optimizer``."""
+    """An optimizer that applies Gradient Alignment Control (in ``cfg.space``) around ``optimizer``'s step."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process_group=None):
+        if isinstance(optimizer, GACOptimizer) or getattr(optimizer, "_gac_wrapped", False):
+            raise ValueError("wrap(): this optimizer is already wrapped by GAC; wrap the plain optimizer once")
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"wrap() needs a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if isinstance(optimizer, torch.optim.LBFGS):
+            raise ValueError("wrap(): LBFGS re-evaluates its closure several times within one step, so GAC has no "
+                             "single gradient to control; use GAC with a first-order optimizer")
+        cfg = cfg if cfg is not None else GACConfig()
+        self._moment_kind = first_moment_kind(optimizer) if cfg.space == "momentum" else None
         self._wrapped = False
         self.optimizer = optimizer
         params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -31,29 +74,145 @@ class GACOptimizer(torch.optim.Optimizer):
         self.param_groups = optimizer.param_groups
         self.state = optimizer.state
         self.skipped_steps = 0
+        self._adopt_loaded_counters()
+        optimizer._gac_wrapped = True
         self._wrapped = True
 
     @property
     def last_report(self) -> GACReport | None:
         return self.gac.last_report
 
+    @property
+    def cfg(self) -> GACConfig:
+        return self.gac.cfg
+
+    # -- the step ---------------------------------------------------------------------------------
     def step(self, closure=None):
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        report = self.gac.apply()
+        if any(p.grad is not None and p.grad.is_sparse for p in self.gac.params):
+            raise ValueError("GAC does not support sparse gradients (e.g. nn.Embedding(sparse=True)): use dense "
+                             "gradients, or leave those parameters out of the optimizer GAC wraps")
+        if self._is_state_initialisation():
+            self._inner_step()
+            return loss
+        space = self.cfg.space
+        report = (self._gradient_step() if space == "gradient" else
+                  self._update_step() if space == "update" else self._momentum_step())
         if report.regime == "skip":
             self.skipped_steps += 1
-            return loss
+        return loss
+
+    def _is_state_initialisation(self) -> bool:
+        """A step that cannot move the parameters (lr 0 everywhere, every gradient 0 or absent): what torch's
+        distributed-checkpoint API runs to create the inner state. It is passed through, GAC's state kept."""
+        if any(float(group.get("lr", 1.0)) != 0.0 for group in self.param_groups):
+            return False
+        return all(p.grad is None or not bool(local_tensor(p.grad).any()) for p in self.gac.params)
+
+    def _inner_step(self) -> None:
         # torch optimizers initialise a parameter's state when it is empty (Adam: len(state) == 0), so a
         # reference that arrived before the optimizer's own state is hidden during the inner step.
         alone = {p: s.pop(REFERENCE_KEY) for p, s in self.state.items() if list(s) == [REFERENCE_KEY]}
         self.optimizer.step()
         for param, reference in alone.items():
             self.state[param][REFERENCE_KEY] = reference
-        return loss
 
+    def _gradient_step(self) -> GACReport:
+        report = self.gac.apply()
+        if report.regime != "skip":
+            self._inner_step()
+        return report
+
+    @torch.no_grad()
+    def _update_step(self) -> GACReport:
+        params = self.gac.params
+        grads = [local_tensor(p.grad) for p in params if p.grad is not None]
+        if not grads:
+            raise ValueError(f"GAC step {self.gac.step}: no parameter has a gradient; call backward() first")
+        if not bool(all_finite(grads)):
+            # No inner step on a non-finite gradient (it would corrupt the optimizer's state): the tracker sees
+            # the gradient itself, so every rank raises or skips together after its one all_reduce.
+            return self.gac.apply([p.grad for p in params])
+        stepped = [local_tensor(p) for p in params if p.grad is not None]
+        before = [t.clone() for t in stepped]
+        self._inner_step()
+        deltas = iter(torch._foreach_sub(stepped, before))
+        deltas = [next(deltas) if p.grad is not None else None for p in params]
+        index_of = {p: i for i, p in enumerate(params)}
+
+        def move_parameters(regime: int, coef: float) -> None:
+            """θ_before + Δ' with Δ' = Δ − α·d is θ_after − α·d: one pass over the parameters, no Δ' needed."""
+            if regime == SKIP:
+                self._restore(stepped, before)
+            elif regime == ACT:
+                refs = [self.gac._reference_of(index_of[p]) for p in params if p.grad is not None]
+                pairs = [(t, r) for t, r in zip(stepped, refs, strict=True) if r is not None]
+                if pairs:
+                    torch._foreach_add_([t for t, _ in pairs], [r.to(t.dtype) for t, r in pairs], alpha=-coef)
+
+        try:
+            return self.gac.apply(deltas, before_write=move_parameters)
+        except NonFiniteGradientError:
+            self._restore(stepped, before)
+            raise
+
+    @staticmethod
+    def _restore(stepped: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        torch._foreach_copy_(stepped, values)
+
+    @torch.no_grad()
+    def _momentum_step(self) -> GACReport:
+        moments, buffers = self._first_moments()
+        params = self.gac.params
+        index_of = {p: i for i, p in enumerate(params)}
+
+        def shift_buffers(regime: int, coef: float) -> None:
+            if regime != ACT:
+                return
+            for param, (buffer, factor) in buffers.items():
+                reference = self.gac._reference_of(index_of[param])
+                if buffer is not None and reference is not None:
+                    buffer.sub_(reference.to(buffer.dtype), alpha=coef * factor)
+
+        complete = all(buffer is not None for buffer, _ in buffers.values())
+        report = self.gac.apply([moments.get(p) for p in params], allow_action=complete, before_write=shift_buffers)
+        if report.regime != "skip":
+            self._inner_step()
+        return report
+
+    def _first_moments(self) -> tuple[dict, dict]:
+        """{param: m_t} the inner step is about to form, and {param: (stored buffer or None, 1/β1 or 1/μ)}."""
+        moments, buffers = {}, {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = local_tensor(p.grad)
+                grad = -grad if group.get("maximize", False) else grad
+                state = self.state.get(p, {})
+                if self._moment_kind == "adam":
+                    beta1 = float(group["betas"][0])
+                    if group["weight_decay"] != 0 and not group.get("decoupled_weight_decay", False):
+                        grad = grad.add(local_tensor(p), alpha=group["weight_decay"])
+                    buffer = state.get("exp_avg")
+                    buffer = None if buffer is None else local_tensor(buffer)
+                    moments[p] = (1.0 - beta1) * grad if buffer is None else torch.lerp(buffer, grad, 1.0 - beta1)
+                    factor = 1.0 / beta1
+                else:
+                    momentum, dampening = float(group["momentum"]), float(group["dampening"])
+                    if group["weight_decay"] != 0:
+                        grad = grad.add(local_tensor(p), alpha=group["weight_decay"])
+                    buffer = state.get("momentum_buffer")
+                    buffer = None if buffer is None else local_tensor(buffer)
+                    moments[p] = grad.clone() if buffer is None else momentum * buffer + (1.0 - dampening) * grad
+                    factor = 1.0 / momentum
+                buffers[p] = (buffer, factor)
+        return moments, buffers
+
+    # -- torch.optim conventions ------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
@@ -62,32 +221,81 @@ class GACOptimizer(torch.optim.Optimizer):
             raise NotImplementedError("GACOptimizer: add parameter groups before wrapping the optimizer")
         super().add_param_group(param_group)
 
+    def _counters(self) -> dict:
+        # Numbers only: torch's load_state_dict rebuilds iterables element by element (a str never ends).
+        return {"space": SPACES.index(self.cfg.space), "step": self.gac.step,
+                "skipped_nonfinite": self.gac.skipped_nonfinite, "skipped_steps": self.skipped_steps,
+                "threshold_stats": [t.tolist() for t in self.gac.threshold_stats]}
+
     def state_dict(self) -> dict:
         state = self.optimizer.state_dict()  # holds the reference, under each parameter's "gac_reference"
-        state["gac"] = self.gac.state_dict(with_reference=False)
-        state["gac_skipped_steps"] = self.skipped_steps
+        first_id = state["param_groups"][0]["params"][0]
+        state["state"][first_id] = {**state["state"].get(first_id, {}), COUNTERS_KEY: self._counters()}
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Load a state of ``state_dict`` (or of gac 0.1, whose "gac" entry held the reference list)."""
-        state_dict = dict(state_dict)
-        gac_state = state_dict.pop("gac", None)
+        """Load a state of ``state_dict`` (also of gac 0.1/0.2, whose "gac" entry held the counters).
+
+        A state without GAC entries (a plain optimizer's) starts GAC anew: no reference, step 0.
+        """
+        state_dict = {**state_dict, "state": {k: dict(v) for k, v in state_dict.get("state", {}).items()}}
+        counters = None
+        for entry in state_dict["state"].values():
+            counters = entry.pop(COUNTERS_KEY, None) or counters
+        legacy = state_dict.pop("gac", None)
+        legacy_skipped = state_dict.pop("gac_skipped_steps", 0)
+        if counters is not None:
+            self._check_space(counters)
         self._check_saved_references(state_dict)
-        if gac_state is not None and gac_state.get("reference") is not None:
-            self.gac._check_reference_shapes(gac_state["reference"])
-        skipped = int(state_dict.pop("gac_skipped_steps", 0))
+        if legacy is not None and legacy.get("reference") is not None:
+            self.gac._check_reference_shapes(legacy["reference"])
+        gac_state = self._gac_state(counters, legacy)
+        self.gac._loaded_threshold_stats(gac_state)  # a config mismatch fails here, before anything is loaded
         self.optimizer.load_state_dict(state_dict)
         self.state = self.gac.param_state = self.optimizer.state  # load_state_dict made a new dict
         self.gac._last_g_sq = None  # the references were replaced
         self.param_groups = self.optimizer.param_groups
-        self.skipped_steps = skipped
-        if gac_state is not None:
-            self.gac.load_state_dict(gac_state)
-        dtype = self.gac.cfg.reference_dtype
+        self.skipped_steps = int(counters["skipped_steps"]) if counters is not None else int(legacy_skipped)
+        self.gac.load_state_dict(gac_state)
+        dtype = self.cfg.reference_dtype
         if dtype is not None:  # torch casts loaded state to the parameter's dtype; keep the reference's
             for param_state in self.state.values():
                 if REFERENCE_KEY in param_state:
                     param_state[REFERENCE_KEY] = param_state[REFERENCE_KEY].to(dtype)
+
+    def _gac_state(self, counters: dict | None, legacy: dict | None) -> dict:
+        """The tracker's state_dict from the saved counters (or a legacy "gac" entry, or nothing: fresh)."""
+        if counters is not None:
+            fresh = self.gac.threshold_stats
+            stats = [torch.tensor(v, dtype=f.dtype) for v, f in zip(counters["threshold_stats"], fresh, strict=False)]
+            if len(counters["threshold_stats"]) != len(fresh):
+                stats = [torch.tensor(v) for v in counters["threshold_stats"]]  # rejected with the config's message
+            return {"step": counters["step"], "skipped_nonfinite": counters["skipped_nonfinite"],
+                    "threshold_stats": stats}
+        if legacy is not None:
+            return legacy
+        return {"step": 0, "skipped_nonfinite": 0, "threshold_stats": list(init_threshold_stats(self.cfg))}
+
+    def _check_space(self, counters: dict) -> None:
+        saved = SPACES[int(counters["space"])]
+        if saved != self.cfg.space:
+            raise ValueError(f"GAC state was saved with space={saved!r}, this optimizer has "
+                             f"space={self.cfg.space!r}; load it with the GACConfig it was saved with")
+
+    def _adopt_loaded_counters(self) -> None:
+        """GAC counters that a plain ``load_state_dict`` left in the inner state (a checkpoint of a wrapped
+        optimizer loaded before wrapping, as transformers' Trainer does on resume) become this wrapper's."""
+        found = [s.pop(COUNTERS_KEY) for s in self.state.values() if COUNTERS_KEY in s]
+        if not found:
+            return
+        counters = found[0]
+        self._check_space(counters)
+        self.skipped_steps = int(counters["skipped_steps"])
+        self.gac.load_state_dict(self._gac_state(counters, None))
+        dtype = self.cfg.reference_dtype
+        for param_state in self.state.values():
+            if dtype is not None and REFERENCE_KEY in param_state:
+                param_state[REFERENCE_KEY] = param_state[REFERENCE_KEY].to(dtype)
 
     def _check_saved_references(self, state_dict: dict) -> None:
         """Every saved reference has its parameter's shape (saved ids map to parameters in group order)."""
@@ -100,8 +308,20 @@ class GACOptimizer(torch.optim.Optimizer):
         return f"GACOptimizer({self.gac.cfg}, {self.optimizer!r})"
 
 
+def strip_gac_state(state_dict: dict) -> dict:
+    """A copy of a wrapped optimizer's ``state_dict`` without GAC's entries, for a plain optimizer to load.
+
+    torch's ``load_state_dict`` keeps every per-parameter key it is given, so loading a wrapped state into a
+    plain optimizer directly would carry the reference along as dead memory.
+    """
+    state = {k: {key: v for key, v in entry.items() if key not in (REFERENCE_KEY, COUNTERS_KEY)}
+             for k, entry in state_dict["state"].items()}
+    return {key: value for key, value in state_dict.items() if key not in ("gac", "gac_skipped_steps")} | {
+        "state": {k: v for k, v in state.items() if v}}
+
+
 def wrap(optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process_group=None) -> GACOptimizer:
-    """Return an optimizer whose ``step()`` applies GAC (``cfg``) to the gradients, then steps.
+    """Return an optimizer whose ``step()`` applies GAC (``cfg``, in ``cfg.space``) and steps ``optimizer``.
 
     Example::
 
@@ -110,3 +330,6 @@ def wrap(optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process
         opt.last_report.cosine
     """
     return GACOptimizer(optimizer, cfg, process_group)
+
+
+__all__ = ["GACOptimizer", "wrap", "strip_gac_state", "first_moment_kind", "COUNTERS_KEY"]

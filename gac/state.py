@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import torch
 
-from gac.config import GACConfig
+from gac.config import GACConfig, check_threshold
 from gac.control import check_gradient, controlled, update_reference
 
 
@@ -73,20 +73,27 @@ def update(g: torch.Tensor, state: GACState, cfg: GACConfig,
 
     τ is ``threshold`` when given (a float or a tensor of the batch shape; only with a fixed
     cfg.threshold), else cfg.threshold or the adaptive rule's τ from ``state.threshold_stats``. The
-    reference then takes the raw g ("prev") or its EMA, and the rule observes the cosine. A non-finite
-    g raises ``NonFiniteGradientError`` (nonfinite="raise") or skips its row (g' = 0, state kept).
+    reference then takes the raw g ("prev") or its EMA, stored in cfg.reference_dtype when set, and the rule
+    observes the cosine. A non-finite g or reference raises ``NonFiniteGradientError`` (nonfinite="raise") or
+    skips its row (g' = 0; a non-finite reference restarts from zero). τ overrides outside [0, 1) are refused.
     """
+    g = g.detach()  # the state must not hold the caller's autograd graph
     check_gradient(g, state.reference, cfg, "update")
     if g.dim() == 0:
         raise ValueError("update needs a gradient of shape (..., P) with P >= 1, got a 0-dim tensor")
     if threshold is not None and not isinstance(cfg.threshold, float):
         raise ValueError("update: threshold= overrides a fixed cfg.threshold only, not an adaptive rule")
+    if threshold is not None:
+        threshold = check_threshold(threshold, "update: threshold")
     tau = current_threshold(cfg, state.threshold_stats) if threshold is None else threshold
     new, decision = controlled(g, state.reference, cfg, tau)
-    finite = torch.isfinite(g).all(-1)
-    reference = update_reference(state.reference, g, cfg)
+    g_finite, d_finite = torch.isfinite(g).all(-1), torch.isfinite(state.reference).all(-1)
+    finite = g_finite & d_finite
+    reference = update_reference(state.reference, g, cfg).to(cfg.reference_dtype or state.reference.dtype)
     if not bool(finite.all()):
-        reference = torch.where(finite.unsqueeze(-1), reference, state.reference)
+        # a non-finite g leaves the reference as it was; a non-finite reference restarts from zero (as at init)
+        kept = torch.where(d_finite.unsqueeze(-1), state.reference, torch.zeros_like(state.reference))
+        reference = torch.where(finite.unsqueeze(-1), reference, kept)
     stats = observe_threshold(cfg, state.threshold_stats, decision.cosine, finite)
     tau_tensor = torch.as_tensor(tau, dtype=decision.cosine.dtype, device=g.device).expand(decision.cosine.shape)
     report = UpdateReport(decision.cosine, decision.regime, decision.parallel_scale, tau_tensor,

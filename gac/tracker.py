@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -55,6 +55,21 @@ def check_reference_shape(index: int, reference: torch.Tensor | None, param: tor
     if tuple(reference.shape) != tuple(expected):
         raise ValueError(f"GAC state does not fit this model: reference {index} has shape "
                          f"{tuple(reference.shape)}, parameter {index} has {tuple(expected)}")
+
+
+def sum_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Σ‖t‖² as a float64 0-dim tensor; per-tensor norms in float32 at least (fp16 norms overflow at 65504),
+    float64 when a float32 norm overflows (finite entries then still give a finite sum)."""
+    norms = torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.promote_types(tensors[0].dtype, torch.float32)))
+    total = norms.double().square().sum()
+    if not bool(torch.isfinite(total)):
+        total = torch.stack([t.double().square().sum() for t in tensors]).sum()
+    return total
+
+
+def all_finite(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """True (a 0-dim bool tensor) when every entry of every tensor is finite."""
+    return torch.stack([torch.isfinite(t).all() for t in tensors]).all() if tensors else torch.tensor(True)
 
 
 class GradientAlignmentControl:
@@ -151,9 +166,9 @@ class GradientAlignmentControl:
         return sum(r.numel() * r.element_size() for r in self.reference if r is not None)
 
     # -- the step ---------------------------------------------------------------------------------
-    def _scratch(self, like: torch.Tensor, numel: int) -> torch.Tensor:
-        """A reused flat buffer (dtype/device of ``like``) of at least ``numel`` elements."""
-        key = (like.dtype, like.device)
+    def _scratch(self, like: torch.Tensor, numel: int, slot: str = "") -> torch.Tensor:
+        """A reused flat buffer (dtype/device of ``like``) of at least ``numel`` elements (one per slot)."""
+        key = (like.dtype, like.device, slot)
         buffer = self._scratch_buffers.get(key)
         if buffer is None or buffer.numel() < numel:
             buffer = self._scratch_buffers[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
@@ -169,17 +184,26 @@ class GradientAlignmentControl:
             yield g_flat[start:start + CHUNK_NUMEL], r_flat[start:start + CHUNK_NUMEL]
 
     def _dot(self, grad: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-        """⟨grad, ref⟩ (a 0-dim tensor); a reference of another dtype is cast chunk by chunk."""
-        if grad.dtype == ref.dtype and grad.is_contiguous():
+        """⟨grad, ref⟩ (a 0-dim tensor); a reference of another dtype is cast chunk by chunk.
+
+        Half-precision tensors are multiplied in float32 chunks: their own dot overflows at 65504.
+        """
+        low = grad.element_size() < 4
+        if grad.dtype == ref.dtype and grad.is_contiguous() and not low:
             return torch.dot(grad.view(-1), ref.view(-1))
         total = torch.zeros((), dtype=torch.float64, device=grad.device)
         for g_piece, r_piece in self._pieces(grad, ref):
             if g_piece.dim() != 1:  # non-contiguous: a temporary of the tensor's size
                 total += (g_piece.double() * r_piece.double()).sum()
                 continue
-            r_cast = self._scratch(g_piece, g_piece.numel())
+            if low:
+                g_cast = self._scratch(g_piece.float(), g_piece.numel(), slot="grad32")
+                g_cast.copy_(g_piece)
+            else:
+                g_cast = g_piece
+            r_cast = self._scratch(g_cast, g_cast.numel())
             r_cast.copy_(r_piece)
-            total += torch.dot(g_piece, r_cast).double()
+            total += torch.dot(g_cast, r_cast).double()
         return total
 
     def _local_stats(self, grads, refs, cached_d_sq: torch.Tensor | None) -> torch.Tensor:
@@ -188,15 +212,19 @@ class GradientAlignmentControl:
         ``cached_d_sq``, when given, is this rank's ‖d‖² already known (see ``_cached_d_sq``).
         """
         zero = torch.zeros((), dtype=torch.float64, device=grads[0].device)
-        g_sq = torch.stack(torch._foreach_norm(grads)).double().square().sum()
+        g_sq = sum_of_squares(grads)
         pairs = [(g, r) for g, r in zip(grads, refs, strict=True) if r is not None]
         dot = torch.stack([self._dot(g, r).double() for g, r in pairs]).sum() if pairs else zero
         if cached_d_sq is not None:
             d_sq = cached_d_sq
         else:
-            d_sq = torch.stack(torch._foreach_norm([r for _, r in pairs])).double().square().sum() if pairs else zero
-        nonfinite = (~torch.isfinite(g_sq)).double()
-        return torch.stack([dot, g_sq, d_sq, nonfinite])
+            d_sq = sum_of_squares([r for _, r in pairs]) if pairs else zero
+        # Decided from the entries, not from the sums: a finite vector's sum may still overflow.
+        nonfinite = zero if bool(torch.isfinite(g_sq)) else (~all_finite(grads)).double()
+        # ‖d‖² may come from the cache (last step's ‖g‖²), so a non-finite ⟨g, d⟩ also sends us to look at d.
+        suspect = not bool(torch.isfinite(d_sq) & torch.isfinite(dot))
+        reference_nonfinite = (~all_finite([r for _, r in pairs])).double() if suspect else zero
+        return torch.stack([dot, g_sq, d_sq, nonfinite, reference_nonfinite])
 
     def _cached_d_sq(self, indices: list[int], grads: list[torch.Tensor]) -> torch.Tensor | None:
         """This rank's ‖d‖² without a pass over d, when d is exactly last step's raw gradient.
@@ -246,27 +274,46 @@ class GradientAlignmentControl:
                 if regime == SKIP:
                     g_piece.zero_()
 
-    def apply(self) -> GACReport:
-        """Apply GAC to the current ``.grad`` of the parameters (in place) and return the report."""
-        entries = [(i, local_tensor(p.grad)) for i, p in enumerate(self.params) if p.grad is not None]
+    @torch.no_grad()
+    def apply(self, vectors: list[torch.Tensor | None] | None = None, allow_action: bool = True,
+              before_write=None) -> GACReport:
+        """Apply GAC to the current ``.grad`` of the parameters (in place) and return the report.
+
+        ``vectors`` (one per parameter, None where it has no value this step) replaces ``.grad`` as the
+        controlled vector: ``gac.wrap`` passes the proposed step Δθ ("update" space) or the first moment
+        ("momentum" space). ``allow_action=False`` measures and updates the reference but keeps the vector
+        (regime "keep"). ``before_write(regime, coef)``, when given, runs after the decision and before
+        any vector or reference is written (so it still sees the old reference): v' = v − coef·d.
+        """
+        source = [p.grad for p in self.params] if vectors is None else list(vectors)
+        if len(source) != len(self.params):
+            raise ValueError(f"GAC: {len(source)} vectors given for {len(self.params)} parameters")
+        if any(v is not None and v.is_sparse for v in source):
+            raise ValueError("GAC does not support sparse gradients (e.g. nn.Embedding(sparse=True)): "
+                             "use dense gradients, or leave those parameters out of the optimizer GAC wraps")
+        entries = [(i, local_tensor(v)) for i, v in enumerate(source) if v is not None]
         if not entries:
             raise ValueError(f"GAC step {self.step}: no parameter has a gradient; call backward() first")
         indices, grads = [i for i, _ in entries], [g for _, g in entries]
         all_refs = self.reference
         refs = [all_refs[i] for i in indices]
         group = self.process_group if self.process_group is not None else infer_process_group(
-            [p.grad for p in self.params if p.grad is not None])
+            [p.grad for p in self.params if p.grad is not None] + [v for v in source if v is not None])
         local = self._local_stats(grads, refs, self._cached_d_sq(indices, grads))
         self._last_g_sq = None  # valid again only once this step's references are written
         local_g_sq = local[1].clone()
-        dot, g_sq, d_sq, nonfinite = all_reduce_stats(local, group).tolist()
+        dot, g_sq, d_sq, nonfinite, reference_nonfinite = all_reduce_stats(local, group).tolist()
         threshold = float(current_threshold(self.cfg, self.threshold_stats))
 
-        if nonfinite > 0:
+        if nonfinite > 0 or reference_nonfinite > 0:
+            what = "gradient" if nonfinite > 0 else "GAC reference (the stored previous direction)"
             if self.cfg.nonfinite == "raise":
-                raise NonFiniteGradientError(f"GAC: non-finite gradient at step {self.step} "
-                                             f"(NaN or inf in some parameter's .grad); nothing was changed")
+                raise NonFiniteGradientError(f"GAC: non-finite {what} at step {self.step} "
+                                             f"(NaN or inf in some parameter's tensor); nothing was changed")
             torch._foreach_zero_(grads)
+            if reference_nonfinite > 0:  # a broken reference would skip every later step: start it anew
+                for index in range(len(self.params)):
+                    self._set_reference(index, None)
             self.skipped_nonfinite += 1
             report = GACReport(self.step, 0.0, "skip", 0.0, float("nan"), 0.0, threshold, nonfinite=True)
             self.step += 1
@@ -275,11 +322,15 @@ class GradientAlignmentControl:
 
         stats = AlignmentStats(*(torch.tensor(v, dtype=torch.float64) for v in (dot, g_sq, d_sq)))
         decision = decide(stats, self.cfg, threshold)
+        if not allow_action:
+            decision = decide(stats, replace(self.cfg, skip_threshold=None), 1.0)  # c ≤ 1: always keep
         regime, coef = int(decision.regime), float(decision.ref_coef)
+        if before_write is not None:
+            before_write(regime, coef)
         for index, grad in zip(indices, grads, strict=True):
             self._apply_to_tensor(index, grad, regime, coef)
-        for param, reference in zip(self.params, self.reference, strict=True):
-            if param.grad is None and reference is not None:
+        for index, reference in enumerate(self.reference):
+            if source[index] is None and reference is not None:
                 # No gradient this step counts as a zero gradient for the reference.
                 reference.mul_(0.0 if self.cfg.reference == "prev" else self.cfg.ema_decay)
         self._last_g_sq = (indices, local_g_sq)

@@ -1,17 +1,20 @@
 """GAC for Hugging Face trainers (TRL's GRPOTrainer, its async GRPO trainer, any transformers Trainer).
 
-``add_gac(trainer, cfg)`` registers a ``TrainerCallback`` whose ``on_pre_optimizer_step`` applies GAC
-to the accumulated gradients (after the trainer's gradient clipping, before ``optimizer.step()``),
-and merges the ``METRICS`` — ``gac/cos_prev``, ``gac/regime``, ``gac/parallel_scale``, ``gac/grad_norm``,
-``gac/grad_norm_after`` (means since the last log) — into the trainer's own logs, so every reporter
-(TensorBoard, W&B, trackio, the console) gets them. The names are the package's record columns
-(``sim/schema.py``) under a ``gac/`` prefix.
+``add_gac(trainer, cfg)`` registers a ``TrainerCallback`` that, when training begins, wraps the trainer's
+optimizer with ``gac.wrap(optimizer, cfg)``: GAC then runs inside ``optimizer.step()`` (after the trainer's
+gradient clipping) in any ``cfg.space`` — a callback alone cannot act between the optimizer's step and
+its state ("update", "momentum"), nor keep the inner step from running (a true "skip"). Because GAC's
+state lives in the optimizer's state dict, the trainer's own checkpoints (``optimizer.pt``) carry it, and
+``resume_from_checkpoint`` restores it: the trainer loads the saved state into its optimizer before
+training begins, and the wrapper adopts GAC's part of it.
 
-Clipping by global norm scales the whole gradient, so the cosine and the projection are the same
-as on the raw gradient; only an EMA reference weighs past steps by their clipped norms. In the
-"skip" regime the callback zeroes the gradient; a stateful optimizer (Adam) still applies its
-momentum — for a true skip pass ``optimizers=(gac.wrap(optimizer, cfg), scheduler)`` instead.
-Install with ``pip install 'gac-lab[trl]'``.
+The callback merges the ``METRICS`` — ``gac/cos_prev``, ``gac/regime``, ``gac/parallel_scale``,
+``gac/grad_norm``, ``gac/grad_norm_after`` (means since the last log) — into the trainer's own logs, so
+every reporter (TensorBoard, W&B, trackio, the console) gets them. The names are the package's record
+columns (``sim/schema.py``) under a ``gac/`` prefix; in update / momentum space the norms are those of the
+controlled vector (Δθ or the first moment). Clipping by global norm scales the whole gradient, so the cosine
+and the projection are the same as on the raw gradient; only an EMA reference weighs past steps by their
+clipped norms. Install with ``pip install 'gac-lab[trl]'``.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
     raise ImportError("gac.integrations.trl needs transformers (and TRL for GRPO): "
                       "pip install 'gac-lab[trl]'") from error
 
+import torch
+
 from gac.config import GACConfig
-from gac.tracker import GradientAlignmentControl
+from gac.optim import GACOptimizer, wrap
 
 REGIME_CODES = {"keep": 0.0, "project": 1.0, "cap": 1.0, "skip": 2.0}
 """Numeric code logged as gac/regime (0 keep, 1 project/cap, 2 skip); its mean is the acting rate."""
@@ -51,20 +56,46 @@ def report_metrics(report) -> dict[str, float]:
 
 
 class GACCallback(TrainerCallback):
-    """Applies GAC at every optimizer step of a transformers ``Trainer`` and collects its reports."""
+    """Wraps a transformers ``Trainer``'s optimizer with GAC when training begins and collects its reports."""
 
-    def __init__(self, cfg: GACConfig | None = None, process_group=None):
+    def __init__(self, cfg: GACConfig | None = None, process_group=None, trainer=None):
         self.cfg = cfg if cfg is not None else GACConfig()
         self.process_group = process_group
-        self.tracker: GradientAlignmentControl | None = None
+        self.trainer = trainer
+        self.optimizer: GACOptimizer | None = None
         self._pending: dict[str, list[float]] = defaultdict(list)
 
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if self.tracker is None:
-            self.tracker = GradientAlignmentControl(model.parameters(), self.cfg, self.process_group)
+    @property
+    def tracker(self):
+        """The wrapped optimizer's ``GradientAlignmentControl`` (None before training begins)."""
+        return None if self.optimizer is None else self.optimizer.gac
 
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        for name, value in report_metrics(self.tracker.apply()).items():
+    def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
+        self.optimizer = self._install(optimizer)
+
+    def _install(self, optimizer) -> GACOptimizer:
+        """Wrap the optimizer the trainer steps: accelerate's ``AcceleratedOptimizer`` holds it as ``.optimizer``."""
+        inner = getattr(optimizer, "optimizer", None)
+        if isinstance(inner, torch.optim.Optimizer):  # accelerate's wrapper (the Trainer always makes one)
+            if not isinstance(inner, GACOptimizer):
+                optimizer.optimizer = wrap(inner, self.cfg, self.process_group)
+                if getattr(optimizer, "scaler", None) is not None:  # fp16: accelerate patched the old step
+                    from accelerate.optimizer import patch_optimizer_step
+                    optimizer._optimizer_original_step_method = optimizer.optimizer.step
+                    optimizer._optimizer_patched_step_method = patch_optimizer_step(optimizer,
+                                                                                    optimizer.optimizer.step)
+            return optimizer.optimizer
+        if isinstance(optimizer, GACOptimizer):
+            return optimizer
+        if self.trainer is None or not isinstance(optimizer, torch.optim.Optimizer):
+            raise ValueError(f"GAC: cannot wrap the trainer's optimizer ({type(optimizer).__name__}); pass "
+                             f"optimizers=(gac.wrap(optimizer, cfg), scheduler) to the trainer instead")
+        wrapped = wrap(optimizer, self.cfg, self.process_group)
+        self.trainer.optimizer = self.trainer.callback_handler.optimizer = wrapped
+        return wrapped
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        for name, value in report_metrics(self.optimizer.last_report).items():
             self._pending[name].append(value)
 
     def pop_metrics(self) -> dict[str, float]:
@@ -76,7 +107,7 @@ class GACCallback(TrainerCallback):
 
 def add_gac(trainer, cfg: GACConfig | None = None, process_group=None) -> GACCallback:
     """Enable GAC on ``trainer`` (a transformers/TRL trainer) and log its metrics through ``trainer.log``."""
-    callback = GACCallback(cfg, process_group)
+    callback = GACCallback(cfg, process_group, trainer)
     trainer.add_callback(callback)
     original_log = trainer.log
 

@@ -84,7 +84,7 @@ def test_sharded_decision_equals_single_process(cfg):
     assert len(regimes) >= 2  # the sequence exercises keep and act
     for rank in range(WORLD):
         # One collective per step, of a 4-number vector (<g,d>, |g|^2, |d|^2, non-finite flag).
-        assert results[rank]["calls"] == [4] * STEPS
+        assert results[rank]["calls"] == [5] * STEPS
 
 
 def nonfinite_worker(rank: int, init_file: str, result_dir: str) -> None:
