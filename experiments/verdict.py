@@ -299,6 +299,11 @@ def verdict_table(rows: list[dict], tuning_rows: list[dict], metric: str = "fina
         paired = {k: np.array([own[k], ref["naive"][k], ref["sync"][k]]) for k in own
                   if k in ref["naive"] and k in ref["sync"]}
         gap, gap_lo, gap_hi = hierarchical_bootstrap(paired, gap_ratio) if paired else (math.nan,) * 3
+        # The paired differences stay defined where the gap (the ratio's denominator) is small.
+        diff, diff_lo, diff_hi = hierarchical_bootstrap(paired, lambda x: (x[:, 0] - x[:, 1]).mean()) \
+            if paired else (math.nan,) * 3
+        below, below_lo, below_hi = hierarchical_bootstrap(paired, lambda x: (x[:, 0] - x[:, 2]).mean()) \
+            if paired else (math.nan,) * 3
         t = tuning.get(arm, {})
         table.append({"arm": arm, "role": role, "staleness": s, "method": mine[0]["method"],
                       "objective_fn": mine[0]["objective_fn"], "direction_control": mine[0]["direction_control"],
@@ -306,6 +311,8 @@ def verdict_table(rows: list[dict], tuning_rows: list[dict], metric: str = "fina
                       "warm_starts": len({r["warm_seed"] for r in mine}), "runs": len(mine),
                       metric: acc, f"{metric}_low": lo, f"{metric}_high": hi,
                       "gap_recovered": gap, "gap_low": gap_lo, "gap_high": gap_hi,
+                      "minus_naive": diff, "minus_naive_low": diff_lo, "minus_naive_high": diff_hi,
+                      "minus_sync": below, "minus_sync_low": below_lo, "minus_sync_high": below_hi,
                       "robust_low": t.get("robust_low", math.nan), "robust_high": t.get("robust_high", math.nan),
                       "best_at_edge": t.get("best_at_edge", ""),
                       **{k: float(np.nanmean([r[k] for r in mine])) for k in
