@@ -72,9 +72,9 @@ class VerdictProfile:
 
 PROFILES = {"smoke": VerdictProfile(bandit_steps=12, quad_steps=16, tuning_seeds=1, reporting_seeds=2),
             "quick": VerdictProfile(bandit_steps=120, quad_steps=300, tuning_seeds=1, reporting_seeds=2),
-            "full": VerdictProfile(bandit_steps=600, quad_steps=1200, tuning_seeds=2, reporting_seeds=4)}
-"""smoke is for tests (numbers meaningless). full is sized to one shared CPU core in about half an hour (~350 s of
-CPU); fig8's full toys run longer (1500 / 3000 steps, 16 + 16 seeds)."""
+            "full": VerdictProfile(bandit_steps=400, quad_steps=800, tuning_seeds=2, reporting_seeds=4)}
+"""smoke is for tests (numbers meaningless). full is sized to what a shared 2-core machine gave in an hour (~3 min
+of CPU); fig8's full toys run longer (1500 / 3000 steps, 16 + 16 seeds)."""
 
 COLUMNS = ("sim", "optimizer", "structure", "staleness", "arm", "objective_fn", "direction_control", "gac_space",
            "step_control", "best_lr", "best_at_edge", "robust_low", "robust_high", "range_at_edge", "final",
@@ -93,30 +93,11 @@ def profile_of(name: str) -> VerdictProfile:
     return PROFILES[name]
 
 
-def arm_settings(sim: str) -> list[tuple[str, str, int, str, dict]]:
-    """(run key, arm, staleness, method, parameters) of every run of one lr and optimizer; a combination with GAC
-    appears once per space, keyed ``arm@space``."""
-    out = []
-    for arm in SIM_ARMS[sim]:
-        if arm in COMBINATIONS:
-            method, params = COMBINATIONS[arm]
-            out += [(f"{arm}@{space}", arm, s, method, {**params, "space": space})
-                    for s in STALENESS for space in GAC_SPACES]
-        else:
-            method, params = ARMS[arm]
-            out += [(arm, arm, 0, method, params)] if arm == "sync" else [(arm, arm, s, method, params)
-                                                                          for s in STALENESS]
-    return out
-
-
-def run_rows(sim: str, structure: str, profile: str) -> list[dict]:
-    """One row per run (both optimizers, every arm, staleness, step size and seed), cached: run key, optimizer,
-    staleness, lr, seed, final_gap (inf if diverged), cos_update, cos_prev, kl_behaviour."""
+def _summaries(sim: str, structure: str, profile: str, settings: list, stage: str) -> list[dict]:
+    """One row per run of ``settings`` × seeds, cached: run key (the setting's label), optimizer, staleness, lr, seed,
+    final_gap (inf if diverged), cos_update, cos_prev, kl_behaviour."""
     p = profile_of(profile)
     seeds = p.tuning_seeds + p.reporting_seeds
-    settings = [setting(method, s, lr, optimizer=opt, label=key, **params)
-                for opt in OPTIMIZERS for lr in LR_GRID
-                for key, _, s, method, params in arm_settings(sim)]
 
     def compute() -> list[dict]:
         if sim == "quadratic":
@@ -132,7 +113,39 @@ def run_rows(sim: str, structure: str, profile: str) -> list[dict]:
                 for r in result.summary_rows()]
 
     config = {"sim": sim, "structure": structure, "settings": [repr(s) for s in settings], "seeds": seeds}
-    return cached_runs(f"verdict_toys_{sim}_{structure}", profile, "cpu", compute, config=config)
+    return cached_runs(f"verdict_toys_{sim}_{structure}_{stage}", profile, "cpu", compute, config=config)
+
+
+def best_gac_spaces(runs: pd.DataFrame, tuning_seeds) -> dict[tuple[str, int], str]:
+    """(optimizer, staleness) → the GAC space whose GAC-alone arm has the lowest mean final gap at its own best
+    step size, on the tuning seeds only (ties: the first of GAC_SPACES)."""
+    spaces = {}
+    for optimizer, group in runs.groupby("optimizer"):
+        picks = tuning.pick_lrs(group.rename(columns={"key": "method"}), tuning_seeds)
+        gaps = picks.set_index(["method", "staleness"])["tuning_gap"]
+        for staleness in STALENESS:
+            spaces[(optimizer, staleness)] = min(GAC_SPACES, key=lambda space: gaps[(f"gac_{space}", staleness)])
+    return spaces
+
+
+def run_rows(sim: str, structure: str, profile: str) -> list[dict]:
+    """Every run of one sim and structure (``_summaries`` rows): first each arm alone at every step size, staleness
+    and seed, both optimizers; then the combinations with GAC in the space ``best_gac_spaces`` picks from the first
+    (run key ``arm@space``)."""
+    p = profile_of(profile)
+    alone = [(arm, 0 if arm == "sync" else s, *ARMS[arm]) for arm in SIM_ARMS[sim] if arm not in COMBINATIONS
+             for s in ((0,) if arm == "sync" else STALENESS)]
+    rows = _summaries(sim, structure, profile, [setting(method, s, lr, optimizer=opt, label=key, **params)
+                                                for opt in OPTIMIZERS for lr in LR_GRID
+                                                for key, s, method, params in alone], "alone")
+    combos = [arm for arm in SIM_ARMS[sim] if arm in COMBINATIONS]
+    if combos:
+        spaces = best_gac_spaces(pd.DataFrame(rows), list(range(p.tuning_seeds)))
+        settings = [setting(COMBINATIONS[arm][0], s, lr, optimizer=opt, label=f"{arm}@{spaces[(opt, s)]}",
+                            **COMBINATIONS[arm][1], space=spaces[(opt, s)])
+                    for opt in OPTIMIZERS for lr in LR_GRID for arm in combos for s in STALENESS]
+        rows = rows + _summaries(sim, structure, profile, settings, "combined")
+    return rows
 
 
 def _axes(method: str) -> dict:
@@ -144,16 +157,15 @@ def verdict_table(runs: pd.DataFrame, sim: str, structure: str, optimizer: str, 
     """fig8's protocol on one (sim, structure, optimizer): each arm's row of COLUMNS."""
     tuning_seeds = list(range(p.tuning_seeds))
     reporting_seeds = list(range(p.tuning_seeds, p.tuning_seeds + p.reporting_seeds))
-    runs = runs[runs["optimizer"] == optimizer].rename(columns={"key": "method"})
+    runs = runs[runs["optimizer"] == optimizer]
+    spaces = best_gac_spaces(runs, tuning_seeds)
+    runs = runs.rename(columns={"key": "method"})
     reported = tuning.report(runs, tuning_seeds, reporting_seeds, methods=None).set_index(["method", "staleness"])
     ranges = tuning.robust_range(runs, reporting_seeds, ROBUST_FACTOR, methods=None).set_index(["method", "staleness"])
-    picks = tuning.pick_lrs(runs, tuning_seeds).set_index(["method", "staleness"])
     grid = LR_GRID
     rows = []
     for staleness in (0, *STALENESS):
-        # The combinations take the GAC space whose GAC-alone arm tuned best (on the tuning seeds only).
-        spaces = [s for s in GAC_SPACES if (f"gac_{s}", staleness) in picks.index]
-        best_space = min(spaces, key=lambda s: picks.loc[(f"gac_{s}", staleness), "tuning_gap"]) if spaces else None
+        best_space = spaces.get((optimizer, staleness))  # the combinations' GAC space (tuning seeds only)
         for arm in SIM_ARMS[sim]:
             key = f"{arm}@{best_space}" if arm in COMBINATIONS else arm
             if (key, staleness) not in reported.index or (arm == "sync") != (staleness == 0):
