@@ -32,16 +32,17 @@ METHODS = ("sync", *STABILIZERS)
 MIN_LRS = 4
 
 
-def check_table(table: pd.DataFrame) -> None:
-    """One-line ValueError for a table the protocol cannot use, before any computation."""
+def check_table(table: pd.DataFrame, methods=METHODS) -> None:
+    """One-line ValueError for a table the protocol cannot use, before any computation (``methods``: the names
+    the ``method`` column may hold; None for any, e.g. the verdict's arms)."""
     missing = [c for c in COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"tuning table lacks column(s) {missing}; it needs {list(COLUMNS)}")
     if table.empty:
         raise ValueError("tuning table is empty (no runs)")
-    unknown = sorted(set(table["method"]) - set(METHODS))
+    unknown = sorted(set(table["method"]) - set(methods)) if methods is not None else []
     if unknown:
-        raise ValueError(f"unknown method(s) {unknown} in tuning table; known: {', '.join(METHODS)}")
+        raise ValueError(f"unknown method(s) {unknown} in tuning table; known: {', '.join(methods)}")
     lrs = table.groupby(["method", "staleness"])["lr"].nunique()
     if (lrs < MIN_LRS).any():
         raise ValueError(f"each (method, staleness) needs >= {MIN_LRS} step sizes; got {lrs[lrs < MIN_LRS].to_dict()}")
@@ -77,14 +78,14 @@ def pick_lrs(table: pd.DataFrame, tuning_seeds) -> pd.DataFrame:
 
 
 def report(table: pd.DataFrame, tuning_seeds, reporting_seeds, confidence: float = 0.95, resamples: int = 2000,
-           rng_seed: int = 0) -> pd.DataFrame:
+           rng_seed: int = 0, methods=METHODS) -> pd.DataFrame:
     """Each (method, staleness) at its tuned step size, measured on the reporting seeds only.
 
     Columns: method, staleness, lr, mean (mean final gap over reporting seeds), low, high (percentile
     seed-bootstrap interval of that mean; equal to the mean with one seed; inf if a seed diverged),
     diverged (reporting seeds that diverged).
     """
-    check_table(table)
+    check_table(table, methods)
     check_seeds(table, tuning_seeds, reporting_seeds)
     picks = pick_lrs(table, tuning_seeds)
     runs = table[table["seed"].isin(list(reporting_seeds))]
@@ -109,7 +110,7 @@ def _mean_interval(gaps: np.ndarray, confidence: float, resamples: int, rng_seed
     return {"mean": mean, "low": float(ci.low), "high": float(ci.high)}
 
 
-def robust_range(table: pd.DataFrame, seeds, factor: float = 2.0) -> pd.DataFrame:
+def robust_range(table: pd.DataFrame, seeds, factor: float = 2.0, methods=METHODS) -> pd.DataFrame:
     """Per (method, staleness): largest / smallest grid step size whose mean gap is <= factor × the best.
 
     Scores are ``lr_scores`` over ``seeds``; a range of 1 means only one step size qualifies, NaN that
@@ -118,7 +119,7 @@ def robust_range(table: pd.DataFrame, seeds, factor: float = 2.0) -> pd.DataFram
     """
     if not factor >= 1:
         raise ValueError(f"robust-range factor must be >= 1, got {factor}")
-    check_table(table)
+    check_table(table, methods)
     check_seeds(table, seeds)
     rows = []
     for (method, staleness), group in lr_scores(table, seeds).groupby(["method", "staleness"]):

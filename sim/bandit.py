@@ -3,10 +3,16 @@
 At step t the learner holds θ_t; the B·G actions of the batch (B groups of G) were sampled from the
 behaviour policy π_{θ_{t−s_t}}, and the gradient is taken at θ_t on those samples:
     ĝ = −1/(BG) Σ_i w_i A_i ∇_θ log π_θ(a_i),   A_i = (r_i − mean_group r) / (std_group r + ε)  (GRPO)
-with w_i = 1 ("none", "gac", "lr_scale"), min(π_θ/π_b, C) ("tis"), the M2PO mask times π_θ/π_b
+with w_i = 1 (objective none), min(π_θ/π_b, C) ("tis"), the M2PO mask times π_θ/π_b
 ("m2po"), or π_θ/π_b where BAPO's clipped surrogate keeps a gradient, with the row's adaptive bounds
 ("bapo"). ĝ is the gradient of the loss −J, so every run steps θ ← θ − η·ĝ'. The expected reward J(θ)
 is exact (closed form), recorded as the objective (higher is better).
+
+The LLM's structure (``updates_per_batch`` K > 1, ``ratio_clip_eps`` ε): the batch is split by group into K
+minibatches, one optimizer update each (θ moves between them, the behaviour policy does not), and the
+objective is PPO/GRPO's clipped ratio −min(r·A, clip(r, 1−ε, 1+ε)·A), r = π_θ/π_b, so w_i = r_i where the
+clip keeps a gradient and 0 elsewhere; TIS then weighs min(π_prox/π_b, C) times the clipped ratio to
+π_prox = π_θ at the step's start, as the LLM trainer does. Staleness counts batches (RL steps).
 
 Two policies: (a) ``GaussianBandit`` — a ~ N(μ, σ_π² I), reward −½ Σ h_i (a_i − a*_i)²; with the
 group-mean baseline the (μ_{t−s} − μ_t) part of the score cancels exactly, so its gradient is the
@@ -143,26 +149,42 @@ class SoftmaxBandit:
 class _SampleWeights:
     """Per-row sample weights of the stale-data methods, from the log-ratio log π_θ(a) − log π_b(a)."""
 
-    def __init__(self, updater: GridUpdater):
+    def __init__(self, updater: GridUpdater, ratio_clip_eps: float | None = None):
         settings, seeds = updater.settings, updater.seeds
         rep = lambda values, dt: torch.tensor(values, dtype=dt).repeat_interleave(seeds)
-        self.tis = rep([s.method == "tis" for s in settings], torch.bool)
-        self.m2po = rep([s.method == "m2po" for s in settings], torch.bool)
-        self.tis_cap = rep([s.method_params().get("tis_cap", 1.0) if s.method == "tis" else 1.0
-                            for s in settings], torch.float64)
-        self.m2_threshold = rep([s.method_params().get("m2_threshold", 1.0) if s.method == "m2po" else 1.0
-                                 for s in settings], torch.float64)
-        self.bapo_rows = torch.nonzero(rep([s.method == "bapo" for s in settings], torch.bool))[:, 0]
-        self.bapo_configs = [BAPOConfig(**s.method_params()) for s in settings if s.method == "bapo"
-                             for _ in range(seeds)]
-        self.any = bool(self.tis.any() or self.m2po.any() or len(self.bapo_rows))
+        objectives = [s.combination.objective for s in settings]
+        self.tis = rep([o == "tis" for o in objectives], torch.bool)
+        self.m2po = rep([o == "m2po" for o in objectives], torch.bool)
+        self.tis_cap = rep([s.part_params("tis")["tis_cap"] if o == "tis" else 1.0
+                            for s, o in zip(settings, objectives, strict=True)], torch.float64)
+        self.m2_threshold = rep([s.part_params("m2po")["m2_threshold"] if o == "m2po" else 1.0
+                                 for s, o in zip(settings, objectives, strict=True)], torch.float64)
+        self.bapo_rows = torch.nonzero(rep([o == "bapo" for o in objectives], torch.bool))[:, 0]
+        self.bapo_configs = [BAPOConfig(**s.part_params("bapo"))
+                             for s, o in zip(settings, objectives, strict=True) if o == "bapo" for _ in range(seeds)]
+        self.clip_eps = ratio_clip_eps
+        self.any = bool(self.tis.any() or self.m2po.any() or len(self.bapo_rows)) or ratio_clip_eps is not None
 
-    def __call__(self, log_ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
-        """Weights of shape (R, N) for a log-ratio and advantages of shape (R, N)."""
+    def __call__(self, log_ratio: torch.Tensor, advantages: torch.Tensor,
+                 prox_log_ratio: torch.Tensor | None = None) -> torch.Tensor:
+        """Weights of shape (R, N) for a log-ratio log π_θ − log π_b and advantages of shape (R, N);
+        ``prox_log_ratio`` = log π_θ − log π_prox (π_prox: θ at the step's start) is needed with a ratio clip."""
         ones = torch.ones_like(log_ratio)
         if not self.any:
             return ones
-        weights = torch.where(self.tis[:, None], tis_weights(log_ratio, self.tis_cap[:, None]), ones)
+        if self.clip_eps is None:
+            weights = torch.where(self.tis[:, None], tis_weights(log_ratio, self.tis_cap[:, None]), ones)
+        else:
+            # d/dθ min(r·A, clip(r, 1−ε, 1+ε)·A) = r·A·∇log π_θ where the clip keeps a gradient, 0 elsewhere.
+            low, high = 1 - self.clip_eps, 1 + self.clip_eps
+            ratio = log_ratio.detach().exp()
+            weights = bapo_unclipped(ratio, advantages, low, high) * ratio
+            if self.tis.any():
+                prox_ratio = prox_log_ratio.detach().exp()
+                truncated = tis_weights(log_ratio - prox_log_ratio, self.tis_cap[:, None])  # min(π_prox/π_b, C)
+                weights = torch.where(self.tis[:, None],
+                                      truncated * bapo_unclipped(prox_ratio, advantages, low, high) * prox_ratio,
+                                      weights)
         if self.m2po.any():
             kept = m2po_mask_rows(log_ratio, self.m2_threshold)
             weights = torch.where(self.m2po[:, None], kept * log_ratio.exp(), weights)
@@ -175,43 +197,66 @@ class _SampleWeights:
         return weights
 
 
-def _check_run(settings: list[Setting], steps: int, seeds: int, groups: int, group_size: int, advantage: str) -> None:
+def _check_run(settings: list[Setting], steps: int, seeds: int, groups: int, group_size: int, advantage: str,
+               updates_per_batch: int = 1, ratio_clip_eps: float | None = None) -> None:
     """One-line ValueError for a bad argument of ``run_bandit``, before any work."""
     if steps < 1 or seeds < 1 or groups < 1 or group_size < 2:
         raise ValueError(f"need steps, seeds, groups >= 1 and group_size >= 2, got {steps}, {seeds}, {groups}, "
                          f"{group_size}")
     if advantage not in ADVANTAGES:
         raise ValueError(f"advantage must be one of {ADVANTAGES}, got {advantage!r}")
+    if isinstance(updates_per_batch, bool) or not isinstance(updates_per_batch, int) or updates_per_batch < 1 \
+            or groups % updates_per_batch:
+        raise ValueError(f"updates_per_batch must be an integer >= 1 dividing groups ({groups}), "
+                         f"got {updates_per_batch!r}")
+    if ratio_clip_eps is not None and not 0 < ratio_clip_eps < 1:
+        raise ValueError(f"ratio_clip_eps must be in (0, 1) or None, got {ratio_clip_eps!r}")
     check_models(settings, STALE_DATA)
 
 
-def _stale_gradient(problem, tables, theta, behaviour, gen, seeds, seed_index, groups, group_size, advantage,
+def _stale_gradient(problem, tables, theta, proximal, batch, advantage,
                     weigh) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One step's policy gradient from the behaviour policy's samples: (grad, sample weights, KL(behaviour ‖ θ),
-    entropy of θ); ``tables`` are a softmax bandit's (features, reward probabilities), None for the Gaussian."""
+    """One update's policy gradient at θ on (a minibatch of) the behaviour policy's ``batch``: (grad, sample
+    weights, KL(behaviour ‖ θ), entropy of θ); ``tables`` are a softmax bandit's (features, reward probabilities),
+    None for the Gaussian; ``proximal`` is θ at the step's start (the clipped TIS ratio's denominator)."""
+    behaviour = batch[0]
     if tables is None:
-        grad, _, weights = _gaussian_gradient(problem, theta, behaviour, gen, seeds, seed_index, groups, group_size,
-                                              advantage, weigh)
+        grad, _, weights = _gaussian_gradient(problem, theta, proximal, batch, advantage, weigh)
         return grad, weights, problem.kl(behaviour, theta), problem.entropy(theta)
-    feats, probs = tables
-    grad, _, weights = _softmax_gradient(problem, feats, probs, theta, behaviour, gen, seeds, seed_index, groups,
-                                         group_size, advantage, weigh)
+    feats, _ = tables
+    grad, _, weights = _softmax_gradient(problem, theta, proximal, batch, advantage, weigh)
     return grad, weights, problem.kl(behaviour, theta, feats), problem.entropy(theta, feats)
+
+
+MEAN_OVER_UPDATES = ("grad_norm", "cos_prev", "cos_applied", "parallel_scale", "threshold", "lr", "kl_behaviour",
+                     "entropy", "mean_weight")
+"""Update-level numbers a step records as their mean over its updates (the rest: the step's last update)."""
+
+
+def _step_record(updates: list[dict]) -> dict:
+    """One step's record from its updates' numbers: the mean of MEAN_OVER_UPDATES, the last update's others."""
+    if len(updates) == 1:
+        return updates[0]
+    return {**updates[-1], **{name: torch.stack([u[name] for u in updates]).mean(0) for name in MEAN_OVER_UPDATES}}
 
 
 def run_bandit(problem: GaussianBandit | SoftmaxBandit, settings: list[Setting], steps: int, seeds: int = 4,
                seed: int = 0, groups: int = 8, group_size: int = 16, advantage: str = "grpo",
                record_every: int = 1, warmup: int | None = None, tail: int | None = None,
-               progress: bool = False) -> GridResult:
-    """Run every setting × seed; one tensor update per step for all runs (sim name: ``sim_name(problem)``).
+               progress: bool = False, updates_per_batch: int = 1, ratio_clip_eps: float | None = None) -> GridResult:
+    """Run every setting × seed; one tensor update per optimizer update for all runs (sim name: ``sim_name``).
 
     ``groups`` B and ``group_size`` G set the signal-to-noise of the gradient (B·G samples per step).
+    ``updates_per_batch`` K (dividing B) optimizer updates per batch, each on B/K of its groups;
+    ``ratio_clip_eps`` ε: the objective is the clipped ratio to π_b (None: today's unweighted stale gradient).
+    K = 1 and no clip are the original simulator, bit for bit. Steps count batches; a step records the
+    mean of its updates' numbers (``MEAN_OVER_UPDATES``) and the reward after its last update.
     Extras recorded (``sim.schema``): kl_behaviour, entropy, reward_gap (J* − J), mean_weight.
     """
-    _check_run(settings, steps, seeds, groups, group_size, advantage)
+    _check_run(settings, steps, seeds, groups, group_size, advantage, updates_per_batch, ratio_clip_eps)
     dtype = torch.float64
     updater = GridUpdater(settings, seeds, problem.param_dim, dtype)
-    weigh = _SampleWeights(updater)
+    weigh = _SampleWeights(updater, ratio_clip_eps)
     rows, seed_index = updater.rows, updater.seed_index
     theta = problem.initial_params(dtype).expand(rows, -1).clone()
     buffer = TensorVersionBuffer(theta, int(updater.max_staleness.max()) + 1)
@@ -220,7 +265,7 @@ def run_bandit(problem: GaussianBandit | SoftmaxBandit, settings: list[Setting],
     extras = ("kl_behaviour", "entropy", "reward_gap", "mean_weight")
     recorder = Recorder(rows, steps, record_every, steps // 5 if warmup is None else warmup,
                         max(1, steps // 10) if tail is None else tail, extras=extras, dtype=dtype,
-                        higher_is_better=True)
+                        higher_is_better=True, means=("kl_behaviour",))
     tables = problem.tables(dtype) if problem.kind == "softmax" else None
     reward_of = problem.expected_reward if tables is None else lambda th: problem.expected_reward(th, *tables)
     initial_gap = optimum - float(reward_of(theta[:1])[0])
@@ -229,23 +274,34 @@ def run_bandit(problem: GaussianBandit | SoftmaxBandit, settings: list[Setting],
         uniform = torch.rand(seeds, generator=gen, dtype=dtype)
         staleness = updater.staleness(uniform)
         behaviour = buffer.get((step - staleness).clamp_min(0))
-        grad, weights, kl, entropy = _stale_gradient(problem, tables, theta, behaviour, gen, seeds, seed_index,
-                                                     groups, group_size, advantage, weigh)
-        theta_new, info = updater.update(theta, grad, behaviour, staleness, ~diverged)
-        reward = reward_of(theta_new)
-        gap = optimum - reward
-        bad = ~torch.isfinite(theta_new).all(-1) | ~torch.isfinite(reward)
-        if problem.kind == "gaussian":
-            bad |= gap > DIVERGENCE_FACTOR * max(initial_gap, 1e-12)
-        diverged = diverged | bad
-        theta = torch.where(diverged[:, None], theta, theta_new)
+        if tables is None:
+            batch = _gaussian_batch(problem, behaviour, gen, seeds, seed_index, groups, group_size)
+        else:
+            batch = _softmax_batch(problem, *tables, behaviour, gen, seeds, seed_index, groups, group_size)
+        # Minibatches by group: the behaviour policy stays, θ moves from one update to the next.
+        minibatches = [batch] if updates_per_batch == 1 else [
+            (behaviour, *parts) for parts in zip(*(part.chunk(updates_per_batch, dim=1) for part in batch[1:]),
+                                                 strict=True)]
+        proximal, updates = theta, []
+        for minibatch in minibatches:
+            grad, weights, kl, entropy = _stale_gradient(problem, tables, theta, proximal, minibatch, advantage, weigh)
+            theta_new, info = updater.update(theta, grad, behaviour, staleness, ~diverged, kl)
+            reward = reward_of(theta_new)
+            gap = optimum - reward
+            bad = ~torch.isfinite(theta_new).all(-1) | ~torch.isfinite(reward)
+            if problem.kind == "gaussian":
+                bad |= gap > DIVERGENCE_FACTOR * max(initial_gap, 1e-12)
+            diverged = diverged | bad
+            theta = torch.where(diverged[:, None], theta, theta_new)
+            info.update(objective=reward, diverged=diverged, kl_behaviour=kl, entropy=entropy, reward_gap=gap,
+                        mean_weight=weights.mean(-1))
+            updates.append(info)
         buffer.push(step + 1, theta)
-        info.update(objective=reward, diverged=diverged, kl_behaviour=kl, entropy=entropy, reward_gap=gap,
-                    mean_weight=weights.mean(-1))
-        recorder.observe(step, info)
+        recorder.observe(step, _step_record(updates))
     meta = {"problem": {"kind": problem.kind, **asdict(problem)}, "steps": steps, "groups": groups,
             "group_size": group_size, "advantage": advantage, "optimal_reward": optimum,
-            "initial_reward": optimum - initial_gap}
+            "initial_reward": optimum - initial_gap, "updates_per_batch": updates_per_batch,
+            "ratio_clip_eps": ratio_clip_eps}
     return recorder.result(sim_name(problem), settings, seeds, seed, meta)
 
 
@@ -256,41 +312,61 @@ def sim_name(problem: GaussianBandit | SoftmaxBandit) -> str:
     return f"bandit_{problem.kind}"
 
 
-def _gaussian_gradient(problem: GaussianBandit, mu, behaviour, gen, seeds, seed_index, groups, group_size,
-                       advantage, weigh):
+def _gaussian_batch(problem: GaussianBandit, behaviour, gen, seeds, seed_index, groups, group_size):
+    """The step's samples from the behaviour policy: (μ_b, ε, actions μ_b + σ·ε, rewards), shapes (R, B, G, …)."""
     sigma = problem.policy_std
-    h = problem.curvatures(mu.dtype)
-    eps = torch.randn(seeds, groups, group_size, problem.dim, generator=gen, dtype=mu.dtype)[seed_index]
-    noise = torch.randn(seeds, groups, group_size, generator=gen, dtype=mu.dtype)[seed_index]
+    h = problem.curvatures(behaviour.dtype)
+    eps = torch.randn(seeds, groups, group_size, problem.dim, generator=gen, dtype=behaviour.dtype)[seed_index]
+    noise = torch.randn(seeds, groups, group_size, generator=gen, dtype=behaviour.dtype)[seed_index]
     actions = behaviour[:, None, None, :] + sigma * eps  # sampled from the stale policy
     rewards = -0.5 * (h * (actions - problem.target) ** 2).sum(-1) + problem.reward_noise * noise
+    return behaviour, eps, actions, rewards
+
+
+def _gaussian_gradient(problem: GaussianBandit, mu, proximal, batch, advantage, weigh):
+    _, eps, actions, rewards = batch
+    sigma = problem.policy_std
     adv = group_advantages(rewards, advantage)  # (R, B, G)
     diff_now = actions - mu[:, None, None, :]
     log_ratio = (-(diff_now ** 2).sum(-1) + (sigma * eps) .pow(2).sum(-1)) / (2 * sigma ** 2)
-    weights = weigh(log_ratio.reshape(len(mu), -1), adv.reshape(len(mu), -1)).reshape(adv.shape)
+    prox_log_ratio = None
+    if weigh.clip_eps is not None:
+        prox = (-(diff_now ** 2).sum(-1) + (actions - proximal[:, None, None, :]).pow(2).sum(-1)) / (2 * sigma ** 2)
+        prox_log_ratio = prox.reshape(len(mu), -1)
+    weights = weigh(log_ratio.reshape(len(mu), -1), adv.reshape(len(mu), -1), prox_log_ratio).reshape(adv.shape)
     score = diff_now / sigma ** 2  # ∇_μ log π_θ(a) at the current μ
     grad = -((weights * adv)[..., None] * score).mean(dim=(1, 2))
     return grad, log_ratio, weights.reshape(len(mu), -1)
 
 
-def _softmax_gradient(problem: SoftmaxBandit, feats, probs, theta, behaviour, gen, seeds, seed_index, groups,
-                      group_size, advantage, weigh):
-    rows, arms = len(theta), problem.arms
+def _softmax_batch(problem: SoftmaxBandit, feats, probs, behaviour, gen, seeds, seed_index, groups, group_size):
+    """The step's samples from the behaviour policy: (θ_b, features, actions, rewards, log π_b), shapes (R, B, …)."""
+    rows, arms = len(behaviour), problem.arms
     ctx = torch.randint(0, problem.contexts, (seeds, groups), generator=gen)[seed_index]  # (R, B)
-    uniform = torch.rand(seeds, groups, group_size, arms, generator=gen, dtype=theta.dtype)[seed_index]
-    coin = torch.rand(seeds, groups, group_size, generator=gen, dtype=theta.dtype)[seed_index]
+    uniform = torch.rand(seeds, groups, group_size, arms, generator=gen, dtype=behaviour.dtype)[seed_index]
+    coin = torch.rand(seeds, groups, group_size, generator=gen, dtype=behaviour.dtype)[seed_index]
     gumbel = -(-uniform.clamp_min(1e-300).log()).log()
     phi = feats[ctx]  # (R, B, F)
-    nf = problem.n_features
-    logits_b = torch.einsum("rbf,rfk->rbk", phi, behaviour.reshape(rows, nf, arms))
-    logits_t = torch.einsum("rbf,rfk->rbk", phi, theta.reshape(rows, nf, arms))
+    logits_b = torch.einsum("rbf,rfk->rbk", phi, behaviour.reshape(rows, problem.n_features, arms))
     actions = (logits_b[:, :, None, :] + gumbel).argmax(-1)  # (R, B, G): Gumbel-max sample from π_b
     p_taken = probs[ctx[:, :, None], actions]
-    rewards = (coin < p_taken).to(theta.dtype)
+    rewards = (coin < p_taken).to(behaviour.dtype)
+    return behaviour, phi, actions, rewards, logits_b.log_softmax(-1)
+
+
+def _softmax_gradient(problem: SoftmaxBandit, theta, proximal, batch, advantage, weigh):
+    _, phi, actions, rewards, logp_b = batch
+    rows, arms, nf = len(theta), problem.arms, problem.n_features
+    groups, group_size = actions.shape[1:]
+    logits_t = torch.einsum("rbf,rfk->rbk", phi, theta.reshape(rows, nf, arms))
     adv = group_advantages(rewards, advantage)
-    logp_t, logp_b = logits_t.log_softmax(-1), logits_b.log_softmax(-1)
+    logp_t = logits_t.log_softmax(-1)
     log_ratio = (logp_t.gather(-1, actions) - logp_b.gather(-1, actions))  # (R, B, G)
-    weights = weigh(log_ratio.reshape(rows, -1), adv.reshape(rows, -1)).reshape(adv.shape)
+    prox_log_ratio = None
+    if weigh.clip_eps is not None:
+        logp_prox = torch.einsum("rbf,rfk->rbk", phi, proximal.reshape(rows, nf, arms)).log_softmax(-1)
+        prox_log_ratio = (logp_t.gather(-1, actions) - logp_prox.gather(-1, actions)).reshape(rows, -1)
+    weights = weigh(log_ratio.reshape(rows, -1), adv.reshape(rows, -1), prox_log_ratio).reshape(adv.shape)
     onehot = torch.nn.functional.one_hot(actions, arms).to(theta.dtype)
     # ∇_θ log π_θ(a|c) = x_c ⊗ (e_a − π_θ(·|c)); sum over the group first, then over the batch.
     coef = ((weights * adv)[..., None] * (onehot - logp_t.exp()[:, :, None, :])).sum(2)  # (R, B, K)

@@ -1,10 +1,11 @@
 """A grid of runs (settings × seeds) advanced by one tensor update per step, shared by the simulators.
 
 Each simulator only computes the raw gradients of all runs, shape (R, P); ``GridUpdater`` turns them
-into parameter updates with each row's method (``sim.stabilizers``): GAC through ``gac.update`` once
-per group of rows that share a GAC configuration, the staleness-aware step size, SGD or Adam. Rows are
-ordered setting-major: row = setting_index · seeds + seed_index. ``GridResult`` holds what was
-recorded and turns it into the per-step record of ``sim.record``.
+into parameter updates with each row's method (``sim.stabilizers``, one choice per axis): GAC through
+``gac.update`` once per group of rows that share a GAC configuration (in gradient, momentum or update
+space), Adaptive Braking, the staleness-aware or KL-target step size, SGD, SGD with heavy-ball momentum
+or Adam. Rows are ordered setting-major: row = setting_index · seeds + seed_index. ``GridResult`` holds
+what was recorded and turns it into the per-step record of ``sim.record``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ from sim import stabilizers
 from sim.schema import NO_REGIME, columns, make_row
 from sim.staleness import KINDS
 
-OPTIMIZERS = ("sgd", "adam")
+OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
+MOMENTUM_OPTIMIZERS = ("sgd_momentum", "adam")
+"""The optimizers with a first moment (a velocity): GAC in momentum space and Adaptive Braking need one."""
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
+SGD_MOMENTUM = 0.9
+"""μ of heavy-ball SGD, torch.optim.SGD's convention: buf = μ·buf + g (buf = g on the first step), x −= η·buf."""
 NO_GAC = -1  # regime code of rows without a GAC decision
 
 
@@ -30,7 +35,7 @@ class Setting:
     """One point of the grid: method (registry name) with its parameters, staleness, step size, optimizer."""
 
     method: str = "none"
-    """Registry name in ``sim.stabilizers`` ("none", "gac", "lr_scale", "dc", "tis", "m2po")."""
+    """Method name from ``sim.stabilizers``: registry names joined by + (one per axis), e.g. "gac", "gac+tis"."""
     staleness: int = 0
     """s (fixed) or s_max (random); sync is s = 0."""
     lr: float = 0.1
@@ -38,7 +43,7 @@ class Setting:
     staleness_kind: str = "fixed"
     """"fixed" s every step, or "random" s_t ~ U{0..s}."""
     optimizer: str = "sgd"
-    """"sgd" (x −= η·u) or "adam" (x −= η·m̂/(√v̂+ε))."""
+    """"sgd" (x −= η·u), "sgd_momentum" (heavy ball: buf = μ·buf + u, x −= η·buf) or "adam" (x −= η·m̂/(√v̂+ε))."""
     params: tuple[tuple[str, Any], ...] = ()
     """Method parameters as sorted (name, value) pairs (see ``setting``)."""
     label: str | None = None
@@ -54,14 +59,35 @@ class Setting:
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         self.method_params()  # unknown method or parameter fails here, before any work
-        if self.method == "gac":
-            cfg_params = self.method_params()
-            stabilizers.gac_config(**cfg_params)
-            if cfg_params["space"] == "update" and self.optimizer != "adam":
-                raise ValueError("gac space='update' needs optimizer='adam' (SGD's update is the gradient)")
+        direction = self.combination.direction
+        if direction == "gac":
+            space = self.part_params("gac")["space"]
+            stabilizers.gac_config(**self.part_params("gac"))
+            if space in ("update", "momentum") and self.optimizer not in MOMENTUM_OPTIMIZERS:
+                raise ValueError(f"gac space={space!r} needs optimizer sgd_momentum or adam (plain SGD's update "
+                                 "is the gradient and it has no momentum)")
+        if direction == "braking" and self.optimizer not in MOMENTUM_OPTIMIZERS:
+            raise ValueError("braking needs optimizer sgd_momentum or adam: plain SGD has no velocity to brake against")
+
+    @property
+    def combination(self) -> stabilizers.Combination:
+        """The method's choice on each axis (``sim.stabilizers.parse_method``)."""
+        return stabilizers.parse_method(self.method)
+
+    def part_params(self, part: str) -> dict:
+        """The parameters of one part of the method (its registry defaults updated with this setting's values)."""
+        own = stabilizers.get_stabilizer(part).defaults
+        return stabilizers.method_params(part, **{k: v for k, v in self.params if k in own})
 
     def method_params(self) -> dict:
-        return stabilizers.method_params(self.method, **dict(self.params))
+        """Every part's parameters in one dict (the registry's parameter names differ between entries)."""
+        merged: dict = {}
+        for part in self.combination.parts or ("none",):
+            merged.update(self.part_params(part))
+        unknown = sorted(set(dict(self.params)) - set(merged))
+        if unknown:
+            raise ValueError(f"method {self.method!r} has no parameter(s) {unknown}; it takes {sorted(merged)}")
+        return merged
 
     @property
     def name(self) -> str:
@@ -77,9 +103,9 @@ def setting(method: str = "none", staleness: int = 0, lr: float = 0.1, *, stalen
 
 
 def check_models(settings, model: str) -> None:
-    """Fail before any work if a method does not apply to this staleness model."""
+    """Fail before any work if a method (or a part of it) does not apply to this staleness model."""
     for s in settings:
-        stabilizers.get_stabilizer(s.method, model)
+        stabilizers.parse_method(s.method, model)
 
 
 def _as_slice_if_contiguous(rows: torch.Tensor) -> torch.Tensor | slice:
@@ -111,16 +137,28 @@ class GridUpdater:
         self.max_staleness = rep([s.staleness for s in settings], torch.int64)
         self.random_staleness = rep([s.staleness_kind == "random" for s in settings], torch.bool)
         self.adam = rep([s.optimizer == "adam" for s in settings], torch.bool)
-        self.lr_scale = rep([s.method == "lr_scale" for s in settings], torch.bool)
-        self.dc = rep([s.method == "dc" for s in settings], torch.bool)
-        self.dc_lambda = rep([s.method_params().get("dc_lambda", 0.0) if s.method == "dc" else 0.0
-                              for s in settings], dtype)
+        self.heavy_ball = rep([s.optimizer == "sgd_momentum" for s in settings], torch.bool)
+        axes = [s.combination for s in settings]
+        # A part's parameter per setting (``absent`` where the setting does not use that part).
+        param = lambda part, name, absent: [s.part_params(part)[name] if part in a.parts else absent
+                                            for s, a in zip(settings, axes, strict=True)]
+        self.lr_scale = rep([a.step == "lr_scale" for a in axes], torch.bool)
+        self.kl_target = rep([a.step == "kl_target" for a in axes], torch.bool)
+        self.kl_params = torch.stack([rep(param("kl_target", "kl_target", 1.0), dtype),
+                                      rep(param("kl_target", "kl_floor", 1.0), dtype)], dim=-1)
+        self.dc = rep([a.objective == "dc" for a in axes], torch.bool)
+        self.dc_lambda = rep(param("dc", "dc_lambda", 0.0), dtype)
+        self.braking_rows = torch.nonzero(rep([a.direction == "braking" for a in axes], torch.bool))[:, 0]
+        self.braking_alpha = rep(param("braking", "braking_alpha", 0.0), dtype)[self.braking_rows]
         self.any_adam, self.any_dc = bool(self.adam.any()), bool(self.dc.any())
+        self.any_heavy_ball, self.any_kl_target = bool(self.heavy_ball.any()), bool(self.kl_target.any())
+        self.has_moment = self.adam | self.heavy_ball
         shape = (self.rows, dim)
         self.groups = self._gac_groups(torch.zeros(shape, dtype=dtype, device=device))
         self.prev_raw = _Scaled.of(torch.zeros(shape, dtype=dtype, device=device))
         self.prev_applied = self.prev_raw
-        self.exp_avg = torch.zeros(shape, dtype=dtype, device=device) if self.any_adam else None
+        # The first moment of each row's optimizer: Adam's m, heavy-ball SGD's buf (one tensor, one meaning).
+        self.exp_avg = torch.zeros(shape, dtype=dtype, device=device) if bool(self.has_moment.any()) else None
         self.exp_avg_sq = torch.zeros(shape, dtype=dtype, device=device) if self.any_adam else None
         self.adam_steps = torch.zeros(self.rows, dtype=torch.int64, device=device)
 
@@ -128,19 +166,19 @@ class GridUpdater:
         """Rows grouped by everything of their GAC setting except a fixed threshold (a per-row tensor)."""
         keyed: dict[tuple, list[int]] = {}
         for index, s in enumerate(self.settings):
-            if s.method != "gac":
+            if s.combination.direction != "gac":
                 continue
-            params = s.method_params()
+            params = s.part_params("gac")
             key = tuple(sorted((k, v) for k, v in params.items() if k != "threshold" or params["threshold_rule"]))
             keyed.setdefault(key, []).append(index)
         groups = []
         for indices in keyed.values():
             rows = _as_slice_if_contiguous(torch.cat([torch.arange(i * self.seeds, (i + 1) * self.seeds)
                                                       for i in indices]).to(like.device))
-            params = self.settings[indices[0]].method_params()
+            params = self.settings[indices[0]].part_params("gac")
             cfg = stabilizers.gac_config(**params)  # per-row thresholds were validated in Setting
             threshold = None if params["threshold_rule"] else torch.tensor(
-                [self.settings[i].method_params()["threshold"] for i in indices],
+                [self.settings[i].part_params("gac")["threshold"] for i in indices],
                 dtype=like.dtype, device=like.device).repeat_interleave(self.seeds)
             groups.append(_GacGroup(rows, cfg, params["space"], gac.init(like[rows], cfg), threshold))
         return groups
@@ -166,13 +204,41 @@ class GridUpdater:
             info["threshold"][rows] = report.threshold.to(info["threshold"].dtype)
         return out
 
+    def _apply_braking(self, direction: torch.Tensor, info: dict) -> torch.Tensor:
+        """Adaptive Braking on the braking rows: g ← (1 − α·cos(g, v))·g, v the first moment before this step
+        (zero before the first step: cosine 0, factor 1)."""
+        rows = self.braking_rows
+        factor = stabilizers.braking_scale(gac.alignment(direction[rows], self.exp_avg[rows]), self.braking_alpha)
+        out = direction.clone()
+        out[rows] = factor[:, None].to(direction.dtype) * direction[rows]
+        info["parallel_scale"][rows] = factor.to(info["parallel_scale"].dtype)
+        return out
+
+    def step_sizes(self, staleness: torch.Tensor, kl_behaviour: torch.Tensor | None, dtype) -> torch.Tensor:
+        """η_t per row: η, η/(1+s_t) (lr_scale rows) or η·clip(κ/KL_t, floor, 1) (kl_target rows)."""
+        lr = torch.where(self.lr_scale, self.lr / (1.0 + staleness.to(dtype)), self.lr)
+        if self.any_kl_target:
+            if kl_behaviour is None:
+                raise ValueError("kl_target needs the KL to the behaviour policy (stale-data model only)")
+            factor = torch.ones_like(lr)
+            for kappa, floor in torch.unique(self.kl_params[self.kl_target], dim=0).tolist():
+                rows = self.kl_target & (self.kl_params[:, 0] == kappa) & (self.kl_params[:, 1] == floor)
+                factor = torch.where(rows, stabilizers.kl_target_factor(kl_behaviour.to(dtype), kappa, floor), factor)
+            lr = lr * factor
+        return lr
+
     def update(self, params: torch.Tensor, grad: torch.Tensor, stale_params: torch.Tensor,
-               staleness: torch.Tensor, active: torch.Tensor) -> tuple[torch.Tensor, dict]:
+               staleness: torch.Tensor, active: torch.Tensor,
+               kl_behaviour: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
         """New parameters of all rows from their raw gradients; rows with ``active`` False stay put.
 
-        Order per row: DC correction (dc rows), GAC in gradient space, Adam moments (adam rows), GAC in
-        update space, step size η (÷(1+s_t) for lr_scale rows). A GAC "skip" leaves the row unchanged,
-        optimizer state included (as ``gac.wrap`` does).
+        Order per row: DC correction (dc rows), GAC in gradient space or Adaptive Braking, the first moment
+        m_t (Adam: β1·m + (1−β1)·g; heavy ball: μ·buf + g), GAC in momentum space (m_t controlled against
+        past uncontrolled m; the controlled m'_t is stored, so the removed part does not come back), the
+        proposed step (Adam: m̂/(√v̂+ε); heavy ball: m'_t; SGD: g), GAC in update space (the proposed step
+        against past proposed steps; optimizer state as without it), step size η_t (÷(1+s_t) for lr_scale
+        rows, × clip(κ/KL_t, floor, 1) for kl_target rows, KL_t = ``kl_behaviour``). A GAC "skip" in any
+        space leaves the row unchanged, optimizer state included (as ``gac.wrap`` does).
         """
         dtype = grad.dtype
         info = {"regime": torch.full((self.rows,), NO_GAC, dtype=torch.int64),
@@ -186,23 +252,34 @@ class GridUpdater:
             corrected = stabilizers.delay_compensated_gradient(grad, params, stale_params, self.dc_lambda[:, None])
             direction = torch.where(self.dc[:, None], corrected, grad)
         direction = self._apply_gac("gradient", direction, info)
-        moving = active & (info["regime"] != gac.SKIP)
-        if self.any_adam:
+        if len(self.braking_rows):
+            direction = self._apply_braking(direction, info)
+        if self.exp_avg is not None:
             beta1, beta2 = ADAM_BETAS
-            steps = self.adam_steps + 1
-            exp_avg = torch.lerp(self.exp_avg, direction, 1 - beta1)
-            exp_avg_sq = beta2 * self.exp_avg_sq + (1 - beta2) * direction * direction
-            corr1 = (1 - beta1 ** steps.to(dtype))[:, None]
-            corr2 = (1 - beta2 ** steps.to(dtype))[:, None]
-            proposed = (exp_avg / corr1) / ((exp_avg_sq / corr2).sqrt() + ADAM_EPS)
-            adam_moving = (moving & self.adam)[:, None]
-            self.exp_avg = torch.where(adam_moving, exp_avg, self.exp_avg)
-            self.exp_avg_sq = torch.where(adam_moving, exp_avg_sq, self.exp_avg_sq)
-            self.adam_steps = torch.where(adam_moving[:, 0], steps, self.adam_steps)
-            direction = torch.where(self.adam[:, None], proposed, direction)
+            first = torch.lerp(self.exp_avg, direction, 1 - beta1) if self.any_adam else None
+            if self.any_heavy_ball:
+                buf = SGD_MOMENTUM * self.exp_avg + direction
+                first = buf if first is None else torch.where(self.heavy_ball[:, None], buf, first)
+            first = self._apply_gac("momentum", first, info)
+            proposed = first
+            if self.any_adam:
+                steps = self.adam_steps + 1
+                exp_avg_sq = beta2 * self.exp_avg_sq + (1 - beta2) * direction * direction
+                corr1 = (1 - beta1 ** steps.to(dtype))[:, None]
+                corr2 = (1 - beta2 ** steps.to(dtype))[:, None]
+                adam_step = (first / corr1) / ((exp_avg_sq / corr2).sqrt() + ADAM_EPS)
+                proposed = adam_step if not self.any_heavy_ball else torch.where(self.adam[:, None], adam_step, first)
+            direction = torch.where(self.has_moment[:, None], proposed, direction)
             direction = self._apply_gac("update", direction, info)
-            moving = active & (info["regime"] != gac.SKIP)
-        lr = torch.where(self.lr_scale, self.lr / (1.0 + staleness.to(dtype)), self.lr)
+            # The optimizer state moves only where the step is taken (no GAC skip in any space, run active).
+            moving = (active & (info["regime"] != gac.SKIP))[:, None]
+            self.exp_avg = torch.where(moving & self.has_moment[:, None], first, self.exp_avg)
+            if self.any_adam:
+                adam_moving = moving & self.adam[:, None]
+                self.exp_avg_sq = torch.where(adam_moving, exp_avg_sq, self.exp_avg_sq)
+                self.adam_steps = torch.where(adam_moving[:, 0], steps, self.adam_steps)
+        moving = active & (info["regime"] != gac.SKIP)
+        lr = self.step_sizes(staleness, kl_behaviour, dtype)
         applied = direction * moving[:, None].to(dtype)  # frozen or skipped rows apply nothing
         scaled_applied = _Scaled.of(applied)
         info["cos_applied"], self.prev_applied = scaled_applied.cosine(self.prev_applied), scaled_applied
@@ -258,7 +335,7 @@ class GridResult:
 
     def regime_names(self, codes: torch.Tensor, setting_index: int) -> list[str]:
         s = self.settings[setting_index]
-        mode = s.method_params()["mode"] if s.method == "gac" else ""
+        mode = s.part_params("gac")["mode"] if s.combination.direction == "gac" else ""
         return [NO_REGIME if c < 0 else gac.regime_name(c, mode) for c in codes.tolist()]
 
     def records(self) -> list[dict]:
@@ -304,22 +381,24 @@ class Recorder:
     Summaries: ``mean_cos_prev`` / ``mean_cos_applied`` over steps ≥ ``warmup`` before divergence (NaN
     if it diverged before warm-up); ``mean_cos_prev_alive`` over all steps ≥ 1 before divergence; ``final_objective``
     = mean objective over the last ``tail`` steps (inf, or −inf for rewards, if the run diverged); ``diverged`` and
-    ``diverged_step`` (−1 if never); ``act_fraction`` / ``skip_fraction`` of GAC steps ≥ warmup.
+    ``diverged_step`` (−1 if never); ``act_fraction`` / ``skip_fraction`` of GAC steps ≥ warmup; ``mean_<name>`` for
+    each of ``means`` (recorded values averaged like the cosines: steps ≥ warmup before divergence).
     After a run diverges its cosines are recorded as NaN (it is frozen, nothing is compared any more).
     """
 
     FIELDS = ("objective", "grad_norm", "cos_prev", "cos_applied", "regime", "parallel_scale", "lr", "diverged")
 
     def __init__(self, rows: int, steps: int, every: int = 1, warmup: int = 0, tail: int = 1,
-                 extras: tuple[str, ...] = (), dtype=torch.float64, higher_is_better: bool = False):
-        self.higher_is_better = higher_is_better
+                 extras: tuple[str, ...] = (), dtype=torch.float64, higher_is_better: bool = False,
+                 means: tuple[str, ...] = ()):
+        self.higher_is_better, self.means = higher_is_better, tuple(means)
         self.every, self.warmup, self.steps, self.tail = max(1, every), warmup, steps, max(1, tail)
         self.names = (*self.FIELDS, *extras)
         self.kept: dict[str, list[torch.Tensor]] = {n: [] for n in self.names}
         self.kept_steps: list[int] = []
         zeros = lambda: torch.zeros(rows, dtype=dtype)
         self.sums = {"cos_prev": zeros(), "cos_applied": zeros(), "objective": zeros(), "act": zeros(),
-                     "skip": zeros(), "cos_prev_alive": zeros()}
+                     "skip": zeros(), "cos_prev_alive": zeros(), **{f"mean_{n}": zeros() for n in self.means}}
         self.alive_counts = zeros()
         self.counts, self.tail_counted = zeros(), 0
         self.diverged_step = torch.full((rows,), -1, dtype=torch.int64)
@@ -347,6 +426,8 @@ class Recorder:
             self.sums["cos_applied"] += live * values["cos_applied"].nan_to_num()
             self.sums["act"] += live * (values["regime"] == gac.ACT).to(live.dtype)
             self.sums["skip"] += live * (values["regime"] == gac.SKIP).to(live.dtype)
+            for name in self.means:
+                self.sums[f"mean_{name}"] += live * values[name].nan_to_num()
         if step >= self.steps - self.tail:
             self.tail_counted += 1
             self.sums["objective"] += values["objective"]
@@ -366,6 +447,7 @@ class Recorder:
             "diverged_step": self.diverged_step,
             "act_fraction": self.sums["act"] / count,
             "skip_fraction": self.sums["skip"] / count,
+            **{f"mean_{name}": self.sums[f"mean_{name}"] / count for name in self.means},
         }
         return GridResult(sim, list(settings), seeds, seed, torch.tensor(self.kept_steps), traces, summary,
                           meta or {})

@@ -271,7 +271,8 @@ GAC_RUN_KEYS = ("threshold_rule", "rule_margin", "rule_floor", "rule_ceiling", "
 """Parameters of the ``gac`` entry that are not GACConfig fields: the adaptive-threshold rule
 (``threshold_rule="ema"`` → ``gac.EMAThreshold(margin, floor, ceiling)``) and where GAC acts
 (``space="gradient"``: the raw gradient; ``"update"``: the optimizer's proposed step, e.g. Adam's
-m̂/(√v̂+ε), with the reference built from past proposed steps; ``"momentum"``: the optimizer's first moment)."""
+m̂/(√v̂+ε), with the reference built from past proposed steps; ``"momentum"``: the optimizer's first moment
+before the step, with the reference built from past uncontrolled first moments, the controlled one stored)."""
 GAC_SPACES = ("gradient", "update", "momentum")
 
 

@@ -27,10 +27,10 @@ def test_gaussian_group_baseline_gives_gradient_at_behaviour_policy():
     weigh = bandit._SampleWeights(updater)
     mu, behaviour = torch.tensor([[0.3, -0.2, 0.5]], dtype=torch.float64), torch.tensor([[0.1, 0.0, 0.2]],
                                                                                           dtype=torch.float64)
-    stale = bandit._gaussian_gradient(problem, mu, behaviour, torch.Generator().manual_seed(0), 1,
-                                      torch.zeros(1, dtype=torch.long), 3, 8, "grpo", weigh)[0]
-    onpolicy = bandit._gaussian_gradient(problem, behaviour, behaviour, torch.Generator().manual_seed(0), 1,
-                                         torch.zeros(1, dtype=torch.long), 3, 8, "grpo", weigh)[0]
+    batch = bandit._gaussian_batch(problem, behaviour, torch.Generator().manual_seed(0), 1,
+                                   torch.zeros(1, dtype=torch.long), 3, 8)
+    stale = bandit._gaussian_gradient(problem, mu, mu, batch, "grpo", weigh)[0]
+    onpolicy = bandit._gaussian_gradient(problem, behaviour, behaviour, batch, "grpo", weigh)[0]
     assert torch.allclose(stale, onpolicy, atol=1e-12)
 
 
