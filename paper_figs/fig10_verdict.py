@@ -4,8 +4,10 @@
 Panels: (a) gap recovered per arm with its hierarchical interval (warm starts, then seeds), controls hatched;
 (b) final accuracy against the mean KL to the behaviour policy, one dot per run (the drift correlation);
 (c) the applied update's alignment cos(Δθ_t, Δθ_{t−1}) per arm (where the aligned progress is);
-(d) the tuning curves (full profile) or, in the quick profile (fixed step size, no tuning), the accuracy per run.
-Runs: experiments/verdict.py (cached).
+(d) the tuning curves (full profile) or, in the quick profile (fixed step size, no tuning), the accuracy per run;
+(e, f) the same arms in the toys at s = 16, each at its own step size (experiments/verdict_toys.py): final objective
+relative to sync, and the applied update's alignment, per simulator × structure × optimizer.
+Runs: experiments/verdict.py and experiments/verdict_toys.py (cached).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from experiments import verdict as verdict_mod
-from experiments.llm import Run
+from experiments import verdict_toys
+from experiments.llm import Run, dry_run
 from paper_figs.common import apply_style, method_color, save_figure
 from sim.record import write_records
 
@@ -97,15 +100,55 @@ def plot_tuning_or_runs(ax, tuning: list[dict], runs: list[dict]) -> None:
            title="(d) per run (quick profile: one fixed step size, no tuning)")
 
 
+TOY_ARMS = ("naive", "gac gradient", "gac update", "gac momentum", "braking", "tis", "gac+tis", "kl_target",
+            "kl_target+gac")
+
+
+def plot_toys(ax_final, ax_cos, fig, toys: list[dict], staleness: int = 16) -> None:
+    """(e, f) toys at ``staleness``: log10(final / sync's final) and cos(Δθ_t, Δθ_{t−1}) per arm and column."""
+    columns = list(dict.fromkeys((r["sim"], r["structure"], r["optimizer"]) for r in toys))
+    sync = {(r["sim"], r["structure"], r["optimizer"]): r["final"] for r in toys if r["arm"] == "sync"}
+    arms = [a for a in TOY_ARMS if any(r["arm"] == a for r in toys)]
+    ratio, cos = (np.full((len(arms), len(columns)), np.nan) for _ in range(2))
+    for r in toys:
+        key = (r["sim"], r["structure"], r["optimizer"])
+        if r["staleness"] == staleness and r["arm"] in arms:
+            i, j = arms.index(r["arm"]), columns.index(key)
+            ratio[i, j] = np.log10(r["final"] / sync[key]) if r["final"] > 0 and sync.get(key, 0) > 0 else np.nan
+            cos[i, j] = r["cos_update"]
+    short = {"bandit_gaussian": "bandit", "sgd_momentum": "SGD-m", "one_update": "1 update", "llm": "LLM-like"}
+    labels = ["\n".join(short.get(part, part) for part in c) for c in columns]
+    for ax, values, cmap, vmin, vmax, title in (
+            (ax_final, ratio, "Reds", 0, 2, f"(e) toys, s = {staleness}: log10(final / sync's final), own step sizes"),
+            (ax_cos, cos, "PuOr_r", -1, 1, f"(f) toys, s = {staleness}: cos(Δθ_t, Δθ_{{t−1}})")):
+        image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+        for i in range(len(arms)):
+            for j in range(len(columns)):
+                ax.text(j, i, "—" if np.isnan(values[i, j]) else f"{values[i, j]:.2f}", ha="center", va="center",
+                        fontsize=6)
+        ax.set_xticks(range(len(columns)), labels, fontsize=6)
+        ax.set_yticks(range(len(arms)), arms, fontsize=6)
+        ax.set_title(title, fontsize=8)
+        fig.colorbar(image, ax=ax, fraction=0.04)
+
+
+def toy_profile(profile: str) -> str:
+    """The toys' profile for a figure profile: smoke under --dry-run, full for full, else quick (CPU toys)."""
+    return "smoke" if dry_run() else "full" if profile == "full" else "quick"
+
+
 def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
     result = verdict_mod.verdict(profile, device, lambda *a: print(*a, flush=True))
     runs, table, tuning = result["runs"], result["table"], result["tuning"]
+    toys = verdict_toys.toy_verdict_rows(toy_profile(profile))
     apply_style()
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), layout="constrained")
+    fig, axes = plt.subplots(3, 2, figsize=(10, 11), layout="constrained")
     plot_gap(axes[0, 0], table)
     plot_drift(axes[0, 1], runs)
     plot_alignment(axes[1, 0], table)
     plot_tuning_or_runs(axes[1, 1], tuning, runs)
+    plot_toys(axes[2, 0], axes[2, 1], fig, toys)
+    write_records(toys, out_dir / f"{NAME}_toys.csv")
     fig.suptitle(f"What closes the async gap (LLM, s = {verdict_mod.PROFILES[profile].staleness}, {profile} profile)")
     write_records(runs, out_dir / f"{NAME}.csv")
     write_records(table, out_dir / f"{NAME}_table.csv")
