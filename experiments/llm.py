@@ -54,7 +54,8 @@ PROFILES = {
                 seeds=(0, 1, 2), main_lr=3e-4, small_lrs=(1e-4,), grid={3e-4: (0, 16)},
                 line_staleness=(0, 16), high_staleness=16, jobs=6),
 }
-KEY_EXCLUDE = ("progress", "out_dir", "resume", "checkpoint_every")  # threads stays: it changes last bits
+# Args that cannot change a run's numbers; threads stays in the key: it changes the last bits of long sums.
+KEY_EXCLUDE = ("progress", "out_dir", "resume", "checkpoint_every", "overwrite", "allow_code_change")
 
 
 @dataclass(frozen=True)

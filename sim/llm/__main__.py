@@ -7,6 +7,7 @@ a refused folder/resume, 3 a non-finite loss, 4 a write that failed (disk full, 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import sys
 from pathlib import Path
@@ -103,18 +104,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: interrupted; {interrupted_hint(out_dir)}", file=sys.stderr)
         return 130
     except OSError as err:  # disk full, a folder made read-only during the run, ...
-        where = err.filename or out_dir
-        print(f"error: cannot write {where}: {err.strerror or err}; free space or fix the folder's permissions, then "
-              f"rerun{resume_hint(out_dir)}", file=sys.stderr)
+        reason = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[0]
+        print(f"error: {err.filename or out_dir}: {reason}; {os_error_hint(err, out_dir)}", file=sys.stderr)
         return 4
     print(f"[train] {args.label} s={args.staleness}: final held-out accuracy {result['summary']['final_accuracy']:.3f}"
           f" -> {out_dir}/records.csv")
     return 0
 
 
-def resume_hint(out_dir: Path | None) -> str:
+def os_error_hint(err: OSError, out_dir: Path | None) -> str:
+    """The next step after a failed read or write: free space or fix permissions, then rerun (or resume)."""
     has_checkpoint = out_dir is not None and (Path(out_dir) / "checkpoint.pt").exists()
-    return " with --resume to continue from its checkpoint" if has_checkpoint else " with --overwrite"
+    rerun = "rerun with --resume to continue from its checkpoint" if has_checkpoint else "rerun with --overwrite"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"free disk space, then {rerun}"
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"make the folder writable (or choose another --out-dir), then {rerun}"
+    return f"fix that, then {rerun}"
 
 
 def interrupted_hint(out_dir: Path | None) -> str:
