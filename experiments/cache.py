@@ -53,7 +53,10 @@ def _read(path: Path) -> Any:
     if not path.exists() or path.stat().st_mtime < float(os.environ.get("GAC_LAB_FORCE_BEFORE", "-inf")):
         return _MISSING
     try:
-        return json.loads(path.read_text())["result"]
+        result = json.loads(path.read_text())["result"]
+        if result is None:  # no computation returns None: an entry written by a failed or foreign writer
+            raise ValueError("its result is null")
+        return result
     except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         if path not in _warned:
             _warned.add(path)

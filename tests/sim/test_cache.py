@@ -95,7 +95,8 @@ def test_llm_runs_are_keyed_by_their_source(monkeypatch):
     assert llm.run_cached(args)["records"] == [1] and len(calls) == 2
 
 
-@pytest.mark.parametrize("content", ["", '{"kind": "unit", "config": {}, "res', '{"kind": "unit"}', "\xff\xfe"])
+@pytest.mark.parametrize("content", ["", '{"kind": "unit", "config": {}, "res', '{"kind": "unit"}', "\xff\xfe",
+                                     '{"kind": "unit", "config": {}, "result": null}'])
 def test_corrupt_entry_is_a_miss_that_warns_with_its_path_and_is_rewritten(content):
     path = cache.cache_path("unit-corrupt", {"c": content})
     path.parent.mkdir(parents=True, exist_ok=True)
