@@ -88,20 +88,28 @@ def test_checkpoint_is_a_plain_torch_file_with_its_checksum_beside_it(run_dir):
         hashlib.sha256((out / "checkpoint.pt").read_bytes()).hexdigest()]
 
 
-def test_a_kill_between_checksum_and_rename_leaves_a_loadable_checkpoint(run_dir, monkeypatch):
-    """save_checkpoint writes the sidecar (new and old hash) first: a kill before the rename keeps the old file."""
+def test_a_kill_at_any_point_of_saving_leaves_a_loadable_checkpoint(run_dir, monkeypatch):
+    """save_checkpoint writes the sidecar with the new and the old hash before the rename, and the new hash alone
+    after it: a kill before the rename keeps the old checkpoint, a kill after it the new one, both loadable."""
     _, out = run_dir
-    old = (out / "checkpoint.pt").read_bytes()
+    path, old = out / "checkpoint.pt", (out / "checkpoint.pt").read_bytes()
 
     def killed(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(checkpoint.os, "replace", killed)
+    monkeypatch.setattr(checkpoint.os, "replace", killed)  # killed before the rename
     with pytest.raises(KeyboardInterrupt):
-        checkpoint.save_checkpoint(out / "checkpoint.pt", {"step": 99})
+        checkpoint.save_checkpoint(path, {"step": 99})
     monkeypatch.undo()
-    assert (out / "checkpoint.pt").read_bytes() == old
-    assert checkpoint.load_checkpoint(out / "checkpoint.pt")["step"] == 2
+    assert path.read_bytes() == old and checkpoint.load_checkpoint(path)["step"] == 2
+    writes = []
+    real = checkpoint.atomic_write_bytes
+    monkeypatch.setattr(checkpoint, "atomic_write_bytes",
+                        lambda *a: killed() if writes.append(1) or len(writes) == 2 else real(*a))
+    with pytest.raises(KeyboardInterrupt):  # killed after the rename, before the sidecar's final write
+        checkpoint.save_checkpoint(path, {"step": 99})
+    monkeypatch.undo()
+    assert checkpoint.load_checkpoint(path)["step"] == 99
     assert [p.name for p in out.iterdir() if p.name.endswith(".tmp")] == []
 
 
@@ -146,6 +154,7 @@ def test_model_folder_with_missing_or_truncated_weights_is_one_line(tiny_checkpo
     assert cli.main([*QUICK, "--model", str(model), "--steps", "1", "--out-dir", str(tmp_path / "out")]) == 2
     err = one_line(capsys)
     assert f"--model {model}" in err and "save_pretrained" in err
+    assert ("no weights there" if damage == "missing" else "weights cannot be loaded") in err
 
 
 @pytest.mark.parametrize("flags,method", [(["--gac.threshold", "0.3"], "none"), (["--gac-reference", "step"], "tis"),
