@@ -27,6 +27,7 @@ import torch
 
 import gac
 from experiments.llm import sweep
+from sim.llm import probes
 from sim.llm import train as train_module
 from sim.llm.model import build_model, parameter_count, sample, sample_reference
 from sim.llm.task import AdditionTask
@@ -131,10 +132,13 @@ def sampler_speed(size: str, batch: int = 128, group: int = 8, digits: int = 2, 
     return row
 
 
-PARTS = {"eval": ("heldout_accuracy",), "snr_probe": ("snr_probe",), "sampling": ("sample",),
-         "logprob_forward": ("token_logprobs",), "cosine": ("as_float64", "cosine"), "gac_apply": ("apply_gac",)}
-"""Parts of an RL step: the sim.llm.train functions timed as each (a call inside another part counts in the
-outer one, e.g. the SNR probe's forwards and backwards in snr_probe). ``backward`` is Tensor.backward."""
+PARTS = {"eval": ((train_module, "heldout_accuracy"),), "snr_probe": ((probes, "snr_probe"),),
+         "sampling": ((train_module, "sample"),), "logprob_forward": ((train_module, "token_logprobs"),),
+         "cosine": ((train_module, "as_float64"), (probes, "as_float64"), (probes, "cosine")),
+         "gac_apply": ((train_module, "apply_gac"),)}
+"""Parts of an RL step: the (module, function) names of sim.llm.train and sim.llm.probes timed as each (a call
+inside another part counts in the outer one, e.g. the SNR probe's forwards and backwards in snr_probe).
+``backward`` is Tensor.backward."""
 
 
 @contextlib.contextmanager
@@ -163,8 +167,8 @@ def timed_parts(model_params: int):
             return out
         return call
 
-    patches = [mock.patch.object(train_module, name, timed(part, getattr(train_module, name)))
-               for part, names in PARTS.items() for name in names]
+    patches = [mock.patch.object(module, name, timed(part, getattr(module, name)))
+               for part, names in PARTS.items() for module, name in names]
     patches.append(mock.patch.object(torch.Tensor, "backward", timed("backward", torch.Tensor.backward)))
     with contextlib.ExitStack() as stack:
         for patch in patches:
@@ -178,8 +182,9 @@ def cosine_before():
     def old_cosine(a, b):
         return math.nan if b is None else float(gac.alignment(a.source.double(), b.source.double()))
 
-    with mock.patch.object(train_module, "as_float64", lambda x, known=None: train_module.Float64Vector(x, x, x)), \
-            mock.patch.object(train_module, "cosine", old_cosine):
+    plain = lambda x, known=None: probes.Float64Vector(x, x, x)  # noqa: E731
+    with mock.patch.object(train_module, "as_float64", plain), mock.patch.object(probes, "as_float64", plain), \
+            mock.patch.object(probes, "cosine", old_cosine):
         yield
 
 

@@ -11,7 +11,6 @@ once per figure that reads it.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import gac
+from sim import fingerprint
 from sim.record import atomic_write_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,15 +34,9 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=8)
 def code_fingerprint(folders: tuple[str, ...] = SOURCE_DIRS, root: Path = ROOT) -> str:
     """Hash of every .py file under ``folders`` of ``root`` (path and content); read once per process."""
-    digest = hashlib.sha256()
-    for folder in folders:
-        for path in sorted((root / folder).rglob("*.py")):
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    return fingerprint.code_fingerprint(tuple(folders), root)
 
 
 def cache_path(kind: str, config: dict) -> Path:
@@ -59,7 +53,10 @@ def _read(path: Path) -> Any:
     if not path.exists() or path.stat().st_mtime < float(os.environ.get("GAC_LAB_FORCE_BEFORE", "-inf")):
         return _MISSING
     try:
-        return json.loads(path.read_text())["result"]
+        result = json.loads(path.read_text())["result"]
+        if result is None:  # no computation returns None: an entry written by a failed or foreign writer
+            raise ValueError("its result is null")
+        return result
     except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         if path not in _warned:
             _warned.add(path)

@@ -18,7 +18,7 @@ from scipy import stats
 
 from experiments import toy
 from experiments.cache import cached_runs
-from experiments.llm import Run, results_of
+from experiments.llm import Run, dry_run_args, results_of
 from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.llm.train import Args
@@ -265,7 +265,7 @@ def llm_runs(profile: str, device: str = "cpu", grid: TuningGrid | None = None) 
     grid = llm_grid(profile) if grid is None else grid
     base = Args(**LLM_TUNING[profile]["base"], device=device, progress=False, on_nonfinite="mark")
     seeds = range(grid.tuning_seeds + grid.reporting_seeds)
-    return [Run(replace(base, method=m, staleness=s, lr=lr, seed=seed), ("tuned",))
+    return [Run(dry_run_args(replace(base, method=m, staleness=s, lr=lr, seed=seed)), ("tuned",))
             for m, s, lr in grid.cells() for seed in seeds]
 
 

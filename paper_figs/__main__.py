@@ -27,6 +27,8 @@ FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_s
 LLM_FIGURES = ("fig5_llm_grpo", "fig10_verdict", "figs2_llm_signature")
 """The figures with a ``gpu`` profile (the 25M model on one GPU)."""
 FigureName = Literal[tuple([*FIGURES, "all"])]
+DRY_RUN_DIR = "dry_run"
+"""The sub-folder of --out that a --dry-run writes into."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class FigureArgs:
     """recompute runs even when cached results exist"""
     dry_run: bool = False
     """LLM figures: every run shrunk to the tiny model, 2 steps, one seed, on the CPU (checks a command starts
-    and writes its CSV; a gpu profile then needs no CUDA device)"""
+    and writes its CSV; a gpu profile then needs no CUDA device). Writes into OUT/dry_run/, never over real figures"""
 
 
 def _fail(message: str) -> None:
@@ -78,8 +80,8 @@ def parse_args(argv=None) -> FigureArgs:
             _fail(f"--profile gpu applies to the LLM figures only ({', '.join(LLM_FIGURES)})")
         if not args.dry_run and not args.device.startswith("cuda"):
             _fail("--profile gpu needs --device cuda (or --dry-run for a CPU smoke test)")
-    if args.dry_run:
-        return replace(args, names=names, device="cpu")
+    if args.dry_run:  # its figures are smoke tests: they go beside the real ones, never over them
+        return replace(args, names=names, device="cpu", out=args.out / DRY_RUN_DIR)
     if args.device.startswith("cuda"):
         if not torch.cuda.is_available():
             _fail(f"--device {args.device} requested but torch sees no CUDA device on this machine")
@@ -90,21 +92,34 @@ def parse_args(argv=None) -> FigureArgs:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    try:
+        jobs = default_jobs(args.device)
+    except ValueError as err:
+        _fail(str(err))
     if args.force:  # read by experiments.cache: what was cached before now is recomputed, once
         os.environ["GAC_LAB_FORCE_BEFORE"] = repr(time.time())
     if args.dry_run:
         os.environ["GAC_LAB_DRY_RUN"] = "1"  # read by experiments.llm.dry_run_args
-    jobs = default_jobs(args.device)
+    try:
+        make_all(args, jobs)
+    except KeyboardInterrupt:
+        print(f"python -m paper_figs: interrupted; the figures finished so far are in {args.out} and every finished "
+              "run is cached: rerun the same command to continue", file=sys.stderr)
+        return 130
+    return 0
+
+
+def make_all(args: FigureArgs, jobs: int) -> None:
+    """Every figure of ``args``: the plan on ``jobs`` workers, or one figure after another."""
     if jobs > 1 and args.device == "cpu" and not args.dry_run:  # see paper_figs.plan
         make_figures(args.names, args, jobs, log=print)
-        return 0
+        return
     for name in args.names:
         start = time.perf_counter()
         print(f"[paper_figs] {name} ({args.profile}) ...", flush=True)
         make_figure(name, args)
         print(f"[paper_figs] {name} done in {time.perf_counter() - start:.1f} s -> {args.out}/{name}.*",
               flush=True)
-    return 0
 
 
 if __name__ == "__main__":

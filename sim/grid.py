@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 import gac
-from gac.control import AlignmentStats, cosine_from_stats, pow2_scale
+from gac.cosine64 import as_float64, cosine64
 from sim import stabilizers
 from sim.schema import NO_REGIME, columns, make_row
 from sim.staleness import KINDS
@@ -155,7 +155,8 @@ class GridUpdater:
         self.has_moment = self.adam | self.heavy_ball
         shape = (self.rows, dim)
         self.groups = self._gac_groups(torch.zeros(shape, dtype=dtype, device=device))
-        self.prev_raw = _Scaled.of(torch.zeros(shape, dtype=dtype, device=device))
+        # Each vector in float64 with its ‖·‖² (gac.cosine64), kept as the reference of the next step's cosine.
+        self.prev_raw = as_float64(torch.zeros(shape, dtype=dtype, device=device))
         self.prev_applied = self.prev_raw
         # The first moment of each row's optimizer: Adam's m, heavy-ball SGD's buf (one tensor, one meaning).
         self.exp_avg = torch.zeros(shape, dtype=dtype, device=device) if bool(self.has_moment.any()) else None
@@ -240,13 +241,13 @@ class GridUpdater:
         rows, × clip(κ/KL_t, floor, 1) for kl_target rows, KL_t = ``kl_behaviour``). A GAC "skip" in any
         space leaves the row unchanged, optimizer state included (as ``gac.wrap`` does).
         """
-        dtype = grad.dtype
+        dtype, cos_dtype = grad.dtype, torch.promote_types(grad.dtype, torch.float32)
         info = {"regime": torch.full((self.rows,), NO_GAC, dtype=torch.int64),
                 "parallel_scale": torch.ones(self.rows, dtype=dtype),
                 "threshold": torch.full((self.rows,), float("nan"), dtype=dtype),
                 "grad_norm": grad.norm(dim=-1)}
-        raw = _Scaled.of(grad)
-        info["cos_prev"], self.prev_raw = raw.cosine(self.prev_raw), raw
+        raw = as_float64(grad)
+        info["cos_prev"], self.prev_raw = cosine64(raw, self.prev_raw).to(cos_dtype), raw
         direction = grad
         if self.any_dc:
             corrected = stabilizers.delay_compensated_gradient(grad, params, stale_params, self.dc_lambda[:, None])
@@ -281,32 +282,10 @@ class GridUpdater:
         moving = active & (info["regime"] != gac.SKIP)
         lr = self.step_sizes(staleness, kl_behaviour, dtype)
         applied = direction * moving[:, None].to(dtype)  # frozen or skipped rows apply nothing
-        scaled_applied = _Scaled.of(applied)
-        info["cos_applied"], self.prev_applied = scaled_applied.cosine(self.prev_applied), scaled_applied
+        applied64 = as_float64(applied)
+        info["cos_applied"], self.prev_applied = cosine64(applied64, self.prev_applied).to(cos_dtype), applied64
         info["lr"] = lr
         return params - lr[:, None] * applied, info
-
-
-@dataclass(frozen=True)
-class _Scaled:
-    """A batch of vectors as ``gac.alignment`` sees them: divided by their power-of-two scale, with ‖·‖².
-
-    Kept from one step to the next, so the cosine with the previous vector costs one pass (the dot)
-    instead of rescaling and squaring the previous vector again; the numbers are ``gac.alignment``'s.
-    """
-
-    scaled: torch.Tensor
-    sq: torch.Tensor
-    out_dtype: torch.dtype
-
-    @classmethod
-    def of(cls, x: torch.Tensor) -> _Scaled:
-        scaled = x.to(torch.float64) / pow2_scale(x)
-        return cls(scaled, (scaled * scaled).sum(-1), torch.promote_types(x.dtype, torch.float32))
-
-    def cosine(self, previous: _Scaled) -> torch.Tensor:
-        stats = AlignmentStats((self.scaled * previous.scaled).sum(-1), self.sq, previous.sq)
-        return cosine_from_stats(stats).to(self.out_dtype)
 
 
 @dataclass

@@ -6,13 +6,16 @@ nothing beyond the stdlib, so the LLM run and the figures use the same ones.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import io
 import json
 import math
 import os
+import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 
@@ -43,7 +46,7 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            os.fchmod(handle.fileno(), 0o666 & ~_current_umask())
+            os.fchmod(handle.fileno(), 0o666 & ~current_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -76,6 +79,63 @@ def check_output_dir(path: Path | str, flag: str) -> Path:
     return path
 
 
+_held_locks: dict[Path, int] = {}  # lock files this process holds -> nesting depth (main → train re-enter)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path | str, what: str, wait: bool = False) -> Iterator[Path]:
+    """Hold ``path`` (a lock file) exclusively for the block; the file names the holder; removed on release.
+
+    ``fcntl.flock`` takes the lock atomically and the kernel drops it when the holder exits, however it dies, so
+    there is no pid to check and no check-then-write race. (Not ``filelock``: its lock file cannot carry the
+    holder's pid and command, which the error shows.) ``wait=False``: a held lock raises a one-line ValueError
+    naming the holder and ``what`` (e.g. "--out-dir runs/a"); ``wait=True``: block until the holder is done.
+    The same process may enter again (nested blocks share one lock).
+    """
+    path = Path(path).resolve()
+    if path in _held_locks:
+        _held_locks[path] += 1
+        try:
+            yield path
+        finally:
+            _held_locks[path] -= 1
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = _locked_fd(path, what, wait)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}: {' '.join([os.path.basename(sys.executable), *sys.argv])}\n".encode(), 0)
+        _held_locks[path] = 1
+        try:
+            yield path
+        finally:
+            del _held_locks[path]
+            path.unlink(missing_ok=True)  # before the unlock: a waiter then finds a removed file and retries
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
+
+
+def _locked_fd(path: Path, what: str, wait: bool) -> int:
+    """A descriptor of ``path`` holding its flock, after checking that ``path`` still names the locked file (a
+    holder removes the file on release, so a descriptor opened before that locks a file nobody else sees)."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise ValueError(f"{what} is in use by {holder} (lock {path}); wait for it to finish, or, if no such "
+                             f"process is running (a network filesystem can keep a dead holder's lock), delete "
+                             f"{path}") from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
 def publish_together(staging: Path | str, out_dir: Path | str, name: str) -> list[Path]:
     """Move every file of ``staging`` into ``out_dir`` as one set, then write ``NAME.complete`` (their names) last.
 
@@ -99,7 +159,7 @@ def is_complete(out_dir: Path | str, name: str) -> bool:
     return marker.exists() and all((Path(out_dir) / f).exists() for f in marker.read_text().split())
 
 
-def _current_umask() -> int:
+def current_umask() -> int:
     mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
     os.umask(mask)
     return mask
@@ -168,5 +228,5 @@ def _json_safe(value):
     return value
 
 
-__all__ = ["columns_of", "publish_together", "is_complete", "atomic_write_bytes", "write_records", "read_records",
-           "write_tensorboard", "RUN_KEYS"]
+__all__ = ["columns_of", "exclusive_lock", "publish_together", "is_complete", "atomic_write_bytes", "write_records",
+           "read_records", "write_tensorboard", "RUN_KEYS"]

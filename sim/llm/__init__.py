@@ -1,2 +1,3 @@
 """Small-LLM GRPO with stale rollouts: task (addition), model (Qwen3 from a config), warm start, GRPO loss,
-training loop (``python -m sim.llm.train``). The sweep over it lives in ``experiments.llm``."""
+training loop (train.py), its probes (probes.py), checkpoints (checkpoint.py) and command line
+(``python -m sim.llm``). The sweep over it lives in ``experiments.llm``."""

@@ -83,3 +83,8 @@ def behaviour_kl(logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.T
     """k3 estimate of KL(π_b ‖ π_θ) on tokens sampled from π_b: E[r − 1 − log r], r = π_θ / π_b."""
     log_ratio = (logp - behaviour_logp).detach()
     return float(masked_mean(torch.exp(log_ratio) - 1 - log_ratio, mask.float()))
+
+
+def group_samples(groups: torch.Tensor, group_size: int, device) -> torch.Tensor:
+    """Sample indices of whole prompt groups (each group's G samples are contiguous)."""
+    return (groups[:, None] * group_size + torch.arange(group_size)).reshape(-1).to(device)

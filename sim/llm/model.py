@@ -62,6 +62,11 @@ def build_model(size: str, seed: int) -> Qwen3ForCausalLM:
         return Qwen3ForCausalLM(model_config(size)).float()
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+"""The weight files ``save_pretrained`` writes (one of them, with or without shards)."""
+
+
 def check_model_dir(path: str | Path) -> Qwen3Config:
     """The config of a local checkpoint directory; one-line ValueError if absent, unreadable or not this task's."""
     path = Path(path)
@@ -73,13 +78,21 @@ def check_model_dir(path: str | Path) -> Qwen3Config:
         raise ValueError(f"--model {path}: config.json is not a readable model config ({type(err).__name__})") from None
     if config.vocab_size != len(VOCAB):
         raise ValueError(f"--model {path}: vocab_size {config.vocab_size} != this task's {len(VOCAB)}")
+    if not any((path / name).exists() for name in WEIGHT_FILES):
+        raise ValueError(f"--model {path}: no weights there (none of {', '.join(WEIGHT_FILES)}); save the model "
+                         "with save_pretrained into that folder")
     return config
 
 
 def load_model(path: str | Path) -> Qwen3ForCausalLM:
-    """A model from a local checkpoint directory (config.json + weights); fails with one line if absent."""
+    """A model from a local checkpoint directory (config.json + weights); one-line ValueError if absent or damaged."""
     check_model_dir(path)
-    return Qwen3ForCausalLM.from_pretrained(Path(path), local_files_only=True, torch_dtype=torch.float32)
+    try:
+        return Qwen3ForCausalLM.from_pretrained(Path(path), local_files_only=True, torch_dtype=torch.float32)
+    except Exception as err:  # safetensors, torch and transformers raise several kinds for truncated weights
+        reason = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+        raise ValueError(f"--model {path}: the weights cannot be loaded ({reason}); save the model again with "
+                         "save_pretrained") from None
 
 
 def parameter_count(model: torch.nn.Module) -> int:

@@ -1,4 +1,4 @@
-"""GRPO on a small Qwen3 model with stale rollouts: `python -m sim.llm.train --method gac --staleness 8`.
+"""GRPO on a small Qwen3 model with stale rollouts: `python -m sim.llm --method gac --staleness 8`.
 
 One RL step t: the behaviour policy θ_{t−s_t} (from a ring of snapshots) samples G responses for
 each of P prompts; rewards are exact-match correctness; advantages are group-normalised; the batch
@@ -8,36 +8,43 @@ synchronous baseline too (its later minibatches are off-policy by the earlier up
 
 The trainer reads like CleanRL: ``setup(args)`` builds a TrainState, ``rl_step(state)`` does one RL
 step and returns its record (columns of sim/schema.py), ``train(args)`` yields the records one by one
-(stop it early by breaking out), ``summary(state)`` gives the final held-out accuracy.
+(stop it early by breaking out), ``summary(state)`` gives the final held-out accuracy. What the loop measures
+besides its loss lives in probes.py, checkpoints in checkpoint.py, the command line in __main__.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
-import hashlib
-import io
-import json
 import math
-import os
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
 import gac
-from gac.control import AlignmentStats, cosine_from_stats, regime_name
+from gac.control import regime_name
 from sim.advantages import group_advantages
-from sim.llm import grpo
+from sim.llm import grpo, probes
+from sim.llm.checkpoint import (
+    checked_resume,
+    checkpoint_payload,
+    out_dir_lock,
+    prepare_out_dir,
+    restore,
+    save_checkpoint,
+    trainer_fingerprint,
+)
+from sim.llm.grpo import group_samples
 from sim.llm.model import SIZES, check_model_dir, load_model, sample, token_logprobs
+from sim.llm.probes import Float64Vector, as_float64, cosine, cosine_to_prev, flat_grad, flat_params, snr_from_cosine
 from sim.llm.task import AdditionTask
 from sim.llm.warmstart import WarmStartConfig, heldout_accuracy, load_warm_start, warm_start
-from sim.record import atomic_write_bytes, check_output_dir, write_records
-from sim.schema import NO_REGIME, columns, make_row
+from sim.record import check_output_dir
+from sim.schema import NO_REGIME, make_row
 from sim.stabilizers import (
     GAC_SPACES,
     STALE_DATA,
@@ -56,12 +63,6 @@ from sim.stabilizers import (
 from sim.staleness import KINDS, Staleness, VersionRing
 
 GAC_REFERENCES = ("update", "step")
-OUTPUT_ONLY = ("progress", "resume", "out_dir", "checkpoint_every", "steps")
-"""Args fields that cannot change a run's numbers: they may differ between a checkpoint and ``--resume``
-(``steps`` only upwards, checked on its own). ``threads`` is not one: torch splits long sums (the cosines,
-GAC's dot products) across threads, so their last bits, and GAC's trajectory, depend on it."""
-CHECKPOINT_MAGIC = b"gac-lab checkpoint v2 sha256="
-
 
 @dataclass
 class Args:
@@ -133,6 +134,10 @@ class Args:
     """folder of the run's records.csv, summary.json and checkpoint.pt"""
     resume: bool = False
     """continue from out_dir/checkpoint.pt (same numbers as an uninterrupted run)"""
+    overwrite: bool = False
+    """replace the run already in out_dir (its records, summary and checkpoint) instead of refusing"""
+    allow_code_change: bool = False
+    """with --resume: continue although the source (gac/, sim/) changed since the checkpoint was written"""
     device: str = "cpu"
     """torch device: cpu or cuda"""
     threads: int = 1
@@ -248,54 +253,6 @@ class TrainState:
         return [p for p in self.policy.parameters() if p.requires_grad]
 
 
-def flat_grad(params) -> torch.Tensor:
-    return torch.cat([p.grad.reshape(-1) for p in params])
-
-
-def flat_params(params) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in params])
-
-
-@dataclass(frozen=True)
-class Float64Vector:
-    """A float32 flat vector in float64 with its ‖·‖²: a cosine operand, converted and squared once, reused
-    while ``source`` is the reference of the next cosine."""
-
-    source: torch.Tensor
-    values: torch.Tensor
-    sq: torch.Tensor
-
-
-def as_float64(x: torch.Tensor, known: Float64Vector | None = None) -> Float64Vector:
-    """``x`` (float32) as a Float64Vector; ``known`` is returned instead when it was made from ``x`` itself."""
-    if known is not None and known.source is x:
-        return known
-    if x.dtype != torch.float32:
-        raise TypeError(f"the trainer's cosines take float32 vectors, got {x.dtype}")
-    values = x.double()
-    return Float64Vector(x, values, (values * values).sum(-1))
-
-
-def cosine(a: Float64Vector, b: Float64Vector | None) -> float:
-    """``gac.alignment(a, b)`` to the last bit (NaN without b), without its power-of-two rescaling.
-
-    The rescaling only guards float64 inputs: products of float32 values are exact in float64, and every
-    partial sum of them is 0 or a normal float64 (|·| ≥ 2^-298, far below overflow), so rescaled and plain sums,
-    norms and quotients differ by exact powers of two and the cosine's bits are the same.
-    """
-    if b is None:
-        return math.nan
-    return float(cosine_from_stats(AlignmentStats((a.values * b.values).sum(-1), a.sq, b.sq)))
-
-
-def cosine_to_prev(state: TrainState, name: str, current: Float64Vector) -> float:
-    """cos(current, state.prev_<name>) (NaN before the first); ``current`` is kept as the next one's reference."""
-    prev = getattr(state, f"prev_{name}")
-    reference = None if prev is None else as_float64(prev, state.prev64.get(name))
-    state.prev64[name] = current
-    return cosine(current, reference)
-
-
 def snapshot(model) -> dict:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -396,36 +353,6 @@ def minibatch_loss(state: TrainState, batch: dict, idx: torch.Tensor) -> tuple[t
     stats = {**stats, "kl_behaviour": grpo.behaviour_kl(logp, batch["behaviour_logp"][idx], mask),
              "entropy": float(grpo.masked_mean(entropy.detach(), mask.float()))}
     return loss, stats
-
-
-def group_samples(groups: torch.Tensor, group_size: int, device) -> torch.Tensor:
-    """Sample indices of whole prompt groups (each group's G samples are contiguous)."""
-    return (groups[:, None] * group_size + torch.arange(group_size)).reshape(-1).to(device)
-
-
-def snr_probe(state: TrainState, batch: dict) -> float:
-    """cos between the raw gradients of two disjoint halves of the step's prompt groups, at the current θ.
-
-    Uses no random numbers and leaves no gradient behind, so the step's numbers do not change.
-    """
-    halves = torch.arange(state.args.prompts_per_step).chunk(2)
-    if len(halves) < 2:
-        return math.nan
-    grads = []
-    for half in halves:
-        state.optimizer.zero_grad(set_to_none=True)
-        loss, _ = minibatch_loss(state, batch, group_samples(half, state.args.group_size, state.args.device))
-        loss.backward()
-        grads.append(flat_grad(state.params))
-    state.optimizer.zero_grad(set_to_none=True)
-    return cosine(as_float64(grads[0]), as_float64(grads[1]))
-
-
-def snr_from_cosine(c: float) -> float:
-    """Per-half SNR_h = c/(1 − c) implied by the halves' cosine c (E[c] ≈ SNR_h/(1 + SNR_h)); NaN if c ≤ 0."""
-    if not c > 0:
-        return math.nan
-    return math.inf if c >= 1 else c / (1 - c)
 
 
 def velocity(state: TrainState) -> torch.Tensor | None:
@@ -555,7 +482,7 @@ def rl_step(state: TrainState) -> dict:
     args, step = state.args, state.step
     accuracy = heldout_accuracy(state.policy, state.task, state.heldout) if step % args.eval_every == 0 else None
     batch = sample_batch(state)
-    cos_halves = snr_probe(state, batch) if step % args.snr_every == 0 else math.nan
+    cos_halves = probes.snr_probe(state, batch, minibatch_loss) if step % args.snr_every == 0 else math.nan
     # Minibatches split by prompt group (each group whole in one update): consecutive updates then
     # see different prompts, so their gradients share no samples.
     order = group_samples(torch.randperm(args.prompts_per_step, generator=state.generator), args.group_size,
@@ -593,10 +520,13 @@ def train(args: Args, state: TrainState | None = None, log=print) -> Iterator[di
     """Yield the record of each RL step from ``state.step`` (a fresh ``setup(args)`` if not given) to args.steps.
 
     A non-finite step raises NonFiniteError (``on_nonfinite=raise``) or yields a ``diverged`` record and
-    stops (``mark``). With ``checkpoint_every`` the out_dir is locked and checkpoints are written.
+    stops (``mark``). With ``checkpoint_every`` the out_dir is locked and checkpoints are written (a fresh run
+    into a folder with another run's outputs is refused unless ``overwrite``).
     """
     state = setup(args, log) if state is None else state
-    with OutDirLock(Path(args.out_dir)) if args.checkpoint_every else contextlib.nullcontext():
+    with out_dir_lock(args.out_dir) if args.checkpoint_every else contextlib.nullcontext():
+        if args.checkpoint_every and state.step == 0:
+            prepare_out_dir(args)  # a fresh run: refuse (or, with --overwrite, clear) another run's outputs
         from tqdm.auto import tqdm
         bar = tqdm(range(state.step, args.steps), disable=not args.progress, initial=state.step, total=args.steps,
                    desc=f"{args.label} s={args.staleness}", leave=False)
@@ -621,10 +551,12 @@ def train(args: Args, state: TrainState | None = None, log=print) -> Iterator[di
 
 
 def summary(state: TrainState) -> dict:
-    """The run's summary: its args, label, warm start, final held-out accuracy and first diverged step."""
+    """The run's summary: its args, label, warm start, final held-out accuracy, first diverged step, and the
+    fingerprint of the code that ran it (gac/, sim/)."""
     final_accuracy = heldout_accuracy(state.policy, state.task, state.heldout)
     return {"args": asdict(state.args), "label": state.args.label, "warm_start": state.warm_info,
-            "final_accuracy": final_accuracy, "diverged_at": state.diverged_at}
+            "final_accuracy": final_accuracy, "diverged_at": state.diverged_at,
+            "code_fingerprint": trainer_fingerprint()}
 
 
 def run_records(args: Args, log=print) -> dict:
@@ -635,183 +567,7 @@ def run_records(args: Args, log=print) -> dict:
     return {"records": state.records, "summary": summary(state)}
 
 
-# -- checkpoints ----------------------------------------------------------------------------------------
-def checkpoint_payload(state: TrainState) -> dict:
-    return {"policy": state.policy.state_dict(), "optimizer": state.optimizer.state_dict(),
-            "gac": None if state.controller is None else state.controller.state_dict(),
-            "ring": state.ring.state_dict(), "generator": state.generator.get_state(), "records": state.records,
-            "prev_raw": state.prev_raw, "prev_applied": state.prev_applied, "prev_delta": state.prev_delta,
-            "prev_step_grad": state.prev_step_grad, "space_reference": state.space_reference, "step": state.step,
-            "args": asdict(state.args)}
+if __name__ == "__main__":  # the command line lives in sim/llm/__main__.py; this name stays an alias
+    from sim.llm.__main__ import main
 
-
-def save_checkpoint(path: Path, payload: dict) -> None:
-    """Write ``payload`` (torch.save) atomically, headed by the SHA-256 of its bytes (checked at load)."""
-    buffer = io.BytesIO()
-    torch.save(payload, buffer)
-    data = buffer.getvalue()
-    atomic_write_bytes(path, CHECKPOINT_MAGIC + hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
-
-
-def load_checkpoint(path: Path, device: str = "cpu") -> dict:
-    """The payload of a checkpoint; one-line ValueError if it is empty, truncated, corrupt or unreadable."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as err:
-        raise ValueError(f"checkpoint {path} cannot be read: {err.strerror}") from None
-    head, _, payload = data.partition(b"\n")
-    if not head.startswith(CHECKPOINT_MAGIC):
-        raise ValueError(f"checkpoint {path} is empty, truncated or not a gac-lab checkpoint (no checksum header)")
-    if hashlib.sha256(payload).hexdigest().encode() != head[len(CHECKPOINT_MAGIC):]:
-        raise ValueError(f"checkpoint {path} is corrupt or truncated (SHA-256 mismatch); delete it to start over")
-    try:
-        return torch.load(io.BytesIO(payload), map_location=device, weights_only=False)
-    except Exception as err:  # a payload that passed the checksum but cannot be unpickled (other torch version)
-        raise ValueError(f"checkpoint {path} cannot be loaded: {type(err).__name__}") from None
-
-
-def checked_resume(args: Args) -> dict:
-    """The checkpoint to resume from, after refusing args that differ from its run's or that shrink outputs."""
-    out_dir = Path(args.out_dir)
-    checkpoint = load_checkpoint(out_dir / "checkpoint.pt", args.device)
-    saved, current = checkpoint["args"], asdict(args)
-    differing = [f.name for f in fields(Args) if f.name not in OUTPUT_ONLY and saved.get(f.name) != current[f.name]]
-    if differing:
-        raise ValueError("--resume with args that differ from the checkpoint's run: " + ", ".join(
-            f"{name} (checkpoint {saved.get(name)!r}, now {current[name]!r})" for name in differing))
-    written = existing_record_count(out_dir / "records.csv")
-    if args.steps < max(checkpoint["step"], written):
-        raise ValueError(f"--steps {args.steps} would shrink the outputs: the checkpoint is at step "
-                         f"{checkpoint['step']} and records.csv has {written} records")
-    return checkpoint
-
-
-def existing_record_count(path: Path) -> int:
-    """Rows in an existing records.csv (0 if there is none)."""
-    return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
-
-
-def restore(state: TrainState, checkpoint: dict) -> None:
-    """Put a checkpoint's state into ``state`` (same numbers as an uninterrupted run from here on)."""
-    state.policy.load_state_dict(checkpoint["policy"])
-    state.optimizer.load_state_dict(checkpoint["optimizer"])
-    if state.controller is not None:
-        state.controller.load_state_dict(checkpoint["gac"])
-    state.ring.load_state_dict(checkpoint["ring"])
-    state.generator.set_state(checkpoint["generator"].cpu())  # map_location moved it; the generator lives on the CPU
-    state.records, state.step = checkpoint["records"], checkpoint["step"]
-    for name in ("prev_raw", "prev_applied", "prev_delta", "prev_step_grad"):
-        setattr(state, name, checkpoint[name])
-    state.space_reference = checkpoint.get("space_reference")
-
-
-class OutDirLock:
-    """A lock file (out_dir/.lock, holding the pid) refusing an out_dir that another live run holds.
-
-    A lock left by a dead process is taken over; the holder itself may enter again (main → train).
-    """
-
-    def __init__(self, out_dir: Path):
-        self.path, self.acquired = Path(out_dir) / ".lock", False
-
-    def __enter__(self) -> OutDirLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        holder = self._holder()
-        if holder == os.getpid():
-            return self
-        if holder is not None and _alive(holder):
-            raise ValueError(f"--out-dir {self.path.parent} is in use by the live run pid {holder} ({self.path})")
-        atomic_write_bytes(self.path, str(os.getpid()).encode())
-        self.acquired = True
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.acquired and self._holder() == os.getpid():
-            self.path.unlink(missing_ok=True)
-
-    def _holder(self) -> int | None:
-        try:
-            return int(self.path.read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        return True
-    return True
-
-
-# -- command line ---------------------------------------------------------------------------------------
-class ConfigError(Exception):
-    """A method config's own check failed while the command line was parsed (its ValueError, carried past tyro)."""
-
-
-def _cli_registry():
-    """tyro rules for the method groups.
-
-    GAC's τ (``float | ThresholdRule``) is given as a float. A method config's ValueError (e.g. --gac.threshold
-    1.5) is re-raised as ConfigError, so ``main`` prints it on one line instead of tyro's error box.
-    """
-    import tyro
-
-    registry, building = tyro.constructors.ConstructorRegistry(), []
-
-    @registry.primitive_rule
-    def _threshold(type_info):
-        if type_info.type != (float | gac.ThresholdRule):
-            return None
-        return tyro.constructors.PrimitiveConstructorSpec(
-            nargs=1, metavar="FLOAT", instance_from_str=lambda strings: float(strings[0]),
-            is_instance=lambda value: isinstance(value, float), str_from_instance=lambda value: [str(value)])
-
-    @registry.struct_rule
-    def _checked(type_info):
-        if type_info.type not in (gac.GACConfig, TISConfig, M2POConfig, BAPOConfig) or building:
-            return None
-        building.append(True)  # the default rule builds the spec; this rule steps aside meanwhile
-        try:
-            spec = tyro.constructors.ConstructorRegistry.get_struct_spec(type_info)
-        finally:
-            building.pop()
-
-        def instantiate(**kwargs):
-            try:
-                return spec.instantiate(**kwargs)
-            except ValueError as err:
-                raise ConfigError(str(err)) from None
-
-        return dataclasses.replace(spec, instantiate=instantiate)
-
-    return registry
-
-
-def main(argv=None) -> int:
-    import tyro
-
-    try:
-        args = tyro.cli(Args, args=argv, prog="python -m sim.llm.train", description=__doc__.splitlines()[0],
-                        registry=_cli_registry())
-        args.validate()
-        out_dir = check_output_dir(args.out_dir, "--out-dir")
-        with OutDirLock(out_dir):
-            result = run_records(args)
-            write_records(result["records"], out_dir / "records.csv", columns("llm"))
-            atomic_write_bytes(out_dir / "summary.json", json.dumps(result["summary"], indent=1).encode())
-    except (ValueError, ConfigError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except NonFiniteError as err:
-        print(f"error: {err} (nothing written to the checkpoint)", file=sys.stderr)
-        return 3
-    print(f"[train] {args.label} s={args.staleness}: final held-out accuracy {result['summary']['final_accuracy']:.3f}"
-          f" -> {out_dir}/records.csv")
-    return 0
-
-
-if __name__ == "__main__":
     sys.exit(main())

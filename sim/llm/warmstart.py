@@ -2,8 +2,9 @@
 
 Teacher-forced cross-entropy on train-split problems until greedy held-out accuracy reaches
 ``target_accuracy`` (checked every ``eval_every`` steps) or ``max_steps`` pass. The result is saved
-with ``save_pretrained`` under ``runs/warmstart/<hash of its config>/`` and reused by every run with
-the same config (``GAC_LAB_RUNS`` moves the folder).
+with ``save_pretrained`` under ``runs/warmstart/<hash of its config and of the warm-start code>/`` and reused by
+every run with the same config and code (``GAC_LAB_RUNS`` moves the folder). One process trains a missing warm
+start while the others wait on its lock; a staging folder left by a killed trainer is removed by the next one.
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ from pathlib import Path
 
 import torch
 
+from sim.fingerprint import code_fingerprint
 from sim.llm.model import build_model, load_model, sample
 from sim.llm.task import EOS, AdditionTask
+from sim.record import current_umask, exclusive_lock
 
 RUNS_DIR = Path(os.environ.get("GAC_LAB_RUNS", Path(__file__).resolve().parents[2] / "runs"))
+WARM_START_CODE = ("sim/llm/warmstart.py", "sim/llm/model.py", "sim/llm/task.py")
+"""The source that computes a warm start: an edit to any of them trains a new one."""
 
 
 @dataclass(frozen=True)
@@ -89,24 +94,51 @@ def train_warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tu
     return model, {"steps": step, "heldout_accuracy": accuracy}
 
 
+def warm_start_path(cfg: WarmStartConfig) -> Path:
+    """The cache folder of ``cfg``'s warm start, named by its config and the warm-start code's fingerprint."""
+    return RUNS_DIR / "warmstart" / f"{cfg.size}-d{cfg.digits}-{cfg.key()}-{code_fingerprint(WARM_START_CODE)[:8]}"
+
+
 def warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tuple[Path, dict]:
-    """The cached warm-start checkpoint directory for ``cfg`` (trained and saved on first use)."""
-    path = RUNS_DIR / "warmstart" / f"{cfg.size}-d{cfg.digits}-{cfg.key()}"
-    info_path = path / "warmstart.json"
-    if info_path.exists():
-        return path, json.loads(info_path.read_text())["info"]
-    model, info = train_warm_start(cfg, device, log)
+    """The cached warm-start checkpoint directory for ``cfg`` (trained and saved on first use).
+
+    Trained under a lock (``.NAME.lock``; other processes wait), staged in ``.NAME.staging*`` and renamed into
+    place; files 0666 and folders 0777 minus the umask, like any file the user writes.
+    """
+    path = warm_start_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-    model.to("cpu").save_pretrained(tmp)
-    (tmp / "warmstart.json").write_text(json.dumps({"config": asdict(cfg), "info": info}, indent=1))
-    if path.exists():  # a concurrent writer finished first; keep its copy
-        shutil.rmtree(tmp)
-    else:
-        os.replace(tmp, path)
+    with exclusive_lock(path.parent / f".{path.name}.lock", f"warm start {path}", wait=True):
+        for stale in path.parent.glob(f".{path.name}.staging*"):  # left by a killed trainer: nobody else stages
+            shutil.rmtree(stale, ignore_errors=True)
+        if path.exists():
+            return path, read_info(path)
+        model, info = train_warm_start(cfg, device, log)
+        staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.staging"))
+        try:
+            model.to("cpu").save_pretrained(staging)
+            (staging / "warmstart.json").write_text(json.dumps({"config": asdict(cfg), "info": info}, indent=1))
+            for item in [staging, *staging.rglob("*")]:
+                os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~current_umask())
+            os.replace(staging, path)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     return path, info
+
+
+def read_info(path: Path) -> dict:
+    """The info of a cached warm start; one-line ValueError naming the folder if it is damaged."""
+    try:
+        return json.loads((path / "warmstart.json").read_text())["info"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"cached warm start {path} is damaged (warmstart.json: {type(err).__name__}); delete that "
+                         "folder and rerun to train it again") from None
 
 
 def load_warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tuple[torch.nn.Module, dict]:
     path, info = warm_start(cfg, device, log)
-    return load_model(path).to(device), info
+    try:
+        return load_model(path).to(device), info
+    except ValueError as err:
+        raise ValueError(f"cached warm start {path} is damaged ({str(err).split(': ', 1)[-1]}); delete that folder "
+                         "and rerun to train it again") from None

@@ -52,11 +52,12 @@ def test_gpu_command_dry_run_writes_csv_naming_device(tiny_checkpoint, tmp_path,
     monkeypatch.setenv("GAC_LAB_DRY_RUN", "0")  # restored after the test (main sets it to 1)
     assert cli.main(["figs2_llm_signature", "fig5_llm_grpo", "--profile", "gpu", "--device", "cuda", "--dry-run",
                      "--out", str(tmp_path / "out")]) == 0
-    with open(tmp_path / "out" / "figs2_llm_signature.csv") as handle:
+    with open(tmp_path / "out" / "dry_run" / "figs2_llm_signature.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert {r["device"] for r in rows} == {"cpu"} and {r["config"] for r in rows} == {"base", "updates=2"}
     assert {r["steps"] for r in rows} == {"2"}  # shrunk: the gpu profile's cells, 2 steps, one seed
-    assert (tmp_path / "out" / "fig5_llm_grpo.csv").stat().st_size > 0
+    assert (tmp_path / "out" / "dry_run" / "fig5_llm_grpo.csv").stat().st_size > 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["dry_run"]  # nothing beside the real figures
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -5,8 +5,9 @@ import pytest
 import torch
 
 import gac
-from sim.llm import grpo
+from sim.llm import checkpoint, grpo, probes
 from sim.llm import train as train_module
+from sim.llm.__main__ import main
 from sim.llm.train import Args, NonFiniteError, rl_step, run_records, setup, summary, train
 from sim.record import same_value
 from sim.schema import columns
@@ -79,7 +80,8 @@ def test_every_method_runs_end_to_end(tiny_args, method, staleness):
                    for r in records)
         assert any(r["clip_high"] > 1.2 + eps for r in records)  # the bounds did move
     assert 0.0 <= result["summary"]["final_accuracy"] <= 1.0
-    assert set(result["summary"]) == {"args", "label", "warm_start", "final_accuracy", "diverged_at"}
+    assert set(result["summary"]) == {"args", "label", "warm_start", "final_accuracy", "diverged_at",
+                                      "code_fingerprint"}
 
 
 def test_every_cosine_equals_a_direct_computation(tiny_args):
@@ -133,11 +135,11 @@ def float32_pairs(seed: int = 0):
 
 
 def test_fast_cosine_has_the_bits_of_gac_alignment():
-    """The trainer's cosine (plain float64 sums, cached operands) against gac.alignment (rescaled sums)."""
+    """The trainer's cosine (gac.cosine64: cached float64 operands) against gac.alignment, float32 inputs."""
     pairs = list(float32_pairs())
     for a, b in pairs:
         expected = float(gac.alignment(a.double(), b.double()))
-        got = train_module.cosine(train_module.as_float64(a), train_module.as_float64(b))
+        got = probes.cosine(probes.as_float64(a), probes.as_float64(b))
         assert same_value(got, expected) and math.isfinite(got), (a.abs().max(), b.abs().max(), got, expected)
     # The check can fail: float32 sums (the fast-but-wrong variant) change the last bits.
     float32_sums = [(float(torch.dot(a, b) / (a.norm() * b.norm())), a, b) for a, b in pairs[:40]]
@@ -146,18 +148,16 @@ def test_fast_cosine_has_the_bits_of_gac_alignment():
 
 def test_fast_cosine_reuses_a_known_operand_only_for_the_same_tensor():
     a = torch.randn(10)
-    known = train_module.as_float64(a)
-    assert train_module.as_float64(a, known) is known
+    known = probes.as_float64(a)
+    assert probes.as_float64(a, known) is known
     other = a.clone()
-    assert train_module.as_float64(other, known) is not known
-    with pytest.raises(TypeError, match="float32"):
-        train_module.as_float64(a.double())
+    assert probes.as_float64(other, known) is not known
 
 
 def test_snr_from_cosine():
-    assert train_module.snr_from_cosine(0.5) == pytest.approx(1.0) and train_module.snr_from_cosine(0.2) == 0.25
-    assert math.isnan(train_module.snr_from_cosine(0.0)) and math.isnan(train_module.snr_from_cosine(math.nan))
-    assert train_module.snr_from_cosine(1.0) == math.inf
+    assert probes.snr_from_cosine(0.5) == pytest.approx(1.0) and probes.snr_from_cosine(0.2) == 0.25
+    assert math.isnan(probes.snr_from_cosine(0.0)) and math.isnan(probes.snr_from_cosine(math.nan))
+    assert probes.snr_from_cosine(1.0) == math.inf
 
 
 def test_snr_probe_does_not_change_the_training_numbers(tiny_args):
@@ -220,7 +220,7 @@ def test_nonfinite_loss_names_the_step_and_is_not_checkpointed(tiny_args, tmp_pa
     args = tiny_args(steps=6, checkpoint_every=2, snr_every=1000, out_dir=str(tmp_path / "nan"))
     with pytest.raises(NonFiniteError, match="step 3"):
         run_records(args, **QUIET)
-    ckpt = train_module.load_checkpoint(tmp_path / "nan" / "checkpoint.pt")
+    ckpt = checkpoint.load_checkpoint(tmp_path / "nan" / "checkpoint.pt")
     assert ckpt["step"] == 2 and all(torch.isfinite(v).all() for v in ckpt["policy"].values())
     calls["n"] = 0
     marked = run_records(tiny_args(steps=6, snr_every=1000, on_nonfinite="mark", out_dir=str(tmp_path / "m")),
@@ -242,11 +242,11 @@ def test_nonfinite_loss_names_the_step_and_is_not_checkpointed(tiny_args, tmp_pa
     (["--device", "gpu"], "--device must be cpu, cuda or cuda:N"),
     (["--digits", "0"], "digits must be >= 1"),
     (["--snr-every", "0"], "snr_every must be >= 1"),
-    (["--gac-reference", "rl"], "gac_reference must be one of"),
+    (["--method", "gac", "--gac-reference", "rl"], "gac_reference must be one of"),
 ])
 def test_invalid_configuration_fails_with_one_line(argv, needle, capsys, monkeypatch):
     monkeypatch.setattr(train_module, "load_models", lambda *a: pytest.fail("work started"))
-    assert train_module.main(argv) == 2
+    assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1
 
@@ -255,7 +255,7 @@ def test_invalid_configuration_fails_with_one_line(argv, needle, capsys, monkeyp
 def test_model_folder_with_a_junk_config_fails_with_one_line(tmp_path, capsys, monkeypatch, text):
     (tmp_path / "config.json").write_text(text)
     monkeypatch.setattr(train_module, "load_models", lambda *a: pytest.fail("work started"))
-    assert train_module.main(["--model", str(tmp_path), "--out-dir", str(tmp_path / "out")]) == 2
+    assert main(["--model", str(tmp_path), "--out-dir", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert f"--model {tmp_path}" in err and len(err.splitlines()) == 1
 
@@ -266,7 +266,7 @@ CLI_TINY = ["--size", "tiny", "--digits", "1", "--prompts-per-step", "2", "--gro
 
 def test_cli_writes_records(tiny_checkpoint, tmp_path):
     out = tmp_path / "cli"
-    assert train_module.main([*CLI_TINY, "--model", str(tiny_checkpoint), "--steps", "2", "--out-dir", str(out)]) == 0
+    assert main([*CLI_TINY, "--model", str(tiny_checkpoint), "--steps", "2", "--out-dir", str(out)]) == 0
     header = (out / "records.csv").read_text().splitlines()[0].split(",")
     assert tuple(header) == columns("llm")
     assert not (out / ".lock").exists()
@@ -278,7 +278,7 @@ def checkpointed(tiny_checkpoint, tmp_path):
     out = tmp_path / "ck"
     argv = [*CLI_TINY, "--model", str(tiny_checkpoint), "--steps", "4", "--checkpoint-every", "2",
             "--out-dir", str(out)]
-    assert train_module.main(argv) == 0
+    assert main(argv) == 0
     return argv, out
 
 
@@ -291,7 +291,7 @@ def checkpointed(tiny_checkpoint, tmp_path):
 def test_resume_refuses_other_args_and_shrinking(checkpointed, capsys, extra, needle):
     argv, out = checkpointed
     before = (out / "records.csv").read_bytes()
-    assert train_module.main([*argv, "--resume", *extra]) == 2
+    assert main([*argv, "--resume", *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1
     assert (out / "records.csv").read_bytes() == before
@@ -300,7 +300,7 @@ def test_resume_refuses_other_args_and_shrinking(checkpointed, capsys, extra, ne
 def test_resume_allows_output_only_fields(checkpointed):
     argv, out = checkpointed
     before = (out / "records.csv").read_bytes()
-    assert train_module.main([*argv, "--resume", "--checkpoint-every", "3", "--progress"]) == 0
+    assert main([*argv, "--resume", "--checkpoint-every", "3", "--progress"]) == 0
     assert (out / "records.csv").read_bytes() == before  # the same numbers from the checkpoint on
 
 
@@ -313,29 +313,32 @@ def test_damaged_checkpoint_fails_with_one_line_and_keeps_outputs(checkpointed, 
         middle = len(data) // 2
         data[middle: middle + 64] = bytes(b ^ 0xFF for b in data[middle: middle + 64])
     path.write_bytes(bytes(data[: len(data) // 2]) if damage == "truncate" else b"" if damage == "empty" else data)
-    assert train_module.main([*argv, "--resume"]) == 2
+    assert main([*argv, "--resume"]) == 2
     err = capsys.readouterr().err.strip()
     assert "checkpoint" in err and len(err.splitlines()) == 1
     assert (out / "records.csv").read_bytes() == before
 
 
-def test_out_dir_held_by_a_live_run_is_refused_and_a_dead_ones_lock_taken_over(tiny_checkpoint, tmp_path, capsys):
+def test_out_dir_held_by_a_live_run_is_refused_and_free_once_it_is_killed(tiny_checkpoint, tmp_path, capsys):
     import subprocess
     import sys
 
     out = tmp_path / "shared"
-    out.mkdir()
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom sim.llm.checkpoint import out_dir_lock\n"
+                               "with out_dir_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)",
+                               str(out)], stdout=subprocess.PIPE, text=True)
     try:
-        (out / ".lock").write_text(str(live.pid))
+        assert holder.stdout.readline().strip() == "held"
         argv = [*CLI_TINY, "--model", str(tiny_checkpoint), "--steps", "1", "--out-dir", str(out)]
-        assert train_module.main(argv) == 2
-        assert f"in use by the live run pid {live.pid}" in capsys.readouterr().err
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"in use by pid {holder.pid}: " in err and "-c" in err and len(err.splitlines()) == 1
+        assert f"delete {(out / '.lock').resolve()}" in err  # how to clear a stale lock
         assert not (out / "records.csv").exists()
     finally:
-        live.kill()
-        live.wait()
-    assert train_module.main(argv) == 0  # the holder is dead now: its lock is taken over
+        holder.kill()  # SIGKILL: no cleanup runs; the kernel drops the lock with the process
+        holder.wait()
+    assert main(argv) == 0
     assert (out / "records.csv").exists() and not (out / ".lock").exists()
 
 
@@ -345,8 +348,8 @@ def test_checkpoint_temp_names_are_unique(tiny_checkpoint, tmp_path):
     (out / "checkpoint.pt.tmp").mkdir(parents=True)  # in the way of a fixed temp name
     argv = [*CLI_TINY, "--model", str(tiny_checkpoint), "--steps", "3", "--checkpoint-every", "2",
             "--out-dir", str(out)]
-    assert train_module.main(argv) == 0
-    assert train_module.load_checkpoint(out / "checkpoint.pt")["step"] == 2
+    assert main(argv) == 0
+    assert checkpoint.load_checkpoint(out / "checkpoint.pt")["step"] == 2
 
 
 def test_args_validate_rejects_before_work():

@@ -8,6 +8,7 @@ import warnings
 import pytest
 
 from experiments import cache
+from sim import fingerprint
 
 
 def test_cached_computes_once_per_config_and_force_recomputes(monkeypatch):
@@ -68,10 +69,10 @@ def test_fingerprint_follows_source_edits_in_the_given_folders(tmp_path):
         (tmp_path / folder / "m.py").write_text("x = 1\n")
     before = cache.code_fingerprint(("gac", "sim"), tmp_path)
     (tmp_path / "paper_figs" / "m.py").write_text("x = 2\n")
-    cache.code_fingerprint.cache_clear()
+    fingerprint.code_fingerprint.cache_clear()  # the cache reads the source once per process
     assert cache.code_fingerprint(("gac", "sim"), tmp_path) == before  # a folder outside the run's code
     (tmp_path / "sim" / "m.py").write_text("x = 2\n")
-    cache.code_fingerprint.cache_clear()
+    fingerprint.code_fingerprint.cache_clear()  # the cache reads the source once per process
     assert cache.code_fingerprint(("gac", "sim"), tmp_path) != before
 
 
@@ -94,7 +95,8 @@ def test_llm_runs_are_keyed_by_their_source(monkeypatch):
     assert llm.run_cached(args)["records"] == [1] and len(calls) == 2
 
 
-@pytest.mark.parametrize("content", ["", '{"kind": "unit", "config": {}, "res', '{"kind": "unit"}', "\xff\xfe"])
+@pytest.mark.parametrize("content", ["", '{"kind": "unit", "config": {}, "res', '{"kind": "unit"}', "\xff\xfe",
+                                     '{"kind": "unit", "config": {}, "result": null}'])
 def test_corrupt_entry_is_a_miss_that_warns_with_its_path_and_is_rewritten(content):
     path = cache.cache_path("unit-corrupt", {"c": content})
     path.parent.mkdir(parents=True, exist_ok=True)

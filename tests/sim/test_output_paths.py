@@ -45,10 +45,11 @@ def test_paper_figs_accepts_a_new_folder_and_creates_nothing(tmp_path):
 
 def test_trainer_refuses_bad_out_dir_before_any_work(tmp_path, monkeypatch, capsys):
     from sim.llm import train
+    from sim.llm.__main__ import main
 
     monkeypatch.setattr(train, "load_models", lambda *a: pytest.fail("work started"))
     for out, needle in [*_bad_outs(tmp_path), ("", "--out-dir is empty")]:
-        assert train.main(["--size", "tiny", "--steps", "1", "--out-dir", out]) == 2
+        assert main(["--size", "tiny", "--steps", "1", "--out-dir", out]) == 2
         err = capsys.readouterr().err.strip()
         assert needle in err and len(err.splitlines()) == 1, (out, err)
 

@@ -1,0 +1,138 @@
+"""The trainer's command line: ``python -m sim.llm --method gac --staleness 8`` (``--help``: every option).
+
+tyro over ``sim.llm.train.Args``; every failure is one line on stderr with a non-zero exit status: 2 bad input or
+a refused folder/resume, 3 a non-finite loss, 4 a write that failed (disk full, permissions), 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import sys
+from pathlib import Path
+
+import gac
+from sim.llm.checkpoint import out_dir_lock, prepare_out_dir
+from sim.llm.train import Args, NonFiniteError, run_records
+from sim.record import atomic_write_bytes, check_output_dir, write_records
+from sim.schema import columns
+from sim.stabilizers import BAPOConfig, M2POConfig, TISConfig
+
+DESCRIPTION = "GRPO on a small Qwen3 model with stale rollouts (sim/llm/train.py)."
+
+
+class ConfigError(Exception):
+    """A method config's own check failed while the command line was parsed (its ValueError, carried past tyro)."""
+
+
+def _cli_registry():
+    """tyro rules for the method groups.
+
+    GAC's τ (``float | ThresholdRule``) is given as a float. A method config's ValueError (e.g. --gac.threshold
+    1.5) is re-raised as ConfigError, so ``main`` prints it on one line instead of tyro's error box.
+    """
+    import tyro
+
+    registry, building = tyro.constructors.ConstructorRegistry(), []
+
+    @registry.primitive_rule
+    def _threshold(type_info):
+        if type_info.type != (float | gac.ThresholdRule):
+            return None
+        return tyro.constructors.PrimitiveConstructorSpec(
+            nargs=1, metavar="FLOAT", instance_from_str=lambda strings: float(strings[0]),
+            is_instance=lambda value: isinstance(value, float), str_from_instance=lambda value: [str(value)])
+
+    @registry.struct_rule
+    def _checked(type_info):
+        if type_info.type not in (gac.GACConfig, TISConfig, M2POConfig, BAPOConfig) or building:
+            return None
+        building.append(True)  # the default rule builds the spec; this rule steps aside meanwhile
+        try:
+            spec = tyro.constructors.ConstructorRegistry.get_struct_spec(type_info)
+        finally:
+            building.pop()
+
+        def instantiate(**kwargs):
+            try:
+                return spec.instantiate(**kwargs)
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
+
+        return dataclasses.replace(spec, instantiate=instantiate)
+
+    return registry
+
+
+METHOD_GROUPS = {"gac": ("--gac.", "--gac-reference", "--gac_reference", "--gac-space", "--gac_space"),
+                 "tis": ("--tis.",), "m2po": ("--m2po.",), "bapo": ("--bapo.",), "braking": ("--braking.",),
+                 "kl_target": ("--kl-target.", "--kl_target.")}
+"""The flags that set one method's parameters: given with a --method without that part they would be ignored, so
+refused."""
+
+
+def check_method_flags(argv: list[str], args: Args) -> None:
+    """One-line ValueError for a method's parameter flag (e.g. --gac.threshold) given with another --method."""
+    for method, prefixes in METHOD_GROUPS.items():
+        given = [a.split("=")[0] for a in argv if a.startswith(prefixes)]
+        if given and method not in args.axes.parts:
+            raise ValueError(f"{given[0]} sets a parameter of method {method}, but --method is {args.method}: "
+                             f"drop it or add {method} to --method")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import tyro
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    out_dir, result = None, None
+    try:
+        args = tyro.cli(Args, args=argv, prog="python -m sim.llm", description=DESCRIPTION, registry=_cli_registry())
+        check_method_flags(argv, args)
+        args.validate()
+        out_dir = check_output_dir(args.out_dir, "--out-dir")
+        with out_dir_lock(out_dir):
+            prepare_out_dir(args)
+            result = run_records(args)
+            write_records(result["records"], out_dir / "records.csv", columns("llm"))
+            atomic_write_bytes(out_dir / "summary.json", json.dumps(result["summary"], indent=1).encode())
+    except (ValueError, ConfigError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except NonFiniteError as err:
+        print(f"error: {err} (nothing written to the checkpoint)", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print(f"error: interrupted; {interrupted_hint(out_dir)}", file=sys.stderr)
+        return 130
+    except OSError as err:  # disk full, a folder made read-only during the run, ...
+        reason = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[0]
+        print(f"error: {err.filename or out_dir}: {reason}; {os_error_hint(err, out_dir)}", file=sys.stderr)
+        return 4
+    print(f"[train] {args.label} s={args.staleness}: final held-out accuracy {result['summary']['final_accuracy']:.3f}"
+          f" -> {out_dir}/records.csv")
+    return 0
+
+
+def os_error_hint(err: OSError, out_dir: Path | None) -> str:
+    """The next step after a failed read or write: free space or fix permissions, then rerun (or resume)."""
+    has_checkpoint = out_dir is not None and (Path(out_dir) / "checkpoint.pt").exists()
+    rerun = "rerun with --resume to continue from its checkpoint" if has_checkpoint else "rerun with --overwrite"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"free disk space, then {rerun}"
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"make the folder writable (or choose another --out-dir), then {rerun}"
+    return f"fix that, then {rerun}"
+
+
+def interrupted_hint(out_dir: Path | None) -> str:
+    """What a Ctrl-C left behind and how to go on (records.csv is only written at the end)."""
+    if out_dir is None:
+        return "nothing was written"
+    if (Path(out_dir) / "checkpoint.pt").exists():
+        return f"records.csv was not written; rerun with --resume to continue from {Path(out_dir) / 'checkpoint.pt'}"
+    return f"nothing new was written to {out_dir}; rerun (with --checkpoint-every N to be able to --resume)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""paper_figs' command line: a dry run never writes over real figures, every LLM figure (fig8 too) honours it,
+GAC_LAB_JOBS is checked and capped, and Ctrl-C is one line."""
+
+from __future__ import annotations
+
+import pytest
+
+import paper_figs.__main__ as figs_cli
+from experiments import llm
+from paper_figs import fig8_tuned, plan
+
+
+def fake_figure(written: list):
+    def make_figure(name, args):
+        path = args.out / f"{name}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"dry")
+        written.append(path)
+        return [path]
+
+    return make_figure
+
+
+def test_dry_run_writes_beside_the_real_figures_never_over_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("GAC_LAB_DRY_RUN", "0")  # restored after the test (main sets it to 1)
+    real = tmp_path / "fig7_bound.png"
+    real.write_bytes(b"real figure")
+    written = []
+    monkeypatch.setattr(figs_cli, "make_figure", fake_figure(written))
+    assert figs_cli.main(["fig7_bound", "--dry-run", "--out", str(tmp_path)]) == 0
+    assert written == [tmp_path / "dry_run" / "fig7_bound.png"]
+    assert real.read_bytes() == b"real figure"
+
+
+@pytest.mark.parametrize("name", ["fig1_cosine", "fig3_divergence", "fig5_llm_grpo", "fig8_tuned",
+                                  "fig9_early_warning", "figs2_llm_signature"])
+def test_every_llm_figure_shrinks_its_runs_under_a_dry_run(name, monkeypatch):
+    monkeypatch.setenv("GAC_LAB_DRY_RUN", "1")
+    runs = plan.figure_runs(name, "quick", "cpu")
+    assert runs and {(r.args.size, r.args.steps, r.args.device) for r in runs} == {("tiny", 2, "cpu")}
+
+
+def test_fig8_runs_are_the_profiles_own_without_a_dry_run(monkeypatch):
+    monkeypatch.setenv("GAC_LAB_DRY_RUN", "0")
+    assert {r.args.steps for r in fig8_tuned.llm_runs("quick", "cpu")} == {40}
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5"])
+def test_gac_lab_jobs_that_is_not_a_count_is_one_line(value, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("GAC_LAB_JOBS", value)
+    monkeypatch.setattr(figs_cli, "make_figure", lambda *a: pytest.fail("a figure ran"))
+    with pytest.raises(SystemExit) as exit_info:
+        figs_cli.main(["fig7_bound", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert f"GAC_LAB_JOBS must be a whole number of worker processes >= 1, got {value!r}" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_gac_lab_jobs_beyond_cores_or_memory_is_warned_and_capped(monkeypatch):
+    monkeypatch.setattr(llm.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(llm, "available_memory", lambda: int(2.5 * 2**30))  # room for 2 workers of 1 GiB
+    monkeypatch.setenv("GAC_LAB_JOBS", "8")
+    with pytest.warns(RuntimeWarning, match=r"GAC_LAB_JOBS=8 .*16 cores, 2.5 GiB available.*using 2"):
+        assert llm.default_jobs("cpu") == 2
+    monkeypatch.setattr(llm, "available_memory", lambda: 64 * 2**30)
+    monkeypatch.setenv("GAC_LAB_JOBS", "40")
+    with pytest.warns(RuntimeWarning, match="using 16"):
+        assert llm.default_jobs("cpu") == 16
+    monkeypatch.setenv("GAC_LAB_JOBS", "12")
+    assert llm.default_jobs("cpu") == 12  # within the machine: as asked
+    monkeypatch.delenv("GAC_LAB_JOBS")
+    monkeypatch.setattr(llm, "available_memory", lambda: 2**29)  # half a worker's memory: still one
+    assert llm.default_jobs("cpu") == 1
+
+
+def test_ctrl_c_in_paper_figs_is_one_line(tmp_path, monkeypatch, capsys):
+    def interrupted(name, args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(figs_cli, "make_figure", interrupted)
+    assert figs_cli.main(["fig7_bound", "--out", str(tmp_path)]) == 130
+    err = capsys.readouterr().err.strip()
+    assert "interrupted" in err and str(tmp_path) in err and "rerun the same command" in err
+    assert len(err.splitlines()) == 1
