@@ -54,8 +54,8 @@ def test_fig7_bound_smoke(tmp_path):
 def test_figures_registry_order():
     assert FIGURES == ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region",
                        "fig5_llm_grpo",
-                       "fig6_ablation", "fig7_bound", "fig8_tuned", "fig9_early_warning", "figs1_bandit_snr",
-                       "figs2_llm_signature"]
+                       "fig6_ablation", "fig7_bound", "fig8_tuned", "fig9_early_warning", "fig10_verdict",
+                       "figs1_bandit_snr", "figs2_llm_signature"]
 
 
 def test_single_thread_restores_thread_count():
