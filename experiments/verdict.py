@@ -9,7 +9,7 @@ arms are also run at a milder configuration (s = 4) at their tuned steps.
 
 ``python -m experiments.verdict --profile full --out docs/data/verdict_llm.csv`` runs (cached) and writes the table,
 the per-run rows (``*_runs.csv``) and the tuning grid (``*_tuning.csv``). ``--stage`` stops after tuning or
-reporting, so a long run can be committed in parts.
+reporting or the controls, so a long run can be committed in parts.
 """
 
 from __future__ import annotations
@@ -322,6 +322,27 @@ def verdict_table(rows: list[dict], tuning_rows: list[dict], metric: str = "fina
     return table
 
 
+def control_differences(rows: list[dict], metric: str = "final_accuracy") -> list[dict]:
+    """Per shrinking arm: arm − its step-norm control (naive at the arm's ‖Δθ‖) and (sync + arm) − sync, paired on
+    the controls' warm starts and seeds, with hierarchical intervals: does the arm do more than shrink the step, and
+    does it cost anything without staleness?"""
+    def by_key(arm, role):
+        return {(r["warm_seed"], r["seed"]): r[metric] for r in rows if r["arm"] == arm and r["role"] == role}
+
+    out = []
+    for arm in SHRINKING:
+        comparisons = (("arm − naive at its ‖Δθ‖", by_key(arm, "report"),
+                        by_key(f"naive @ ‖Δθ‖ of {arm}", "control_step_norm")),
+                       ("(sync + arm) − sync", by_key(f"sync + {arm}", "control_sync"), by_key("sync", "report")))
+        for comparison, first, second in comparisons:
+            paired = {k: np.array([first[k], second[k]]) for k in first if k in second}
+            if paired:
+                diff, low, high = hierarchical_bootstrap(paired, lambda x: (x[:, 0] - x[:, 1]).mean())
+                out.append({"arm": arm, "comparison": comparison, "pairs": len(paired), "difference": diff,
+                            "low": low, "high": high})
+    return out
+
+
 def drift_correlation(rows: list[dict], metric: str = "final_accuracy") -> tuple[float, int]:
     """Spearman ρ(mean KL to π_b, accuracy) over every stale reporting run of the arms that do not reweight by the
     importance ratio (TIS does, so a large KL means less there)."""
@@ -378,6 +399,7 @@ def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: 
         controls += reporting_runs(profile, sync_plus, {f"sync + {a}": lrs[a] for a in SHRINKING if a in arms},
                                    "control_sync", staleness=0, device=device, seeds=profile.control_seeds)
         rows += rows_of(controls)
+    if stage == "all" and profile.tune:
         best_gac = max(GAC_PLACEMENTS, key=lambda a: np.mean([r["final_accuracy"] for r in rows if r["arm"] == a]))
         combos = [a for a in ("gac + tis", "kl_target + gac") if a in arms]
         best_combo = max(combos, key=lambda a: np.mean([r["final_accuracy"] for r in rows if r["arm"] == a]))
@@ -393,7 +415,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.verdict", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="quick", choices=sorted(PROFILES))
     parser.add_argument("--out", default="docs/data/verdict_llm.csv", help="table CSV (runs and tuning beside it)")
-    parser.add_argument("--stage", default="all", choices=("tuning", "reporting", "all"))
+    parser.add_argument("--stage", default="all", choices=("tuning", "reporting", "controls", "all"),
+                        help="stop after this stage (tuning, reporting, the controls, or all incl. the milder one)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -405,6 +428,9 @@ def main(argv=None) -> int:
     if result["runs"]:
         write_records(result["runs"], out.with_name(out.stem + "_runs.csv"))
         write_records(result["table"], out)
+        controls = control_differences(result["runs"])
+        if controls:
+            write_records(controls, out.with_name(out.stem + "_controls.csv"))
         rho, n = drift_correlation(result["runs"])
         print(f"Spearman rho(mean KL to behaviour policy, final accuracy) over {n} stale non-TIS runs: {rho:+.2f}")
     return 0

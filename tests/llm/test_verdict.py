@@ -101,3 +101,18 @@ def test_fig10_gpu_profile_dry_run_writes_every_arm_with_warm_start_and_seed(tin
     assert (tmp_path / "out" / "fig10_verdict.png").stat().st_size > 0
     with open(tmp_path / "out" / "fig10_verdict_table.csv") as handle:
         assert {r["arm"] for r in csv.DictReader(handle)} == set(verdict.PROFILES["gpu"].arms)
+
+
+def test_control_differences_pair_each_arm_with_its_controls_on_the_same_warm_start_and_seed():
+    rows = []
+    for w in (1, 2, 3):
+        for s in (0, 1):
+            rows += [dict(arm="gac update", role="report", warm_seed=w, seed=s, final_accuracy=0.5 + 0.01 * w + s),
+                     dict(arm="sync", role="report", warm_seed=w, seed=s, final_accuracy=0.6 + 0.02 * w + s)]
+        rows += [dict(arm="naive @ ‖Δθ‖ of gac update", role="control_step_norm", warm_seed=w, seed=0,
+                      final_accuracy=0.45 + 0.01 * w),
+                 dict(arm="sync + gac update", role="control_sync", warm_seed=w, seed=0, final_accuracy=0.58 + 0.02 * w)]
+    out = {r["comparison"]: r for r in verdict.control_differences(rows)}
+    assert out["arm − naive at its ‖Δθ‖"]["difference"] == pytest.approx(0.05)  # seed 0 only: the control's seed
+    assert out["(sync + arm) − sync"]["difference"] == pytest.approx(-0.02)
+    assert out["(sync + arm) − sync"]["pairs"] == 3
