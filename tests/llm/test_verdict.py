@@ -92,14 +92,15 @@ def test_fig10_gpu_profile_dry_run_writes_every_arm_with_warm_start_and_seed(tin
     monkeypatch.setattr(sim.llm.warmstart, "RUNS_DIR", tmp_path / "runs")
     monkeypatch.setenv("GAC_LAB_DRY_RUN", "0")  # restored after the test (main sets it to 1)
     assert cli.main(["fig10_verdict", "--profile", "gpu", "--dry-run", "--out", str(tmp_path / "out")]) == 0
-    with open(tmp_path / "out" / "fig10_verdict.csv") as handle:
+    out = tmp_path / "out" / "dry_run"  # a dry run never writes over real figures
+    with open(out / "fig10_verdict.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert {r["arm"] for r in rows} == set(verdict.PROFILES["gpu"].arms)
     assert {r["warm_seed"] for r in rows} == {"1", "2"} and {r["seed"] for r in rows} == {"0"}  # dry run: shrunk
     assert {r["direction_control"] for r in rows if r["arm"].startswith("gac")} == {"gac"}
     assert {r["gac_space"] for r in rows if r["arm"].startswith("gac")} == {"gradient", "update", "momentum"}
-    assert (tmp_path / "out" / "fig10_verdict.png").stat().st_size > 0
-    with open(tmp_path / "out" / "fig10_verdict_table.csv") as handle:
+    assert (out / "fig10_verdict.png").stat().st_size > 0
+    with open(out / "fig10_verdict_table.csv") as handle:
         assert {r["arm"] for r in csv.DictReader(handle)} == set(verdict.PROFILES["gpu"].arms)
 
 
