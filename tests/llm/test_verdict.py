@@ -112,7 +112,8 @@ def test_control_differences_pair_each_arm_with_its_controls_on_the_same_warm_st
                      dict(arm="sync", role="report", warm_seed=w, seed=s, final_accuracy=0.6 + 0.02 * w + s)]
         rows += [dict(arm="naive @ ‖Δθ‖ of gac update", role="control_step_norm", warm_seed=w, seed=0,
                       final_accuracy=0.45 + 0.01 * w),
-                 dict(arm="sync + gac update", role="control_sync", warm_seed=w, seed=0, final_accuracy=0.58 + 0.02 * w)]
+                 dict(arm="sync + gac update", role="control_sync", warm_seed=w, seed=0,
+                      final_accuracy=0.58 + 0.02 * w)]
     out = {r["comparison"]: r for r in verdict.control_differences(rows)}
     assert out["arm − naive at its ‖Δθ‖"]["difference"] == pytest.approx(0.05)  # seed 0 only: the control's seed
     assert out["(sync + arm) − sync"]["difference"] == pytest.approx(-0.02)
