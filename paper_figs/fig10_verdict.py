@@ -100,7 +100,7 @@ def plot_tuning_or_runs(ax, tuning: list[dict], runs: list[dict]) -> None:
            title="(d) per run (quick profile: one fixed step size, no tuning)")
 
 
-TOY_ARMS = ("naive", "gac gradient", "gac update", "gac momentum", "braking", "tis", "gac+tis", "kl_target",
+TOY_ARMS = ("naive", "gac_gradient", "gac_update", "gac_momentum", "braking", "tis", "gac+tis", "kl_target",
             "kl_target+gac")
 
 
