@@ -69,7 +69,7 @@ def plot_drift(ax, runs: list[dict]) -> None:
                    marker="x" if r["diverged"] else "o", alpha=0.7)
     ax.set_xscale("log")
     ax.set(xlabel="mean KL(π_b ‖ π_θ) over the run (log; sync runs at 1e-6)", ylabel="final held-out accuracy",
-           title=f"(b) drift decides: Spearman ρ = {rho:+.2f} ({n} stale non-TIS runs)")
+           title=f"(b) drift vs outcome: Spearman ρ = {rho:+.2f} ({n} stale non-TIS runs)")
 
 
 def plot_alignment(ax, table: list[dict]) -> None:
