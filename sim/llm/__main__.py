@@ -1,6 +1,6 @@
 """The trainer's command line: ``python -m sim.llm --method gac --staleness 8`` (``--help``: every option).
 
-tyro over ``sim.llm.train.Args``; every failure is one line on stderr with a non-zero exit status: 2 bad input or
+tyro over ``sim.llm.args.Args``; every failure is one line on stderr with a non-zero exit status: 2 bad input or
 a refused folder/resume, 3 a non-finite loss, 4 a write that failed (disk full, permissions), 130 Ctrl-C.
 """
 

@@ -32,11 +32,12 @@ RUN_FILES = ("records.csv", "summary.json", "checkpoint.pt", "checkpoint.pt.sha2
 
 
 def checkpoint_payload(state: TrainState) -> dict:
+    """Everything a resume needs; GAC's reference in update or momentum space is in the (wrapped) optimizer's."""
     return {"policy": state.policy.state_dict(), "optimizer": state.optimizer.state_dict(),
             "gac": None if state.controller is None else state.controller.state_dict(),
             "ring": state.ring.state_dict(), "generator": state.generator.get_state(), "records": state.records,
             "prev_raw": state.prev_raw, "prev_applied": state.prev_applied, "prev_delta": state.prev_delta,
-            "prev_step_grad": state.prev_step_grad, "space_reference": state.space_reference, "step": state.step,
+            "prev_step_grad": state.prev_step_grad, "step": state.step,
             "args": asdict(state.args),
             "code": source_hashes(CODE), "code_fingerprint": code_fingerprint(CODE)}
 
@@ -134,7 +135,6 @@ def restore(state: TrainState, checkpoint: dict) -> None:
     state.records, state.step = checkpoint["records"], checkpoint["step"]
     for name in ("prev_raw", "prev_applied", "prev_delta", "prev_step_grad"):
         setattr(state, name, checkpoint[name])
-    state.space_reference = checkpoint.get("space_reference")  # GAC's reference in update or momentum space
 
 
 def prepare_out_dir(args: Args) -> None:

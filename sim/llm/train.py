@@ -8,8 +8,9 @@ synchronous baseline too (its later minibatches are off-policy by the earlier up
 
 The trainer reads like CleanRL: ``setup(args)`` builds a TrainState, ``rl_step(state)`` does one RL
 step and returns its record (columns of sim/schema.py), ``train(args)`` yields the records one by one
-(stop it early by breaking out), ``summary(state)`` gives the final held-out accuracy. What the loop measures
-besides its loss lives in probes.py, checkpoints in checkpoint.py, the command line in __main__.py.
+(stop it early by breaking out), ``summary(state)`` gives the final held-out accuracy. Beside the loop: its
+configuration in args.py, the direction and step controls in controls.py, what it measures besides its loss in
+probes.py, checkpoints in checkpoint.py, the command line in __main__.py.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from pathlib import Path
 import torch
 
 import gac
-from gac.control import regime_name
 from sim.advantages import group_advantages
 from sim.llm import grpo, probes
+from sim.llm.args import Args
 from sim.llm.checkpoint import (
     checked_resume,
     checkpoint_payload,
@@ -38,184 +39,18 @@ from sim.llm.checkpoint import (
     save_checkpoint,
     trainer_fingerprint,
 )
+from sim.llm.controls import apply_braking, apply_gac, build_optimizer, gac_space, learning_rate, space_report
 from sim.llm.grpo import group_samples
-from sim.llm.model import SIZES, check_model_dir, load_model, sample, token_logprobs
-from sim.llm.probes import Float64Vector, as_float64, cosine, cosine_to_prev, flat_grad, flat_params, snr_from_cosine
+from sim.llm.model import load_model, sample, token_logprobs
+from sim.llm.probes import as_float64, cosine_to_prev, flat_grad, flat_params, snr_from_cosine
 from sim.llm.task import AdditionTask
 from sim.llm.warmstart import WarmStartConfig, heldout_accuracy, load_warm_start, warm_start
-from sim.record import check_output_dir
 from sim.schema import NO_REGIME, make_row
-from sim.stabilizers import (
-    GAC_SPACES,
-    STALE_DATA,
-    BAPOConfig,
-    BrakingConfig,
-    Combination,
-    KLTargetConfig,
-    M2POConfig,
-    TISConfig,
-    braking_scale,
-    gac_config,
-    kl_target_factor,
-    method_params,
-    parse_method,
-)
-from sim.staleness import KINDS, Staleness, VersionRing
+from sim.stabilizers import method_params
+from sim.staleness import Staleness, VersionRing
 
-GAC_REFERENCES = ("update", "step")
-
-@dataclass
-class Args:
-    method: str = "none"
-    """method from sim/stabilizers.py: one choice per axis joined by + (objective tis/m2po/bapo, direction gac/braking,
-    step lr_scale/kl_target; e.g. gac+tis), none = naive async, or sync (= none at s=0)"""
-    staleness: int = 0
-    """staleness s: rollouts of step t come from the policy of step t − s (max s when kind is random)"""
-    staleness_kind: str = "fixed"
-    """fixed: s at every step; random: s_t uniform in 0..s"""
-    steps: int = 200
-    """number of RL steps (rollout batches)"""
-    seed: int = 0
-    """seed of prompts, sampling and minibatch order (the warm start has its own seed)"""
-    lr: float = 1e-3
-    """AdamW step size of the RL stage"""
-    size: str = "cpu"
-    """model size in sim/llm/model.py: tiny, small, cpu, gpu"""
-    model: str | None = None
-    """local checkpoint directory (save_pretrained format) to start from instead of the warm start"""
-    digits: int = 2
-    """task difficulty: operand width of the addition problems"""
-    prompts_per_step: int = 16
-    """P: distinct prompts per RL step"""
-    group_size: int = 8
-    """G: samples per prompt (GRPO group)"""
-    minibatches: int = 2
-    """optimizer updates per RL step (the P prompt groups are split into this many, one pass)"""
-    clip_eps: float = 0.2
-    """ε of the clipped ratio"""
-    ratio_to: str = "behaviour"
-    """clip-ratio denominator (none/gac/lr_scale): behaviour = π_b; proximal = π_θ at the step's start (as if fresh)"""
-    kl_coef: float = 0.0
-    """β of the KL penalty to the reference (warm-start) policy; 0 disables it"""
-    temperature: float = 1.0
-    """sampling temperature of the rollouts"""
-    max_grad_norm: float = 1.0
-    """clip_grad_norm_ after GAC"""
-    gac: gac.GACConfig = field(default_factory=gac_config)
-    """method gac: its parameters (--gac.threshold, --gac.mode, ...)"""
-    gac_reference: str = "update"
-    """GAC reference: update = the previous optimizer update's raw gradient; step = the previous RL step's sum"""
-    gac_space: str = "gradient"
-    """where GAC acts: gradient (the raw gradient, before AdamW), update (AdamW's proposed step Δθ, after it; AdamW's
-    state untouched) or momentum (AdamW's first moment, before its step); references: the previous uncontrolled one"""
-    tis: TISConfig = field(default_factory=TISConfig)
-    """method tis: its parameters"""
-    m2po: M2POConfig = field(default_factory=M2POConfig)
-    """method m2po: its parameters"""
-    bapo: BAPOConfig = field(default_factory=BAPOConfig)
-    """method bapo: its parameters"""
-    braking: BrakingConfig = field(default_factory=BrakingConfig)
-    """method braking (Adaptive Braking): its parameter"""
-    kl_target: KLTargetConfig = field(default_factory=KLTargetConfig)
-    """method kl_target (step control by the KL to π_b): its parameters"""
-    eval_every: int = 20
-    """held-out accuracy every this many steps"""
-    eval_problems: int = 256
-    """held-out problems per evaluation (a fixed set)"""
-    snr_every: int = 10
-    """SNR probe (cos_halves) every this many steps: one extra backward at the step's start"""
-    warm_target: float = 0.3
-    """warm start: supervised steps until held-out accuracy reaches this"""
-    warm_seed: int = 0
-    """seed of the warm start's initialisation and data"""
-    checkpoint_every: int = 0
-    """save a checkpoint every this many steps (0: never)"""
-    out_dir: str = "runs/llm"
-    """folder of the run's records.csv, summary.json and checkpoint.pt"""
-    resume: bool = False
-    """continue from out_dir/checkpoint.pt (same numbers as an uninterrupted run)"""
-    overwrite: bool = False
-    """replace the run already in out_dir (its records, summary and checkpoint) instead of refusing"""
-    allow_code_change: bool = False
-    """with --resume: continue although the source (gac/, sim/) changed since the checkpoint was written"""
-    device: str = "cpu"
-    """torch device: cpu or cuda"""
-    threads: int = 1
-    """torch CPU threads (keep 1 when other processes share the cores); part of the run's identity, since long
-    sums (cosines, GAC's dot products) split across threads and their last bits depend on the count"""
-    progress: bool = True
-    """show a progress bar"""
-    on_nonfinite: str = "raise"
-    """non-finite loss/gradient: raise (error naming the step) or mark (record diverged=True, stop the run)"""
-
-    def validate(self) -> None:
-        """Raise ValueError (one line) for any bad setting, before work starts."""
-        if self.method != "sync":
-            parse_method(self.method, STALE_DATA)
-        if self.method == "sync" and self.staleness != 0:
-            raise ValueError(f"method sync means staleness 0, got --staleness {self.staleness}; use --method none")
-        Staleness(self.staleness, self.staleness_kind)
-        if self.staleness_kind not in KINDS:
-            raise ValueError(f"staleness_kind must be one of {KINDS}")
-        if self.size not in SIZES:
-            raise ValueError(f"unknown size {self.size!r}; choose from {', '.join(SIZES)}")
-        if min(self.steps, self.prompts_per_step, self.eval_every, self.eval_problems, self.digits) < 1:
-            raise ValueError("steps, prompts_per_step, eval_every, eval_problems and digits must be >= 1")
-        if self.snr_every < 1:
-            raise ValueError(f"snr_every must be >= 1, got {self.snr_every}")
-        if self.group_size < 2:
-            raise ValueError(f"group_size must be >= 2 (group-normalised advantages), got {self.group_size}")
-        if self.minibatches < 1 or self.prompts_per_step % self.minibatches:
-            raise ValueError(f"minibatches ({self.minibatches}) must divide prompts_per_step ({self.prompts_per_step})")
-        for name in ("lr", "clip_eps", "temperature", "max_grad_norm"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.kl_coef < 0 or self.checkpoint_every < 0 or self.threads < 1:
-            raise ValueError("kl_coef >= 0, checkpoint_every >= 0, threads >= 1 required")
-        # The method configs (gac, tis, m2po, bapo) checked their own values when they were built.
-        if self.gac_reference not in GAC_REFERENCES:
-            raise ValueError(f"gac_reference must be one of {GAC_REFERENCES}, got {self.gac_reference!r}")
-        if self.gac_space not in GAC_SPACES:
-            raise ValueError(f"gac_space must be one of {GAC_SPACES}, got {self.gac_space!r}")
-        if self.gac_space != "gradient" and self.gac_reference != "update":
-            raise ValueError(f"--gac-space {self.gac_space} takes its reference from the previous update; "
-                             "--gac-reference step applies to the gradient space only")
-        if getattr(self.gac, "space", "gradient") != "gradient":
-            raise ValueError("the trainer places GAC with --gac-space, not --gac.space")
-        if self.ratio_to not in ("behaviour", "proximal"):
-            raise ValueError(f"ratio_to must be behaviour or proximal, got {self.ratio_to!r}")
-        if self.on_nonfinite not in ("raise", "mark"):
-            raise ValueError(f"on_nonfinite must be raise or mark, got {self.on_nonfinite!r}")
-        if self.device != "cpu" and not self.device.split(":")[0] == "cuda":
-            raise ValueError(f"--device must be cpu, cuda or cuda:N, got {self.device!r}")
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"--device {self.device} but torch sees no CUDA device")
-        if self.model is not None:
-            check_model_dir(self.model)
-        if self.checkpoint_every:
-            check_output_dir(self.out_dir, "--out-dir")
-        if self.resume and not (Path(self.out_dir) / "checkpoint.pt").exists():
-            raise ValueError(f"--resume but {self.out_dir}/checkpoint.pt does not exist")
-
-    @property
-    def axes(self) -> Combination:
-        """The run's objective, direction control and step control."""
-        return Combination() if self.method == "sync" else parse_method(self.method, STALE_DATA)
-
-    @property
-    def registry_method(self) -> str:
-        """The canonical registry name of the run's combination (none for sync)."""
-        return self.axes.name
-
-    @property
-    def label(self) -> str:
-        """The record's method name: sync for naive at s = 0, else the registry name."""
-        return "sync" if self.registry_method == "none" and self.staleness == 0 else self.registry_method
-
-    def method_params(self) -> dict:
-        """The parameters of the run's objective (its config group as a dict; {} for one without)."""
-        config = {"tis": self.tis, "m2po": self.m2po, "bapo": self.bapo}.get(self.axes.objective)
-        return {} if config is None else asdict(config)
+__all__ = ["Args", "NonFiniteError", "TrainState", "setup", "rl_step", "train", "summary", "run_records",
+           "prepare_warm_start", "warm_start_config"]
 
 
 class NonFiniteError(FloatingPointError):
@@ -245,7 +80,6 @@ class TrainState:
     prev_delta: torch.Tensor | None = None  # its parameter update θ_{k+1} − θ_k
     prev_step_grad: torch.Tensor | None = None  # summed raw gradient of the previous RL step
     diverged_at: int | None = None
-    space_reference: torch.Tensor | None = None  # GAC in update/momentum space: the previous uncontrolled Δθ or m
     prev64: dict = field(default_factory=dict)  # "raw", "applied", "delta", "step_grad" -> its prev_* as Float64Vector
 
     @property
@@ -294,15 +128,11 @@ def setup(args: Args, log=print) -> TrainState:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     policy, reference, behaviour, warm_info = load_models(args, device, log)
-    params = [p for p in policy.parameters() if p.requires_grad]
-    use_gac = args.axes.direction == "gac"
-    use_tracker = use_gac and args.gac_reference == "update" and args.gac_space == "gradient"
-    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
+    optimizer, controller = build_optimizer([p for p in policy.parameters() if p.requires_grad], args)
     task = AdditionTask(digits=args.digits)
     state = TrainState(
         args=args, task=task, heldout=task.heldout_set(args.eval_problems), policy=policy, reference=reference,
-        behaviour=behaviour, optimizer=optimizer,
-        controller=gac.GradientAlignmentControl(params, args.gac) if use_tracker else None,
+        behaviour=behaviour, optimizer=optimizer, controller=controller,
         schedule=Staleness(args.staleness, args.staleness_kind).sample(
             args.steps, generator=torch.Generator().manual_seed(args.seed + 7)),
         ring=VersionRing(args.staleness + 1), generator=torch.Generator().manual_seed(args.seed), warm_info=warm_info)
@@ -355,86 +185,13 @@ def minibatch_loss(state: TrainState, batch: dict, idx: torch.Tensor) -> tuple[t
     return loss, stats
 
 
-def velocity(state: TrainState) -> torch.Tensor | None:
-    """AdamW's first moment (its velocity) as one flat vector; None before its first step."""
-    moments = [state.optimizer.state.get(p, {}).get("exp_avg") for p in state.params]
-    return None if any(m is None for m in moments) else torch.cat([m.reshape(-1) for m in moments])
-
-
-def apply_braking(state: TrainState, raw: Float64Vector) -> float:
-    """Adaptive Braking on the .grad in place: g ← (1 − α·cos(g, v)) g, v AdamW's first moment; returns the factor."""
-    v = velocity(state)
-    factor = 1.0 if v is None else braking_scale(cosine(raw, as_float64(v)), state.args.braking.braking_alpha)
-    for p in state.params:
-        p.grad.mul_(factor)
-    return factor
-
-
-def gac_on_momentum(state: TrainState) -> tuple[str, float]:
-    """GAC on AdamW's first moment (space momentum), before its step: the moment it is about to form,
-    m_t = β1·m_{t−1} + (1 − β1)·g, is controlled against the previous uncontrolled m, and the stored moment is shifted
-    so that AdamW forms the controlled m'_t (the removed part does not come back through it). Returns (regime, γ)."""
-    moments = [state.optimizer.state.get(p, {}).get("exp_avg") for p in state.params]
-    beta1 = state.optimizer.param_groups[0]["betas"][0]
-    # AdamW starts its moment at zero: its first one is (1 − β1)·g (no reference yet, so it is kept).
-    formed = torch.cat([(p.grad * (1 - beta1) if m is None else torch.lerp(m, p.grad, 1 - beta1)).reshape(-1)
-                        for m, p in zip(moments, state.params, strict=True)])
-    return controlled_in_place(state, formed, lambda i, p, change: moments[i].sub_(change.view_as(p) / beta1))
-
-
-def gac_on_update(state: TrainState, before: torch.Tensor) -> tuple[str, float]:
-    """GAC on AdamW's proposed step Δθ_t (space update), after its step: Δθ_t is controlled against the previous
-    proposed step and θ set to θ_before + Δθ'_t; AdamW's state is left as its step left it. Returns (regime, γ)."""
-    proposed = flat_params(state.params) - before
-    regime, scale = controlled_in_place(state, proposed, lambda i, p, change: p.data.sub_(change.view_as(p)))
-    if regime == "skip":  # no move at all this update
-        for p, old in zip(state.params, before.split([p.numel() for p in state.params]), strict=True):
-            p.data.copy_(old.view_as(p))
-    return regime, scale
-
-
-def controlled_in_place(state: TrainState, vector: torch.Tensor, subtract) -> tuple[str, float]:
-    """GAC's pure core on ``vector`` against ``state.space_reference``; ``subtract(i, p, change)`` removes parameter
-    i's share of ``vector − vector'``. The reference then becomes ``vector`` (uncontrolled, as in gradient space)."""
-    cfg, reference = state.args.gac, state.space_reference
-    state.space_reference = vector.clone() if reference is None else gac.update_reference(reference, vector, cfg)
-    if reference is None:
-        return "keep", 1.0
-    out = gac.control(vector, reference, cfg)
-    regime = regime_name(int(out.regime), cfg.mode)
-    if regime in ("project", "cap"):
-        change = vector - out.grad
-        for i, (p, piece) in enumerate(zip(state.params, change.split([p.numel() for p in state.params]),
-                                           strict=True)):
-            subtract(i, p, piece)
-    return regime, float(out.parallel_scale)
-
-
-def apply_gac(state: TrainState) -> tuple[str, float]:
-    """GAC on the parameters' .grad in place (direction gac in gradient space); returns (regime, parallel scale)."""
-    if state.args.axes.direction != "gac" or state.args.gac_space != "gradient":
-        return NO_REGIME, 1.0
-    if state.controller is not None:  # reference: the previous optimizer update's raw gradient
-        report = state.controller.apply()
-        return report.regime, report.parallel_scale
-    if state.prev_step_grad is None:  # reference "step" before any RL step: nothing to compare with
-        return "keep", 1.0
-    cfg = state.args.gac
-    out = gac.control(flat_grad(state.params), state.prev_step_grad, cfg)
-    for p, new in zip(state.params, out.grad.split([p.numel() for p in state.params]), strict=True):
-        p.grad.copy_(new.view_as(p.grad))
-    return regime_name(int(out.regime), cfg.mode), float(out.parallel_scale)
-
-
 def optimizer_update(state: TrainState, batch: dict, idx: torch.Tensor, where: str) -> dict:
     """One update on the samples ``idx``: loss → backward → GAC → clip → AdamW; its update-level numbers."""
     args = state.args
     loss, stats = minibatch_loss(state, batch, idx)
     if not torch.isfinite(loss):
         raise NonFiniteError(f"non-finite loss at {where}: {loss.item()}")
-    lr = args.lr / (1 + int(state.schedule[state.step])) if args.axes.step == "lr_scale" else args.lr
-    if args.axes.step == "kl_target":  # the KL of this update's samples, measured before its step
-        lr *= kl_target_factor(stats["kl_behaviour"], args.kl_target.kl_target, args.kl_target.kl_floor)
+    lr = learning_rate(state, stats["kl_behaviour"])
     for group in state.optimizer.param_groups:
         group["lr"] = lr
     state.optimizer.zero_grad(set_to_none=True)
@@ -455,14 +212,11 @@ def optimizer_update(state: TrainState, batch: dict, idx: torch.Tensor, where: s
                "raw": raw, "cos_update": math.nan, "step_norm": 0.0, "lr": lr}
     state.prev_raw, state.prev_applied = raw, applied
     torch.nn.utils.clip_grad_norm_(state.params, args.max_grad_norm)
-    space = args.gac_space if args.axes.direction == "gac" else "gradient"
-    if space == "momentum":  # on the (clipped) gradient AdamW is about to take into its moment
-        regime, scale = numbers["regime"], numbers["parallel_scale"] = gac_on_momentum(state)
     if regime != "skip":  # a skipped update moves nothing; the Δθ reference stays the last real move
         before = flat_params(state.params)
-        state.optimizer.step()
-        if space == "update":
-            numbers["regime"], numbers["parallel_scale"] = gac_on_update(state, before)
+        state.optimizer.step()  # GAC in update or momentum space acts inside it (gac.wrap)
+        if gac_space(args) != "gradient":
+            numbers["regime"], numbers["parallel_scale"] = space_report(state)
         delta = flat_params(state.params) - before
         if numbers["regime"] != "skip":
             numbers["cos_update"] = cosine_to_prev(state, "delta", as_float64(delta))

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from sim import stabilizers
+from sim.llm import controls
 from sim.llm import train as train_module
 from sim.llm.train import rl_step, run_records, setup
 
@@ -60,7 +61,7 @@ def test_braking_scales_the_gradient_by_its_alignment_with_adamw_velocity(tiny_a
 
 
 def test_braking_check_catches_a_wrong_sign(tiny_args, monkeypatch):
-    monkeypatch.setattr(train_module, "braking_scale", lambda c, alpha: 1 + alpha * c)
+    monkeypatch.setattr(controls, "braking_scale", lambda c, alpha: 1 + alpha * c)
     args = tiny_args(method="braking", staleness=2, max_grad_norm=1e9, snr_every=1000)
     assert braking_error(args) > 1e-3
 
@@ -88,7 +89,7 @@ def test_kl_target_cuts_the_step_in_proportion_to_the_measured_kl(tiny_args):
 
 
 def test_kl_target_check_catches_an_ignored_kl(tiny_args, monkeypatch):
-    monkeypatch.setattr(train_module, "kl_target_factor", lambda kl, target, floor: 1.0)
+    monkeypatch.setattr(controls, "kl_target_factor", lambda kl, target, floor: 1.0)
     args = tiny_args(method="kl_target", staleness=2, minibatches=1, lr=1e-2, snr_every=1000,
                      kl_target=stabilizers.KLTargetConfig(kl_target=1e-4, kl_floor=0.05))
     used, expected = kl_target_lrs(args)
@@ -131,9 +132,10 @@ def update_space_error(args) -> tuple[float, int]:
     """Largest relative distance between each applied Δθ and the direct projection of AdamW's proposed Δθ against
     the previous proposed one, and how many updates were projected."""
     state = setup(args, **QUIET)
+    adamw = getattr(state.optimizer, "optimizer", state.optimizer)  # the optimizer gac.wrap wraps: its own step
     before, proposed = [], []
-    state.optimizer.register_step_pre_hook(lambda *a: before.append(flat(p.detach() for p in state.params)))
-    state.optimizer.register_step_post_hook(lambda *a: proposed.append(flat(p.detach() for p in state.params)))
+    adamw.register_step_pre_hook(lambda *a: before.append(flat(p.detach() for p in state.params)))
+    adamw.register_step_post_hook(lambda *a: proposed.append(flat(p.detach() for p in state.params)))
     for _ in range(args.steps):
         rl_step(state)
     after = before[1:] + [flat(p.detach() for p in state.params)]  # θ changes only in the updates
@@ -154,7 +156,9 @@ def test_gac_update_space_projects_adamw_proposed_step(tiny_args):
 
 
 def test_update_space_check_catches_gac_left_out(tiny_args, monkeypatch):
-    monkeypatch.setattr(train_module, "gac_on_update", lambda state, before: ("keep", 1.0))
+    adamw_alone = lambda params, args: (torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0), None)  # noqa: E731
+    monkeypatch.setattr(train_module, "build_optimizer", adamw_alone)
+    monkeypatch.setattr(train_module, "space_report", lambda state: ("keep", 1.0))
     args = tiny_args(method="gac", gac_space="update", staleness=2, max_grad_norm=1e9, snr_every=1000)
     assert update_space_error(args)[0] > 1e-2
 
@@ -186,8 +190,7 @@ def test_gac_momentum_space_controls_the_moment_adamw_keeps(tiny_args):
     assert projections >= 2 and error < 1e-4
 
 
-def test_momentum_space_check_catches_projecting_the_gradient_instead(tiny_args, monkeypatch):
+def test_momentum_space_check_catches_projecting_the_gradient_instead(tiny_args):
     """The wrong placement: GAC on the raw gradient (the removed part comes back through AdamW's moment)."""
-    monkeypatch.setattr(train_module, "gac_on_momentum", lambda state: ("keep", 1.0))
     args = tiny_args(method="gac", gac_space="gradient", staleness=2, max_grad_norm=1e9, snr_every=1000)
     assert momentum_space_error(args)[0] > 1e-2

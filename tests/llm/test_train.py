@@ -185,8 +185,9 @@ def test_gac_step_reference_compares_with_the_previous_rl_steps_summed_gradient(
     assert max(abs(c) for c in update_ref_cosines) > 1e-3
 
 
-def test_stopping_train_early_then_resume_gives_the_same_records(tiny_args, tmp_path):
-    common = dict(method="gac", staleness=2, steps=6, checkpoint_every=3, snr_every=2)
+@pytest.mark.parametrize("space", ["gradient", "update", "momentum"])  # update, momentum: GAC's state in gac.wrap's
+def test_stopping_train_early_then_resume_gives_the_same_records(tiny_args, tmp_path, space):
+    common = dict(method="gac", staleness=2, steps=6, checkpoint_every=3, snr_every=2, gac_space=space)
     uninterrupted = run_records(tiny_args(out_dir=str(tmp_path / "a"), **common), **QUIET)
     stopped = tiny_args(out_dir=str(tmp_path / "b"), **common)
     for record in train(stopped, **QUIET):

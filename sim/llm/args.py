@@ -1,0 +1,186 @@
+"""The trainer's configuration: ``Args`` (every field one CLI flag of ``python -m sim.llm``) and its checks.
+
+``Args.validate()`` refuses a bad setting in one line before any work; the properties derive the run's
+stabilizer axes and its record label from ``--method``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+import gac
+from sim.llm.model import SIZES, check_model_dir
+from sim.record import check_output_dir
+from sim.stabilizers import (
+    GAC_SPACES,
+    STALE_DATA,
+    BAPOConfig,
+    BrakingConfig,
+    Combination,
+    KLTargetConfig,
+    M2POConfig,
+    TISConfig,
+    gac_config,
+    parse_method,
+)
+from sim.staleness import KINDS, Staleness
+
+GAC_REFERENCES = ("update", "step")
+
+
+@dataclass
+class Args:
+    method: str = "none"
+    """method from sim/stabilizers.py: one choice per axis joined by + (objective tis/m2po/bapo, direction gac/braking,
+    step lr_scale/kl_target; e.g. gac+tis), none = naive async, or sync (= none at s=0)"""
+    staleness: int = 0
+    """staleness s: rollouts of step t come from the policy of step t − s (max s when kind is random)"""
+    staleness_kind: str = "fixed"
+    """fixed: s at every step; random: s_t uniform in 0..s"""
+    steps: int = 200
+    """number of RL steps (rollout batches)"""
+    seed: int = 0
+    """seed of prompts, sampling and minibatch order (the warm start has its own seed)"""
+    lr: float = 1e-3
+    """AdamW step size of the RL stage"""
+    size: str = "cpu"
+    """model size in sim/llm/model.py: tiny, small, cpu, gpu"""
+    model: str | None = None
+    """local checkpoint directory (save_pretrained format) to start from instead of the warm start"""
+    digits: int = 2
+    """task difficulty: operand width of the addition problems"""
+    prompts_per_step: int = 16
+    """P: distinct prompts per RL step"""
+    group_size: int = 8
+    """G: samples per prompt (GRPO group)"""
+    minibatches: int = 2
+    """optimizer updates per RL step (the P prompt groups are split into this many, one pass)"""
+    clip_eps: float = 0.2
+    """ε of the clipped ratio"""
+    ratio_to: str = "behaviour"
+    """clip-ratio denominator (none/gac/lr_scale): behaviour = π_b; proximal = π_θ at the step's start (as if fresh)"""
+    kl_coef: float = 0.0
+    """β of the KL penalty to the reference (warm-start) policy; 0 disables it"""
+    temperature: float = 1.0
+    """sampling temperature of the rollouts"""
+    max_grad_norm: float = 1.0
+    """clip_grad_norm_ after GAC"""
+    gac: gac.GACConfig = field(default_factory=gac_config)
+    """method gac: its parameters (--gac.threshold, --gac.mode, ...)"""
+    gac_reference: str = "update"
+    """GAC reference: update = the previous optimizer update's raw gradient; step = the previous RL step's sum"""
+    gac_space: str = "gradient"
+    """where GAC acts: gradient (the raw gradient, before AdamW), update (AdamW's proposed step Δθ, after it; AdamW's
+    state untouched) or momentum (AdamW's first moment, before its step); references: the previous uncontrolled one"""
+    tis: TISConfig = field(default_factory=TISConfig)
+    """method tis: its parameters"""
+    m2po: M2POConfig = field(default_factory=M2POConfig)
+    """method m2po: its parameters"""
+    bapo: BAPOConfig = field(default_factory=BAPOConfig)
+    """method bapo: its parameters"""
+    braking: BrakingConfig = field(default_factory=BrakingConfig)
+    """method braking (Adaptive Braking): its parameter"""
+    kl_target: KLTargetConfig = field(default_factory=KLTargetConfig)
+    """method kl_target (step control by the KL to π_b): its parameters"""
+    eval_every: int = 20
+    """held-out accuracy every this many steps"""
+    eval_problems: int = 256
+    """held-out problems per evaluation (a fixed set)"""
+    snr_every: int = 10
+    """SNR probe (cos_halves) every this many steps: one extra backward at the step's start"""
+    warm_target: float = 0.3
+    """warm start: supervised steps until held-out accuracy reaches this"""
+    warm_seed: int = 0
+    """seed of the warm start's initialisation and data"""
+    checkpoint_every: int = 0
+    """save a checkpoint every this many steps (0: never)"""
+    out_dir: str = "runs/llm"
+    """folder of the run's records.csv, summary.json and checkpoint.pt"""
+    resume: bool = False
+    """continue from out_dir/checkpoint.pt (same numbers as an uninterrupted run)"""
+    overwrite: bool = False
+    """replace the run already in out_dir (its records, summary and checkpoint) instead of refusing"""
+    allow_code_change: bool = False
+    """with --resume: continue although the source (gac/, sim/) changed since the checkpoint was written"""
+    device: str = "cpu"
+    """torch device: cpu or cuda"""
+    threads: int = 1
+    """torch CPU threads (keep 1 when other processes share the cores); part of the run's identity, since long
+    sums (cosines, GAC's dot products) split across threads and their last bits depend on the count"""
+    progress: bool = True
+    """show a progress bar"""
+    on_nonfinite: str = "raise"
+    """non-finite loss/gradient: raise (error naming the step) or mark (record diverged=True, stop the run)"""
+
+    def validate(self) -> None:
+        """Raise ValueError (one line) for any bad setting, before work starts."""
+        if self.method != "sync":
+            parse_method(self.method, STALE_DATA)
+        if self.method == "sync" and self.staleness != 0:
+            raise ValueError(f"method sync means staleness 0, got --staleness {self.staleness}; use --method none")
+        Staleness(self.staleness, self.staleness_kind)
+        if self.staleness_kind not in KINDS:
+            raise ValueError(f"staleness_kind must be one of {KINDS}")
+        if self.size not in SIZES:
+            raise ValueError(f"unknown size {self.size!r}; choose from {', '.join(SIZES)}")
+        if min(self.steps, self.prompts_per_step, self.eval_every, self.eval_problems, self.digits) < 1:
+            raise ValueError("steps, prompts_per_step, eval_every, eval_problems and digits must be >= 1")
+        if self.snr_every < 1:
+            raise ValueError(f"snr_every must be >= 1, got {self.snr_every}")
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2 (group-normalised advantages), got {self.group_size}")
+        if self.minibatches < 1 or self.prompts_per_step % self.minibatches:
+            raise ValueError(f"minibatches ({self.minibatches}) must divide prompts_per_step ({self.prompts_per_step})")
+        for name in ("lr", "clip_eps", "temperature", "max_grad_norm"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.kl_coef < 0 or self.checkpoint_every < 0 or self.threads < 1:
+            raise ValueError("kl_coef >= 0, checkpoint_every >= 0, threads >= 1 required")
+        # The method configs (gac, tis, m2po, bapo) checked their own values when they were built.
+        if self.gac_reference not in GAC_REFERENCES:
+            raise ValueError(f"gac_reference must be one of {GAC_REFERENCES}, got {self.gac_reference!r}")
+        if self.gac_space not in GAC_SPACES:
+            raise ValueError(f"gac_space must be one of {GAC_SPACES}, got {self.gac_space!r}")
+        if self.gac_space != "gradient" and self.gac_reference != "update":
+            raise ValueError(f"--gac-space {self.gac_space} takes its reference from the previous update; "
+                             "--gac-reference step applies to the gradient space only")
+        if getattr(self.gac, "space", "gradient") != "gradient":
+            raise ValueError("the trainer places GAC with --gac-space, not --gac.space")
+        if self.ratio_to not in ("behaviour", "proximal"):
+            raise ValueError(f"ratio_to must be behaviour or proximal, got {self.ratio_to!r}")
+        if self.on_nonfinite not in ("raise", "mark"):
+            raise ValueError(f"on_nonfinite must be raise or mark, got {self.on_nonfinite!r}")
+        if self.device != "cpu" and not self.device.split(":")[0] == "cuda":
+            raise ValueError(f"--device must be cpu, cuda or cuda:N, got {self.device!r}")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"--device {self.device} but torch sees no CUDA device")
+        if self.model is not None:
+            check_model_dir(self.model)
+        if self.checkpoint_every:
+            check_output_dir(self.out_dir, "--out-dir")
+        if self.resume and not (Path(self.out_dir) / "checkpoint.pt").exists():
+            raise ValueError(f"--resume but {self.out_dir}/checkpoint.pt does not exist")
+
+    @property
+    def axes(self) -> Combination:
+        """The run's objective, direction control and step control."""
+        return Combination() if self.method == "sync" else parse_method(self.method, STALE_DATA)
+
+    @property
+    def registry_method(self) -> str:
+        """The canonical registry name of the run's combination (none for sync)."""
+        return self.axes.name
+
+    @property
+    def label(self) -> str:
+        """The record's method name: sync for naive at s = 0, else the registry name."""
+        return "sync" if self.registry_method == "none" and self.staleness == 0 else self.registry_method
+
+    def method_params(self) -> dict:
+        """The parameters of the run's objective (its config group as a dict; {} for one without)."""
+        config = {"tis": self.tis, "m2po": self.m2po, "bapo": self.bapo}.get(self.axes.objective)
+        return {} if config is None else asdict(config)
+
