@@ -3,8 +3,9 @@
 A thin per-parameter shell over the pure core: the decision is ``gac.control.decide`` and the
 adaptive threshold's statistics advance with ``gac.state.observe_threshold``, exactly as in
 ``gac.update``. What it adds is memory: the reference is one buffer per parameter (optionally
-bfloat16), the three sums come from per-tensor kernels (plus one all_reduce when gradients are
-sharded), and g' = s·g − α·d is written into ``.grad`` chunk by chunk.
+bfloat16), the three sums are ``gac.cosine64.dot64`` (float64 products and sums, as every cosine in gac) chunk by
+chunk and tensor by tensor (plus one all_reduce when gradients are sharded), and g' = s·g − α·d is written into
+``.grad`` chunk by chunk.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 
 from gac.config import GACConfig
 from gac.control import ACT, SKIP, AlignmentStats, NonFiniteGradientError, decide, regime_name
+from gac.cosine64 import dot64
 from gac.distributed import all_reduce_stats, check_process_group, infer_process_group, local_tensor
 from gac.state import current_threshold, init_threshold_stats, observe_threshold
 
@@ -55,16 +57,6 @@ def check_reference_shape(index: int, reference: torch.Tensor | None, param: tor
     if tuple(reference.shape) != tuple(expected):
         raise ValueError(f"GAC state does not fit this model: reference {index} has shape "
                          f"{tuple(reference.shape)}, parameter {index} has {tuple(expected)}")
-
-
-def sum_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """Σ‖t‖² as a float64 0-dim tensor; per-tensor norms in float32 at least (fp16 norms overflow at 65504),
-    float64 when a float32 norm overflows (finite entries then still give a finite sum)."""
-    norms = torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.promote_types(tensors[0].dtype, torch.float32)))
-    total = norms.double().square().sum()
-    if not bool(torch.isfinite(total)):
-        total = torch.stack([t.double().square().sum() for t in tensors]).sum()
-    return total
 
 
 def all_finite(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -166,9 +158,9 @@ class GradientAlignmentControl:
         return sum(r.numel() * r.element_size() for r in self.reference if r is not None)
 
     # -- the step ---------------------------------------------------------------------------------
-    def _scratch(self, like: torch.Tensor, numel: int, slot: str = "") -> torch.Tensor:
-        """A reused flat buffer (dtype/device of ``like``) of at least ``numel`` elements (one per slot)."""
-        key = (like.dtype, like.device, slot)
+    def _scratch(self, like: torch.Tensor, numel: int) -> torch.Tensor:
+        """A reused flat buffer (dtype/device of ``like``) of at least ``numel`` elements."""
+        key = (like.dtype, like.device)
         buffer = self._scratch_buffers.get(key)
         if buffer is None or buffer.numel() < numel:
             buffer = self._scratch_buffers[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
@@ -183,27 +175,13 @@ class GradientAlignmentControl:
         for start in range(0, g_flat.numel(), CHUNK_NUMEL):
             yield g_flat[start:start + CHUNK_NUMEL], r_flat[start:start + CHUNK_NUMEL]
 
-    def _dot(self, grad: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-        """⟨grad, ref⟩ (a 0-dim tensor); a reference of another dtype is cast chunk by chunk.
-
-        Half-precision tensors are multiplied in float32 chunks: their own dot overflows at 65504.
-        """
-        low = grad.element_size() < 4
-        if grad.dtype == ref.dtype and grad.is_contiguous() and not low:
-            return torch.dot(grad.view(-1), ref.view(-1))
-        total = torch.zeros((), dtype=torch.float64, device=grad.device)
-        for g_piece, r_piece in self._pieces(grad, ref):
-            if g_piece.dim() != 1:  # non-contiguous: a temporary of the tensor's size
-                total += (g_piece.double() * r_piece.double()).sum()
-                continue
-            if low:
-                g_cast = self._scratch(g_piece.float(), g_piece.numel(), slot="grad32")
-                g_cast.copy_(g_piece)
-            else:
-                g_cast = g_piece
-            r_cast = self._scratch(g_cast, g_cast.numel())
-            r_cast.copy_(r_piece)
-            total += torch.dot(g_cast, r_cast).double()
+    def _sum64(self, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> torch.Tensor:
+        """Σ over the tensor pairs of ``dot64(x, y)`` (a 0-dim float64 tensor), chunk by chunk so that the float64
+        copies stay chunk-sized. A tensor of at most CHUNK_NUMEL elements is one chunk: ``cosine64``'s own sum."""
+        total = torch.zeros((), dtype=torch.float64, device=xs[0].device)
+        for x, y in zip(xs, ys, strict=True):
+            for x_piece, y_piece in self._pieces(x, y):
+                total = total + dot64(x_piece.reshape(-1), y_piece.reshape(-1))
         return total
 
     def _local_stats(self, grads, refs, cached_d_sq: torch.Tensor | None) -> torch.Tensor:
@@ -212,13 +190,14 @@ class GradientAlignmentControl:
         ``cached_d_sq``, when given, is this rank's ‖d‖² already known (see ``_cached_d_sq``).
         """
         zero = torch.zeros((), dtype=torch.float64, device=grads[0].device)
-        g_sq = sum_of_squares(grads)
+        g_sq = self._sum64(grads, grads)
         pairs = [(g, r) for g, r in zip(grads, refs, strict=True) if r is not None]
-        dot = torch.stack([self._dot(g, r).double() for g, r in pairs]).sum() if pairs else zero
+        paired_grads, paired_refs = [g for g, _ in pairs], [r for _, r in pairs]
+        dot = self._sum64(paired_grads, paired_refs) if pairs else zero
         if cached_d_sq is not None:
             d_sq = cached_d_sq
         else:
-            d_sq = sum_of_squares([r for _, r in pairs]) if pairs else zero
+            d_sq = self._sum64(paired_refs, paired_refs) if pairs else zero
         # Decided from the entries, not from the sums: a finite vector's sum may still overflow.
         nonfinite = zero if bool(torch.isfinite(g_sq)) else (~all_finite(grads)).double()
         # ‖d‖² may come from the cache (last step's ‖g‖²), so a non-finite ⟨g, d⟩ also sends us to look at d.

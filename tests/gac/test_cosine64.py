@@ -1,4 +1,5 @@
-"""One float64 cosine: gac.cosine64 equals gac.alignment bit for bit; the trainer's probes and the toy grid use it."""
+"""One float64 cosine: gac.cosine64 equals gac.alignment bit for bit; the tracker, the trainer's probes and the toy
+grid give the same bits on the same vectors."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import math
 import pytest
 import torch
 
+import gac
 from gac import alignment
 from gac.cosine64 import as_float64, cosine64
+from gac.tracker import CHUNK_NUMEL
 from sim.grid import GridUpdater, setting
 from sim.llm import probes
 
@@ -66,3 +69,40 @@ def test_the_power_of_two_scaling_matters_for_float64_extremes():
     assert cosine64(as_float64(a), as_float64(b)) == pytest.approx(0.8, abs=1e-15)
     unscaled_sq = (a * a).sum()
     assert math.isinf(unscaled_sq)
+
+
+def tracker_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    """cos(a, b) as gac.GradientAlignmentControl reports it: the reference is b (last step's gradient), the gradient a,
+    both the .grad of one parameter."""
+    param = torch.nn.Parameter(torch.zeros_like(a))
+    tracker = gac.GradientAlignmentControl([param], gac.GACConfig(threshold=0.5))
+    for grad in (b, a):
+        param.grad = grad.clone()
+        report = tracker.apply()
+    return report.cosine
+
+
+def test_tracker_trainer_and_grid_cosines_agree_bit_for_bit():
+    """The same float32 vectors (ordinary, huge, tiny, subnormal, zero scales; aligned, anti-aligned, random) through
+    the tracker's report, the trainer's probe and the toy grid's cos_prev: one set of bits. The tracker works on the
+    float32 tensor itself, the probe and the grid on the float64 vector (a float32 product is exact in float64)."""
+    pairs = [(a, b) for a, b in vector_pairs(torch.float32) if a.numel() == 5]
+    trainer = [probes.cosine(as_float64(a), as_float64(b)) for a, b in pairs]
+    previous, current = torch.stack([b for _, b in pairs]).double(), torch.stack([a for a, _ in pairs]).double()
+    updater = GridUpdater([setting("none", 0, 0.1)], seeds=len(pairs), dim=5)
+    for grad in (previous, current):
+        _, info = updater.update(torch.zeros_like(grad), grad, torch.zeros_like(grad), torch.zeros(len(pairs)),
+                                 torch.ones(len(pairs), dtype=torch.bool))
+    assert [tracker_cosine(a, b) for a, b in pairs] == trainer == info["cos_prev"].tolist()
+    assert len(set(trainer)) > 5  # distinct cosines, not one value
+
+
+def test_tracker_and_trainer_agree_on_one_tensor_of_one_chunk():
+    """Longer vectors (one tensor, one chunk of the tracker): the tracker's cosine is the trainer probe's, bit for
+    bit; at 3·CHUNK_NUMEL the chunked float64 sums agree to float64 rounding."""
+    for a, b in vector_pairs(torch.float32):
+        assert tracker_cosine(a, b) == probes.cosine(as_float64(a), as_float64(b)), (a.numel(), a.abs().max())
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randn(2, 3 * CHUNK_NUMEL, generator=gen)
+    assert tracker_cosine(a, b + 0.5 * a) == pytest.approx(probes.cosine(as_float64(a), as_float64(b + 0.5 * a)),
+                                                           rel=1e-14)
