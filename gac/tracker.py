@@ -175,14 +175,20 @@ class GradientAlignmentControl:
         for start in range(0, g_flat.numel(), CHUNK_NUMEL):
             yield g_flat[start:start + CHUNK_NUMEL], r_flat[start:start + CHUNK_NUMEL]
 
-    def _sum64(self, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> torch.Tensor:
-        """Σ over the tensor pairs of ``dot64(x, y)`` (a 0-dim float64 tensor), chunk by chunk so that the float64
-        copies stay chunk-sized. A tensor of at most CHUNK_NUMEL elements is one chunk: ``cosine64``'s own sum."""
-        total = torch.zeros((), dtype=torch.float64, device=xs[0].device)
-        for x, y in zip(xs, ys, strict=True):
-            for x_piece, y_piece in self._pieces(x, y):
-                total = total + dot64(x_piece.reshape(-1), y_piece.reshape(-1))
-        return total
+    def _sums64(self, grads, refs, with_d_sq: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(⟨g,d⟩, ‖g‖², ‖d‖²) as sums of ``dot64`` over the tensors, chunk by chunk: each chunk converted to
+        float64 once, so the copies stay chunk-sized. A tensor of at most CHUNK_NUMEL elements is one chunk:
+        ``cosine64``'s own sums. ‖d‖² is left 0 unless ``with_d_sq``."""
+        dot, g_sq, d_sq = (torch.zeros((), dtype=torch.float64, device=grads[0].device) for _ in range(3))
+        for grad, ref in zip(grads, refs, strict=True):
+            for g_piece, r_piece in self._pieces(grad, grad if ref is None else ref):
+                g64 = g_piece.reshape(-1).to(torch.float64)
+                g_sq = g_sq + dot64(g64, g64)
+                if ref is not None:
+                    r64 = r_piece.reshape(-1).to(torch.float64)
+                    dot = dot + dot64(g64, r64)
+                    d_sq = d_sq + dot64(r64, r64) if with_d_sq else d_sq
+        return dot, g_sq, d_sq
 
     def _local_stats(self, grads, refs, cached_d_sq: torch.Tensor | None) -> torch.Tensor:
         """[⟨g,d⟩, ‖g‖², ‖d‖², non-finite flag] over this rank's tensors, as float64.
@@ -190,14 +196,9 @@ class GradientAlignmentControl:
         ``cached_d_sq``, when given, is this rank's ‖d‖² already known (see ``_cached_d_sq``).
         """
         zero = torch.zeros((), dtype=torch.float64, device=grads[0].device)
-        g_sq = self._sum64(grads, grads)
+        dot, g_sq, d_sq = self._sums64(grads, refs, with_d_sq=cached_d_sq is None)
+        d_sq = d_sq if cached_d_sq is None else cached_d_sq
         pairs = [(g, r) for g, r in zip(grads, refs, strict=True) if r is not None]
-        paired_grads, paired_refs = [g for g, _ in pairs], [r for _, r in pairs]
-        dot = self._sum64(paired_grads, paired_refs) if pairs else zero
-        if cached_d_sq is not None:
-            d_sq = cached_d_sq
-        else:
-            d_sq = self._sum64(paired_refs, paired_refs) if pairs else zero
         # Decided from the entries, not from the sums: a finite vector's sum may still overflow.
         nonfinite = zero if bool(torch.isfinite(g_sq)) else (~all_finite(grads)).double()
         # ‖d‖² may come from the cache (last step's ‖g‖²), so a non-finite ⟨g, d⟩ also sends us to look at d.
