@@ -8,6 +8,7 @@ from theory import cosine
 from theory.stability import stability_boundary_closed_form
 
 
+@pytest.mark.heavy
 def test_predicted_cosine_matches_monte_carlo():
     settings = [(frac * float(stability_boundary_closed_form(s)), name, s, 1.0) for frac, name, s in cosine.MC_SETTINGS]
     rows = cosine.check_cosine_against_simulation(settings, dim=1000, steps=3000, burn_in=1000, seed=0)
@@ -31,6 +32,7 @@ def test_sync_cosine_is_negative_and_small_for_small_steps():
         assert -eta / 2 <= value < 0
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["log", "uniform", "spiked", "random"])
 def test_cosine_rises_with_staleness_until_the_boundary(name):
     curvatures = cosine.spectrum(name, 400)
@@ -83,7 +85,7 @@ def test_cosine_s1_is_plus_half_a_and_matches_lyapunov():
         assert abs(second[0] - float(derived["weight"].subs(a, value))) < 1e-10
 
 
-@pytest.mark.parametrize("staleness", range(1, 9))
+@pytest.mark.parametrize("staleness", [*range(1, 7), *(pytest.param(s, marks=pytest.mark.heavy) for s in (7, 8))])
 def test_cosine_series_coefficients_and_numeric_value(staleness):
     series = cosine.cosine_series(staleness, order=2)
     a = sp.Symbol("a", positive=True)
@@ -118,6 +120,7 @@ def test_exact_autocovariance_agrees_with_lyapunov():
         assert abs(float(derived["lag_one"].subs(derived["a"], value)) - lag_one[0]) < 1e-10
 
 
+@pytest.mark.heavy
 def test_snr_law_on_random_spectra():
     result = cosine.check_snr_law(spectra=120, seed=0)
     assert sum(result["cases"]) >= 100 and min(result["cases"]) >= 20
@@ -125,6 +128,7 @@ def test_snr_law_on_random_spectra():
     assert result["async_max_excess"] <= 1e-12  # inequality for s >= 1
 
 
+@pytest.mark.heavy
 def test_anisotropic_noise_cosine_and_snr_against_monte_carlo():
     rows = cosine.check_anisotropic_cosine()
     for row in rows:
@@ -133,6 +137,7 @@ def test_anisotropic_noise_cosine_and_snr_against_monte_carlo():
         assert abs(row["isotropic_predicted"] - row["simulated"]) > 0.05  # the sigma_i weights matter here
 
 
+@pytest.mark.heavy
 def test_mutation_dropping_noise_weights_fails_the_check(monkeypatch):
     original = cosine.predicted_cosine
     monkeypatch.setattr(cosine, "predicted_cosine", lambda eta, curv, s, noise=1.0: original(eta, curv, s, 1.0))

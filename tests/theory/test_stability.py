@@ -13,6 +13,13 @@ def test_characteristic_polynomial_and_boundary_exact():
     assert result["residual_max"] == 0.0
 
 
+def test_boundary_numeric_matches_closed_form_up_to_8():  # the fast part of the check below
+    result = stability.check_boundary_numeric(max_staleness=8)
+    assert result["max_error"] < 1e-8
+    assert result["sides_ok"]
+
+
+@pytest.mark.heavy
 def test_boundary_numeric_matches_closed_form_up_to_64():
     result = stability.check_boundary_numeric(max_staleness=64)
     assert result["max_error"] < 1e-8
