@@ -27,10 +27,10 @@ test: $(BIN)/.installed lint
 
 # Mutation testing (mutmut, config in pyproject.toml; theory/MUTANTS.md has the measured scores). Not part of `make test`.
 # `make mutation`: every mutant of the six files (5 436), one module at a time, then the score per file. mutmut runs,
-# per mutant, only the tests that reach the mutated function, fastest first; on the shared 2-core machine it managed
-# about 12 mutants a minute (load 7-9), so a full run takes about 8 hours there: run it on a free machine.
-# `make mutation-sample`: a seeded sample of MUTATION_SAMPLE mutants per file, scored with a 95 % interval (what
-# theory/MUTANTS.md reports; about 40 minutes at 50 per file on that machine).
+# per mutant, only the tests that reach the mutated function, fastest first. On the shared 2-core machine (load 7-13)
+# it judged about 12 mutants a minute at best, so a full run is about 8 hours there: run it on a free machine.
+# `make mutation-sample`: a seeded sample of MUTATION_SAMPLE mutants per file, scored with a 95 % interval for each
+# file's score. At 50 per file it judged 151 of the 300 in 56 min on that machine (theory/MUTANTS.md): hours too.
 MUTATE_MODULES ?= gac.control theory.stability theory.momentum theory.gac_stability theory.cosine theory.convergence
 MUTATION_SAMPLE ?= 50
 MUTMUT := OMP_NUM_THREADS=1 nice -n 5 $(BIN)/mutmut

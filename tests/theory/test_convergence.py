@@ -195,6 +195,7 @@ def test_stationary_tightness_rows_against_the_exact_stationary_energy():
     assert abs(plain["stationary_bound"] - eta * dim) < 2 * dim / (eta * 5000) + 1e-12
 
 
+@pytest.mark.heavy
 def test_decision_bias_floor_is_real():
     rows = convergence.decision_bias_floor_example(etas=(0.1, 0.01, 0.001), dim=20, steps=3000, seeds=8)
     small = rows[-1]
