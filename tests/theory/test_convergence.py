@@ -222,6 +222,16 @@ def test_runs_outside_the_assumptions_exceed_the_bound(case, mode):
     assert row["breaks"] != "inside" and row["ratio"] > 1.3, row
 
 
+def test_delay_chosen_after_the_noise_raises_the_kept_energy_but_not_past_the_bound():
+    # (A2) broken: the delay whose step descends least, picked knowing the noise; theory/README: 1.585 vs 1.292
+    # (independent), the bound with s = 4 still holds
+    chosen = convergence.run_assumption_case("delay_after_noise", "none", steps=1000, seeds=4)
+    independent = convergence.run_assumption_case("independent", "none", steps=1000, seeds=4)
+    assert chosen["breaks"] == "A2" and chosen["staleness"] == 4
+    assert chosen["kept"] > 1.1 * independent["kept"], (chosen, independent)
+    assert chosen["ratio"] < 1.0, chosen
+
+
 def test_assumption_case_rejects_unknown_names():
     with pytest.raises(ValueError, match="case must be one of"):
         convergence.run_assumption_case("shared_noise", "none")
