@@ -132,6 +132,11 @@ def test_alignment_matches_cosine_similarity():
     assert torch.allclose(gac.alignment(g, d), torch.nn.functional.cosine_similarity(g, d, dim=-1), atol=1e-6)
 
 
+def test_alignment_rejects_mismatched_shapes_naming_both():
+    with pytest.raises(ValueError, match=r"^alignment needs g and d of the same shape, got \(2, 3\) and \(2, 4\)$"):
+        gac.alignment(torch.ones(2, 3), torch.ones(2, 4))
+
+
 def test_tensor_threshold_per_row():
     g = torch.tensor([[1.0, 1.0], [1.0, 1.0]])
     d = torch.tensor([[1.0, 0.0], [1.0, 0.0]])  # cos = 0.707 in both rows
@@ -144,6 +149,11 @@ def test_update_reference():
     assert torch.equal(gac.update_reference(d, g, gac.GACConfig(reference="prev")), g)
     ema = gac.update_reference(d, g, gac.GACConfig(reference="ema", ema_decay=0.75))
     assert torch.allclose(ema, torch.tensor([0.75, 0.5]))
+    # a float64 reference (GACConfig.reference_dtype) takes a float32 gradient: the EMA is formed in d's dtype
+    d64 = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    ema64 = gac.update_reference(d64, torch.tensor([0.0, 2.0], dtype=torch.float32),
+                                 gac.GACConfig(reference="ema", ema_decay=0.75))
+    assert ema64.dtype == torch.float64 and torch.equal(ema64, torch.tensor([0.75, 0.5], dtype=torch.float64))
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -8,6 +8,7 @@ from theory import cosine
 from theory.stability import stability_boundary_closed_form
 
 
+@pytest.mark.heavy
 def test_predicted_cosine_matches_monte_carlo():
     settings = [(frac * float(stability_boundary_closed_form(s)), name, s, 1.0) for frac, name, s in cosine.MC_SETTINGS]
     rows = cosine.check_cosine_against_simulation(settings, dim=1000, steps=3000, burn_in=1000, seed=0)
@@ -19,6 +20,13 @@ def test_predicted_cosine_matches_monte_carlo():
 def test_sync_closed_form_is_minus_half_a():
     result = cosine.cosine_sync_closed_form()
     assert sp.simplify(result["cosine"] + result["a"] / 2) == 0
+    a, sigma = result["a"], result["sigma"]
+    for value in (0.1, 0.7, 1.5):  # the moments the docstring states, against the numeric Lyapunov solve
+        lag_one, second = cosine.gradient_moments(value, 0)
+        at = {a: value, sigma: 1.3}
+        assert abs(float(result["second"].subs(at)) - 1.3**2 * second[0]) < 1e-12
+        assert abs(float(result["lag_one"].subs(at)) - 1.3**2 * lag_one[0]) < 1e-12
+        assert abs(float(result["variance"].subs(at)) - cosine.unit_noise_covariance(value, 0)[0, 0]) < 1e-12
     for a in (0.1, 0.7, 1.5):
         lag_one, second = cosine.gradient_moments(a, 0)
         assert abs(lag_one[0] / second[0] + a / 2) < 1e-12
@@ -31,6 +39,7 @@ def test_sync_cosine_is_negative_and_small_for_small_steps():
         assert -eta / 2 <= value < 0
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["log", "uniform", "spiked", "random"])
 def test_cosine_rises_with_staleness_until_the_boundary(name):
     curvatures = cosine.spectrum(name, 400)
@@ -83,7 +92,7 @@ def test_cosine_s1_is_plus_half_a_and_matches_lyapunov():
         assert abs(second[0] - float(derived["weight"].subs(a, value))) < 1e-10
 
 
-@pytest.mark.parametrize("staleness", range(1, 9))
+@pytest.mark.parametrize("staleness", [*range(1, 7), *(pytest.param(s, marks=pytest.mark.heavy) for s in (7, 8))])
 def test_cosine_series_coefficients_and_numeric_value(staleness):
     series = cosine.cosine_series(staleness, order=2)
     a = sp.Symbol("a", positive=True)
@@ -118,13 +127,15 @@ def test_exact_autocovariance_agrees_with_lyapunov():
         assert abs(float(derived["lag_one"].subs(derived["a"], value)) - lag_one[0]) < 1e-10
 
 
+@pytest.mark.heavy
 def test_snr_law_on_random_spectra():
     result = cosine.check_snr_law(spectra=120, seed=0)
-    assert sum(result["cases"]) >= 100 and min(result["cases"]) >= 20
+    assert sum(result["cases"]) == 120 and min(result["cases"]) >= 20  # every spectrum counted once
     assert result["sync_max_error"] < 1e-12  # equality at s = 0
     assert result["async_max_excess"] <= 1e-12  # inequality for s >= 1
 
 
+@pytest.mark.heavy
 def test_anisotropic_noise_cosine_and_snr_against_monte_carlo():
     rows = cosine.check_anisotropic_cosine()
     for row in rows:
@@ -133,6 +144,7 @@ def test_anisotropic_noise_cosine_and_snr_against_monte_carlo():
         assert abs(row["isotropic_predicted"] - row["simulated"]) > 0.05  # the sigma_i weights matter here
 
 
+@pytest.mark.heavy
 def test_mutation_dropping_noise_weights_fails_the_check(monkeypatch):
     original = cosine.predicted_cosine
     monkeypatch.setattr(cosine, "predicted_cosine", lambda eta, curv, s, noise=1.0: original(eta, curv, s, 1.0))

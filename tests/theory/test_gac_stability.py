@@ -8,6 +8,13 @@ from theory import cosine, gac_stability
 from theory.stability import stability_boundary_closed_form
 
 
+def test_semi_closed_boundary_matches_companion_bisection_small_staleness():  # the fast part of the check below
+    result = gac_stability.check_gac_boundary(max_staleness=4, rhos=(0.0, 0.3, 0.9))
+    assert result["max_error"] < 1e-8
+    assert result["rho_zero_vs_a_star"] < 1e-12
+
+
+@pytest.mark.heavy
 def test_semi_closed_boundary_matches_companion_bisection():
     result = gac_stability.check_gac_boundary(max_staleness=32, rhos=(0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 0.95))
     assert result["max_error"] < 1e-8
@@ -48,6 +55,7 @@ def test_filtered_moments_reduce_to_plain_at_rho_zero():
         assert np.allclose(filtered, plain, atol=1e-12)
 
 
+@pytest.mark.heavy
 def test_self_consistent_rho_matches_gac_control_runs():
     rows = gac_stability.check_self_consistent_rho()
     for row in rows:
@@ -56,6 +64,7 @@ def test_self_consistent_rho_matches_gac_control_runs():
     assert max(row["measured"] for row in rows) > 0.3  # covers strong filtering beyond a*(s)
 
 
+@pytest.mark.heavy
 def test_predicted_max_stable_step_and_runs_below_it():
     result = gac_stability.check_max_stable_step(2, factors=(0.95,))
     # the bisection over self-consistent solutions meets the closed-form top-mode limit 1/cos(pi/(2s+3))
@@ -65,6 +74,7 @@ def test_predicted_max_stable_step_and_runs_below_it():
     assert below["diverged"] == 0.0 and below["final_sq"] < 1.5 * below["mid_sq"]
 
 
+@pytest.mark.heavy
 def test_mutation_filter_replaced_by_step_cut_fails(monkeypatch):
     def step_cut_matrix(a, staleness, rho):
         m = np.zeros((staleness + 2, staleness + 2))

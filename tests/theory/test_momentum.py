@@ -41,6 +41,7 @@ def test_mean_field_gac_filter_lowers_momentum_and_widens_stability(staleness):
     assert momentum.effective_momentum(a, staleness, 0.2)[0] < momentum.effective_momentum(a, staleness)[0]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("staleness", [2, 4])
 def test_gac_keeps_overshooting_quadratic_stable(staleness):
     result = momentum.check_gac_extends_stability(staleness, overshoot=1.3, seed=0)

@@ -8,12 +8,14 @@ from theory import gac_stability, placement
 from theory.stability import stability_boundary_closed_form
 
 
+@pytest.mark.heavy
 def test_state_matrix_matches_transfer_function_polynomial():
     result = placement.check_characteristic_polynomial(stalenesses=(0, 1, 3), draws=6)
     assert result["max_error"] < 1e-9, result
     assert result["gradient_equals_update"]  # the two filters commute: same linear system at equal rho
 
 
+@pytest.mark.heavy
 def test_boundaries_reduce_to_known_cases():
     for s in (0, 1, 4):
         plain = float(stability_boundary_closed_form(s))
@@ -53,6 +55,7 @@ def _fixed_rho_errors(settings=FIXED_RHO_SETTINGS, dim=200, steps=1200):
     return errors
 
 
+@pytest.mark.heavy
 def test_lyapunov_cosine_matches_direct_simulation_and_fails_on_wrong_momentum_semantics(monkeypatch):
     assert max(_fixed_rho_errors()) < 0.015
     # mutation: store the uncontrolled moment, so the removed part returns through beta*m (the update-space system)
@@ -106,6 +109,7 @@ def test_momentum_keeps_the_update_aligned_in_sync_and_async():
         assert abs(placement.predicted_update_cosine(0.01, [1.0], s, 0.9, 0.0, "none") - 0.9) < 0.01
 
 
+@pytest.mark.heavy
 def test_self_consistent_rho_and_update_cosine_match_real_gac():
     # real GAC (gac.control, project, tau = 0) in each space, beta = 0.9, s = 4, top mode at 0.9 a*_none
     curvatures, top = _spiked(4, 0.9, 300)
@@ -121,6 +125,7 @@ def test_self_consistent_rho_and_update_cosine_match_real_gac():
     assert placement.self_consistent_rho(eta, curvatures, 4, 0.9, "update") > 0.85
 
 
+@pytest.mark.heavy
 def test_adam_preconditioner_matches_running_second_moment():
     curvatures, top = _spiked(2, 0.9, 200)
     noise = np.geomspace(0.3, 3.0, 200)

@@ -13,6 +13,13 @@ def test_characteristic_polynomial_and_boundary_exact():
     assert result["residual_max"] == 0.0
 
 
+def test_boundary_numeric_matches_closed_form_up_to_8():  # the fast part of the check below
+    result = stability.check_boundary_numeric(max_staleness=8)
+    assert result["max_error"] < 1e-8
+    assert result["sides_ok"]
+
+
+@pytest.mark.heavy
 def test_boundary_numeric_matches_closed_form_up_to_64():
     result = stability.check_boundary_numeric(max_staleness=64)
     assert result["max_error"] < 1e-8
@@ -47,5 +54,19 @@ def test_mean_square_boundary_without_delay_is_two():
 
 
 def test_negative_staleness_rejected():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^staleness must be >= 0, got -1$"):
         stability.characteristic_polynomial(-1)
+
+
+def test_derivation_a_star_is_the_numeric_boundary():
+    d = stability.boundary_derivation()
+    for s in (1, 3, 6):  # the derivation's a*(s), evaluated, against bisection on the companion matrix's roots
+        assert abs(float(d["a_star"].subs(d["s"], s)) - stability.stability_boundary(s)) < 1e-9
+
+
+def test_numeric_check_reports_a_wrong_boundary_at_any_single_staleness(monkeypatch):
+    # mutation: the closed form off by 1 % at s = 2 only; the side check must say so although s = 4 is right
+    original = stability.stability_boundary_closed_form
+    monkeypatch.setattr(stability, "stability_boundary_closed_form",
+                        lambda s: original(s) * (1.01 if np.all(np.asarray(s) == 2) else 1.0))
+    assert not stability.check_boundary_numeric(max_staleness=4)["sides_ok"]
