@@ -162,11 +162,14 @@ def _warm_start(args: Args) -> None:
 
 
 GIB = 1 << 30
-WORKER_MEMORY = {"tiny": 0.5 * GIB, "small": 1 * GIB, "cpu": 1 * GIB, "gpu": 3 * GIB}
-"""Memory one worker process may take, by model size: MEASURED_PEAK_GIB rounded up with room to spare."""
-MEASURED_PEAK_GIB = {}
-"""Peak RSS of one worker computing one GRPO run (one thread, torch and transformers loaded), measured with
-/tmp/oneroad_mem/measure.py-style runs: see ``default_jobs``."""
+MEASURED_PEAK_GIB = {"tiny": 0.48, "small": 0.58, "cpu": 0.68, "gpu": 4.49}
+"""Peak RSS of one worker process computing one GRPO run on the CPU, one thread, torch and transformers loaded
+(``resource.getrusage`` ru_maxrss after ``run_records``; 2026-12-01, this project's 2-core machine): tiny 1-digit
+8 × 8 samples; small 2-digit 16 × 8 (the quick profile's batch); cpu 16 × 8 (measured earlier at 0.68 GiB); gpu
+(25M parameters) 2-digit 64 × 16, the gpu profile's batch, one step on the CPU. On a CUDA device the tensors live
+on the GPU, so the host figure is an upper bound there; GPU memory per worker is not measured."""
+WORKER_MEMORY = {"tiny": 0.75 * GIB, "small": 1 * GIB, "cpu": 1 * GIB, "gpu": 6 * GIB}
+"""Memory a worker may take, by model size: MEASURED_PEAK_GIB with about a third to a half more for room."""
 
 
 def available_memory() -> int:
@@ -184,8 +187,10 @@ def available_memory() -> int:
 
 
 def default_jobs(size: str = "small", jobs: int | None = None) -> int:
-    """Worker processes that compute at once: one per core, as many as the available memory holds at
-    ``WORKER_MEMORY[size]`` each (``size``: the largest model the runs use), and at least one.
+    """Worker processes that compute at once: ``max(1, min(cores, available memory // WORKER_MEMORY[size]))``,
+    ``size`` being the largest model the runs use. Each worker runs one unit on one thread, so one per core keeps
+    the cores busy, and the memory bound keeps them out of swap: 2 on a 2-core laptop; 16 on a 16-core, 128 GiB
+    workstation for every size (gpu: 128 GiB / 6 GiB = 21 > 16); 5 there if only 30 GiB are free for gpu-size runs.
 
     The same rule on every device (a GPU run's workers share the GPU; its host memory decides as on the CPU).
     ``jobs`` (``--jobs``), else ``GAC_LAB_JOBS`` (read, never set), overrides it up to that limit: more is warned

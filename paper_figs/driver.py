@@ -161,3 +161,11 @@ def make_figures(args: FigureArgs, jobs: int, log=print, declared: dict[str, lis
     compute(units, jobs, args.force, figures={name: (mine, drawer(name)) for name, mine in declared.items()},
             log=log)
     return written
+
+
+def make_figure(name: str, profile: str, out: Path, device: str = "cpu", dry_run: bool = False, jobs: int = 1,
+                force: bool = False, units: list[Unit] | None = None) -> list[Path]:
+    """One figure by the same road, for tests and notebooks: its units (default: all it declares; a test may give
+    fewer) computed through the cache on ``jobs`` workers (``force``: every one recomputed), then its plot."""
+    units = module(name).runs(profile, device, dry_run) if units is None else units
+    return plot_figure(name, results_for(units, profile, device, dry_run, jobs, force), Path(out))
