@@ -120,8 +120,9 @@ def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path 
                 f" {what} ({elapsed:.0f} s elapsed)", flush=True)
         elif task.name.startswith("figure "):
             log(f"[paper_figs] {task.name.removeprefix('figure ')} done at {elapsed:.0f} s", flush=True)
-        else:
-            log(f"[paper_figs] {task.name} trained ({elapsed:.0f} s elapsed)", flush=True)
+        else:  # a warm start: its task's argument is the first run's Args
+            a = task.args[0]
+            log(f"[paper_figs] warm start {a.size} {a.digits}-digit trained ({elapsed:.0f} s elapsed)", flush=True)
 
     run_tasks(tasks, jobs, report)
     return values
