@@ -51,7 +51,7 @@ PROFILES = {
     "gpu": dict(base=dict(size="gpu", steps=300, prompts_per_step=64, group_size=16, minibatches=2,
                           eval_every=50, eval_problems=512, ratio_to="proximal"),
                 seeds=(0, 1, 2), main_lr=3e-4, small_lrs=(1e-4,), grid={3e-4: (0, 16)},
-                line_staleness=(0, 16), high_staleness=16, jobs=6),
+                line_staleness=(0, 16), high_staleness=16),
 }
 # Args that cannot change a run's numbers; threads stays in the key: it changes the last bits of long sums.
 KEY_EXCLUDE = ("progress", "out_dir", "resume", "checkpoint_every", "overwrite", "allow_code_change")
