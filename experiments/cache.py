@@ -1,23 +1,25 @@
 """Run cache: results keyed by a hash of their configuration, so a re-run with nothing changed is fast.
 
 ``cached(kind, config, compute)`` returns ``compute()``'s JSON-able result, stored under
-``experiments/.cache/KIND-HASH.json`` (atomically; ``GAC_LAB_CACHE`` moves it). ``cached_runs`` adds the
-profile, the device and a fingerprint of the package's source (gac/, sim/, theory/, experiments/,
-paper_figs/) to the config, so editing any code that could change a number recomputes. ``GAC_LAB_FORCE=1``
-always recomputes; ``GAC_LAB_FORCE_BEFORE=T`` (what ``paper_figs --force`` sets, T = its start in seconds since
-the epoch) treats every entry written before T as missing, so each result is recomputed once per command, not
-once per figure that reads it.
+``experiments/.cache/KIND-HASH.json`` (atomically; ``GAC_LAB_CACHE`` moves it). A ``Unit`` is one computable,
+cacheable piece of work (a GRPO run, a toy simulation): its key holds a fingerprint of the code that computes it
+(gac/, sim/, theory/, experiments/; not the plotting code), so editing that code recomputes. ``GAC_LAB_FORCE=1``
+always recomputes.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch
 
 import gac
 from sim import fingerprint
@@ -25,7 +27,8 @@ from sim.record import atomic_write_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = Path(os.environ.get("GAC_LAB_CACHE", ROOT / "experiments" / ".cache"))
-SOURCE_DIRS = ("gac", "sim", "theory", "experiments", "paper_figs")
+SOURCE_DIRS = ("gac", "sim", "theory", "experiments")
+"""The code that computes a cached result (paper_figs/ only plots: a plot edit recomputes nothing)."""
 
 
 def config_hash(config: dict) -> str:
@@ -39,9 +42,9 @@ def code_fingerprint(folders: tuple[str, ...] = SOURCE_DIRS, root: Path = ROOT) 
     return fingerprint.code_fingerprint(tuple(folders), root)
 
 
-def cache_path(kind: str, config: dict) -> Path:
-    """Where the result of (kind, config) is stored."""
-    return CACHE_DIR / f"{kind.replace('/', '__')}-{config_hash(config)}.json"
+def cache_path(kind: str, config: dict, folder: Path | None = None) -> Path:
+    """Where the result of (kind, config) is stored (in ``folder``, default ``CACHE_DIR``)."""
+    return Path(CACHE_DIR if folder is None else folder) / f"{kind.replace('/', '__')}-{config_hash(config)}.json"
 
 
 _warned: set[Path] = set()
@@ -50,7 +53,7 @@ _MISSING = object()
 
 def _read(path: Path) -> Any:
     """The stored result at ``path``; _MISSING when absent or unreadable (a corrupt entry warns once, with its path)."""
-    if not path.exists() or path.stat().st_mtime < float(os.environ.get("GAC_LAB_FORCE_BEFORE", "-inf")):
+    if not path.exists():
         return _MISSING
     try:
         result = json.loads(path.read_text())["result"]
@@ -65,29 +68,79 @@ def _read(path: Path) -> Any:
         return _MISSING
 
 
-def lookup(kind: str, config: dict) -> Any | None:
+def lookup(kind: str, config: dict, folder: Path | None = None) -> Any | None:
     """The stored result of (kind, config), or None when it has not been computed or is corrupt (never computes)."""
-    stored = _read(cache_path(kind, config))
+    stored = _read(cache_path(kind, config, folder))
     return None if stored is _MISSING else stored
+
+
+def store(kind: str, config: dict, result: Any, folder: Path | None = None) -> Any:
+    """Write ``result`` as the entry of (kind, config), atomically; returns it as a later read would (through JSON,
+    so a fresh and a cached result have the same types)."""
+    text = json.dumps({"kind": kind, "config": config, "result": result})
+    atomic_write_bytes(cache_path(kind, config, folder), text.encode())
+    return json.loads(text)["result"]
 
 
 def cached(kind: str, config: dict, compute: Callable[[], Any], force: bool = False) -> Any:
     """``compute()`` once per (kind, config); later calls read the stored JSON result.
 
-    The result always goes through JSON, so a fresh and a cached call return the same types. A corrupt
-    entry (truncated JSON, missing key) counts as missing: it is recomputed and rewritten atomically.
+    A corrupt entry (truncated JSON, missing key) counts as missing: it is recomputed and rewritten atomically.
     """
-    path = cache_path(kind, config)
     force = force or os.environ.get("GAC_LAB_FORCE") == "1"
-    stored = _MISSING if force else _read(path)
+    stored = _MISSING if force else _read(cache_path(kind, config))
     if stored is not _MISSING:
         return stored
-    text = json.dumps({"kind": kind, "config": config, "result": compute()})
-    atomic_write_bytes(path, text.encode())
-    return json.loads(text)["result"]
+    return store(kind, config, compute())
 
 
 def cached_runs(kind: str, profile: str, device: str, compute: Callable[[], Any], **config) -> Any:
     """``cached`` with the profile, the device and the source fingerprint in the key."""
     key = {"profile": profile, "device": device, "code": code_fingerprint(), **config}
     return cached(kind, key, compute)
+
+
+@dataclass(frozen=True, eq=False)
+class Unit:
+    """A computable, cacheable unit of work: ``fn(*args)``'s JSON-able result, stored under ``kind`` and ``key``.
+
+    ``fn`` is module-level (a spawned worker imports it) and lives in the code whose fingerprint ``key`` holds.
+    ``spec`` is what the unit stands for to whoever reads its result (an ``experiments.llm.Run``, a panel name);
+    ``after`` names the tasks it waits for (a GRPO run: its warm start); ``cost`` is a rough estimate of its
+    seconds on one core, which orders the work and never changes a result.
+    """
+
+    kind: str
+    key: dict
+    fn: Callable[..., Any] = field(repr=False)
+    args: tuple = field(default=(), repr=False)
+    spec: Any = None
+    after: tuple[str, ...] = ()
+    cost: float = 10.0
+
+    @functools.cached_property
+    def name(self) -> str:
+        """The unit's identity (and its cache file's stem): units with equal kind and key are one unit."""
+        return f"{self.kind}-{config_hash(self.key)}"
+
+    def lookup(self, folder: Path | None = None) -> Any | None:
+        """The cached result, or None when it is missing (never computes)."""
+        return lookup(self.kind, self.key, folder)
+
+
+def unit(kind: str, fn: Callable[..., Any], *args, spec: Any = None, cost: float = 10.0) -> Unit:
+    """The unit ``fn(*args)`` keyed by the function's name, its arguments and the fingerprint of SOURCE_DIRS."""
+    key = {"fn": f"{fn.__module__}.{fn.__qualname__}", "args": list(args), "code": code_fingerprint()}
+    return Unit(kind, key, fn, args, spec=kind if spec is None else spec, cost=cost)
+
+
+def compute_unit(item: Unit, folder: str | Path) -> Any:
+    """Compute ``item`` with torch on one thread and store its result in the cache folder ``folder`` (a task: runs
+    in a worker process, so the folder is an argument, never a global set there). One thread: the units run side
+    by side, one per core; a GRPO run sets its own count from its arguments."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return store(item.kind, item.key, item.fn(*item.args), Path(folder))
+    finally:
+        torch.set_num_threads(previous)

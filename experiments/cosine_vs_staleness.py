@@ -109,10 +109,14 @@ def bandit_rows(profile: str) -> list[dict]:
     return rows
 
 
+def all_rows(profile: str, device: str = "cpu") -> list[dict]:
+    """Every row of fig2: the quadratic panels, then the bandit panel."""
+    return quadratic_rows(profile, device) + bandit_rows(profile)
+
+
 def cosine_rows(profile: str, device: str = "cpu") -> list[dict]:
-    """Every row of fig2 (quadratic panels, then the bandit panel), cached by profile, device and source."""
-    return cached_runs("fig2_cosine_vs_staleness", profile, device,
-                       lambda: quadratic_rows(profile, device) + bandit_rows(profile))
+    """``all_rows``, cached by profile, device and source."""
+    return cached_runs("fig2_cosine_vs_staleness", profile, device, lambda: all_rows(profile, device))
 
 
 def theory_curves() -> dict[str, tuple[np.ndarray, np.ndarray]]:

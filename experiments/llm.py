@@ -19,16 +19,15 @@ import math
 import os
 import time
 import warnings
-from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from experiments import cache
 from experiments.aggregate import measured, seed_std
 from experiments.pool import Task, run_tasks
-from sim.llm import warmstart
 from sim.llm.train import Args, prepare_warm_start, run_records, warm_start_config
 
 # What each profile runs. quick: the "small" 0.6M model, fits about 15 minutes on 2 CPU cores.
@@ -52,7 +51,7 @@ PROFILES = {
     "gpu": dict(base=dict(size="gpu", steps=300, prompts_per_step=64, group_size=16, minibatches=2,
                           eval_every=50, eval_problems=512, ratio_to="proximal"),
                 seeds=(0, 1, 2), main_lr=3e-4, small_lrs=(1e-4,), grid={3e-4: (0, 16)},
-                line_staleness=(0, 16), high_staleness=16, jobs=6),
+                line_staleness=(0, 16), high_staleness=16),
 }
 # Args that cannot change a run's numbers; threads stays in the key: it changes the last bits of long sums.
 KEY_EXCLUDE = ("progress", "out_dir", "resume", "checkpoint_every", "overwrite", "allow_code_change")
@@ -66,15 +65,16 @@ class Run:
     roles: tuple[str, ...]
 
 
-def sweep(profile: str, device: str = "cpu") -> list[Run]:
-    """The runs of ``profile`` (deduplicated: a run in several roles is listed once)."""
+def sweep(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Run]:
+    """The runs of ``profile`` (deduplicated: a run in several roles is listed once); a dry run keeps one seed and
+    shrinks each run with ``dry_run_args``."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
     p = PROFILES[profile]
     base = Args(**p["base"], device=device, progress=False, on_nonfinite="mark")
     if profile == "full" and device.startswith("cuda"):
         base = replace(base, size="gpu")  # the 25M-parameter model on one GPU
-    seeds = p["seeds"][:1] if dry_run() else p["seeds"]
+    seeds = p["seeds"][:1] if dry_run else p["seeds"]
     runs: dict[tuple, list[str]] = {}
 
     def add(role, method, staleness, lr, ratio_to="proximal"):
@@ -98,21 +98,18 @@ def sweep(profile: str, device: str = "cpu") -> list[Run]:
         add("gac_small_step", "gac", high, lr)
     for lr in p.get("sync_gac_small_lrs", ()):
         add("control_sync_gac", "gac", 0, lr)
-    return [Run(dry_run_args(replace(base, method=m, staleness=s, lr=lr, seed=seed, ratio_to=ratio)),
+    shrink = dry_run_args if dry_run else (lambda args: args)
+    return [Run(shrink(replace(base, method=m, staleness=s, lr=lr, seed=seed, ratio_to=ratio)),
                 tuple(dict.fromkeys(roles)))
             for (m, s, lr, seed, ratio), roles in runs.items()]
 
 
-def dry_run() -> bool:
-    """``GAC_LAB_DRY_RUN=1`` (``python -m paper_figs ... --dry-run``): every run shrunk by ``dry_run_args``."""
-    return os.environ.get("GAC_LAB_DRY_RUN") == "1"
+_print_now = functools.partial(print, flush=True)
 
 
 def dry_run_args(args: Args) -> Args:
-    """Under a dry run, ``args`` shrunk to a smoke test of its command: the tiny model on 1-digit sums (its warm
-    start stops at the first check), 2 RL steps, 4 × 4 samples, on the CPU; unchanged otherwise."""
-    if not dry_run():
-        return args
+    """``args`` shrunk to a smoke test of its command (``python -m paper_figs ... --dry-run``): the tiny model on
+    1-digit sums (its warm start stops at the first check), 2 RL steps, 4 × 4 samples, on the CPU."""
     return replace(args, size="tiny", model=None, digits=1, steps=2, prompts_per_step=4, group_size=4,
                    minibatches=min(args.minibatches, 2), eval_every=1, eval_problems=8, snr_every=1,
                    warm_target=0.0, device="cpu")
@@ -128,23 +125,51 @@ def run_key(args: Args) -> dict:
     return {**key, "code": cache.code_fingerprint(RUN_SOURCE_DIRS)}
 
 
+def compute_run(args: Args) -> dict:
+    """One run's {"records", "summary"}: the one place that computes what the cache stores for a GRPO run."""
+    start = time.perf_counter()
+    result = run_records(args, log=lambda *a: None)
+    result["summary"]["wall_s"] = time.perf_counter() - start
+    return result
+
+
 def run_cached(args: Args, force: bool = False) -> dict:
-    """The run's {"records", "summary"} from the figure cache (computed on first use)."""
-    def compute():
-        start = time.perf_counter()
-        result = run_records(args, log=lambda *a: None)
-        result["summary"]["wall_s"] = time.perf_counter() - start
-        return result
-
-    return cache.cached("llm_grpo", run_key(args), compute, force=force)
+    """The run's {"records", "summary"} from the cache (computed on first use)."""
+    return cache.cached("llm_grpo", run_key(args), lambda: compute_run(args), force=force)
 
 
-_print_now = functools.partial(print, flush=True)
+def warm_start_name(args: Args) -> str | None:
+    """The task name of the warm start a run of ``args`` waits for (None when it starts from ``--model``)."""
+    config = warm_start_config(args)
+    return None if config is None else f"warm start {config}"
 
 
-WORKER_MEMORY = 1 << 30
-"""Memory one worker process may take: the measured peak RSS of a quick-profile GRPO run (16 × 8 samples, one
-thread) is 0.59 GiB at size small and 0.68 GiB at size cpu (torch and transformers loaded); 1 GiB leaves room."""
+def run_unit(run: Run) -> cache.Unit:
+    """A GRPO run as a cacheable unit (kind "llm_grpo", keyed by ``run_key``), after its warm start."""
+    after = warm_start_name(run.args)
+    return cache.Unit("llm_grpo", run_key(run.args), compute_run, (run.args,), spec=run,
+                      after=() if after is None else (after,), cost=estimated_seconds(run.args))
+
+
+def warm_start_task(args: Args) -> Task:
+    """The task that trains (or finds) the warm start of ``args``, named by ``warm_start_name``."""
+    config = warm_start_config(args)
+    return Task(warm_start_name(args), _warm_start, (args,), WARM_START_SECONDS.get(config.size, 40.0))
+
+
+def _warm_start(args: Args) -> None:
+    prepare_warm_start(args, log=lambda *a: None)
+
+
+GIB = 1 << 30
+MEASURED_PEAK_GIB = {"tiny": 0.48, "small": 0.58, "cpu": 0.68, "gpu": 4.49}
+"""Peak RSS of one worker process computing one GRPO run on the CPU, one thread, torch and transformers loaded
+(``resource.getrusage`` ru_maxrss after ``run_records``; 2026-12-01, this project's 2-core machine): tiny 1-digit
+8 × 8 samples; small 2-digit 16 × 8 (the quick profile's batch); cpu 16 × 8 (measured earlier at 0.68 GiB); gpu
+(25M parameters) 2-digit 64 × 16, the gpu profile's batch, one step on the CPU. On a CUDA device the tensors live
+on the GPU, so the host figure is an upper bound there; GPU memory per worker is not measured."""
+WORKER_MEMORY = {"tiny": 0.75 * GIB, "small": 1 * GIB, "cpu": 1 * GIB, "gpu": 6 * GIB}
+"""Memory a worker may take, by model size: MEASURED_PEAK_GIB with about a third to a half more for room."""
 
 
 def available_memory() -> int:
@@ -161,27 +186,38 @@ def available_memory() -> int:
         return 1 << 40  # unknown: let the core count decide
 
 
-def default_jobs(device: str) -> int:
-    """Runs computed at once: one per CPU core on the CPU (each run uses one thread; at most 2), one on a GPU.
+def default_jobs(size: str = "small", jobs: int | None = None) -> int:
+    """Worker processes that compute at once: ``max(1, min(cores, available memory // WORKER_MEMORY[size]))``,
+    ``size`` being the largest model the runs use. Each worker runs one unit on one thread, so one per core keeps
+    the cores busy, and the memory bound keeps them out of swap: 2 on a 2-core laptop; 16 on a 16-core, 128 GiB
+    workstation for every size (gpu: 128 GiB / 6 GiB = 21 > 16); 5 there if only 30 GiB are free for gpu-size runs.
 
-    ``GAC_LAB_JOBS`` overrides, up to what the machine holds (cores, and available memory at ``WORKER_MEMORY``
-    per worker): more is warned about and capped; a value that is not a whole number ≥ 1 is a one-line
-    ValueError. Every run is seeded on its own, so the results do not depend on it.
+    The same rule on every device (a GPU run's workers share the GPU; its host memory decides as on the CPU).
+    ``jobs`` (``--jobs``), else ``GAC_LAB_JOBS`` (read, never set), overrides it up to that limit: more is warned
+    about and capped; a value that is not a whole number ≥ 1 is a one-line ValueError. Every run is seeded on its
+    own, so the results do not depend on the count.
     """
     cores, memory = os.cpu_count() or 1, available_memory()
-    limit = max(1, min(cores, memory // WORKER_MEMORY))
-    text = os.environ.get("GAC_LAB_JOBS", "").strip()
-    if not text:
-        return 1 if device.startswith("cuda") else min(2, limit)
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"GAC_LAB_JOBS must be a whole number of worker processes >= 1, got {text!r}; unset it "
-                         f"to use the default")
-    if int(text) > limit:
-        warnings.warn(f"GAC_LAB_JOBS={text} is more than this machine runs at once ({cores} cores, "
-                      f"{memory / 2**30:.1f} GiB available at {WORKER_MEMORY / 2**30:.0f} GiB per worker); using "
-                      f"{limit}", RuntimeWarning, stacklevel=2)
+    per_worker = WORKER_MEMORY.get(size, max(WORKER_MEMORY.values()))
+    limit = max(1, min(cores, memory // per_worker))
+    if jobs is None:
+        text = os.environ.get("GAC_LAB_JOBS", "").strip()
+        if not text:
+            return limit
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(f"GAC_LAB_JOBS must be a whole number of worker processes >= 1, got {text!r}; unset "
+                             f"it to use the default")
+        jobs, source = int(text), f"GAC_LAB_JOBS={text}"
+    else:
+        if jobs < 1:
+            raise ValueError(f"--jobs must be a whole number of worker processes >= 1, got {jobs}")
+        source = f"--jobs {jobs}"
+    if jobs > limit:
+        warnings.warn(f"{source} is more than this machine runs at once ({cores} cores, {memory / GIB:.1f} GiB "
+                      f"available at {per_worker / GIB:.1f} GiB per {size} worker); using {limit}", RuntimeWarning,
+                      stacklevel=2)
         return limit
-    return int(text)
+    return jobs
 
 
 STEP_SECONDS = {"tiny": 0.05, "small": 0.19, "cpu": 0.4, "gpu": 0.5}
@@ -196,89 +232,57 @@ def estimated_seconds(args: Args) -> float:
     return args.steps * STEP_SECONDS.get(args.size, 1.0) * (args.digits + 1) / 3
 
 
-def in_worker(fn, cache_dir: str, runs_dir: str, *args):
-    """Task entry: ``fn(*args)`` with this process's cache and warm-start folders set to the given ones, the
-    parent's (a spawned worker would read them from the environment, where a test or a caller may have moved
-    them)."""
-    cache.CACHE_DIR = Path(cache_dir)
-    warmstart.RUNS_DIR = Path(runs_dir)
-    return fn(*args)
-
-
-def worker_folders() -> tuple[str, str]:
-    """This process's cache and warm-start folders, the first arguments of ``in_worker`` after ``fn``."""
-    return str(cache.CACHE_DIR), str(warmstart.RUNS_DIR)
-
-
-def _warm_start(args: Args) -> None:
-    prepare_warm_start(args, log=lambda *a: None)
-
-
-def _run(args: Args, force: bool) -> dict:
-    return run_cached(args, force=force)
-
-
 def run_name(args: Args) -> str:
-    """The task name of a run: its cache key's hash (runs with the same key are one task)."""
-    return "run " + cache.config_hash(run_key(args))
+    """The task name of a run: its unit's name (runs with the same key are one task)."""
+    return run_unit(Run(args, ())).name
 
 
-def run_tasks_for(runs: list[Run], force: bool | None = None) -> tuple[dict[int, dict], list[Task]]:
-    """(the cached results of ``runs`` by index, the tasks that compute the others).
+def unit_tasks(units: list[cache.Unit], folder: Path, force: bool = False) -> tuple[dict[str, Any], list[Task]]:
+    """(the cached results of ``units`` by unit name, read once each; the tasks that compute the others).
 
-    One task per distinct missing run (named by ``run_name``) and one per warm start they need, which those runs
-    wait for (so parallel workers only load it, and two warm starts train side by side).
+    One task per distinct missing unit, and one per warm start those units wait for (so parallel workers only
+    load it, and two warm starts train side by side). ``force`` reads nothing: every unit is computed.
     """
-    force = os.environ.get("GAC_LAB_FORCE") == "1" if force is None else force
-    results = {} if force else {i: cache.lookup("llm_grpo", run_key(item.args)) for i, item in enumerate(runs)}
-    results = {i: r for i, r in results.items() if r is not None}
-    folders = worker_folders()
+    distinct = {u.name: u for u in units}
+    results = {} if force else {name: u.lookup(folder) for name, u in distinct.items()}
+    results = {name: r for name, r in results.items() if r is not None}
     tasks: dict[str, Task] = {}
-    for i, item in enumerate(runs):
-        name = run_name(item.args)
-        if i in results or name in tasks:
+    for name, u in distinct.items():
+        if name in results:
             continue
-        config = warm_start_config(item.args)
-        after = ()
-        if config is not None:
-            after = (f"warm start {config}",)
-            tasks.setdefault(after[0], Task(after[0], in_worker, (_warm_start, *folders, item.args),
-                                            WARM_START_SECONDS.get(config.size, 40.0)))
-        tasks[name] = Task(name, in_worker, (_run, *folders, item.args, force), estimated_seconds(item.args), after)
+        for after in u.after:  # a GRPO run's warm start
+            tasks.setdefault(after, warm_start_task(u.spec.args))
+        tasks[name] = Task(name, cache.compute_unit, (u, str(folder)), u.cost, u.after)
     return results, list(tasks.values())
-
-
-def sweep_results(profile: str, device: str = "cpu", log=_print_now, jobs: int | None = None) -> list[tuple[Run, dict]]:
-    """Every run of the sweep with its result (cached; missing runs are computed ``jobs`` at a time)."""
-    jobs = PROFILES[profile].get("jobs") if jobs is None and device.startswith("cuda") else jobs
-    return results_of(sweep(profile, device), device, log, jobs)
 
 
 def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int | None = None,
                name: str = "llm sweep") -> list[tuple[Run, dict]]:
     """Every run of ``runs`` with its result (cached; missing runs are computed ``jobs`` at a time, longest first,
-    each after its warm start; see ``run_tasks_for``)."""
-    jobs = 1 if dry_run() else default_jobs(device) if jobs is None else jobs  # a dry run's runs take a second
-    cached, tasks = run_tasks_for(runs)
-    names = [run_name(item.args) for item in runs]
-    index, copies = {n: i for i, n in enumerate(names)}, Counter(names)  # runs listed twice are one task
-    if tasks and os.environ.get("GAC_LAB_PLANNED") == "1":
-        warnings.warn(f"{name}: {sum(t.name in index for t in tasks)} runs were not computed ahead by "
-                      "paper_figs.plan (a figure's llm_runs misses them); computing them here, one at a time",
-                      RuntimeWarning, stacklevel=2)
-    start, done = time.perf_counter(), len(cached)
+    each after its warm start; see ``unit_tasks``). For the experiments' own command lines; the figures go through
+    ``python -m paper_figs``, which computes every figure's runs in one graph."""
+    units = [run_unit(r) for r in runs]
+    size = max((r.args.size for r in runs), key=lambda s: WORKER_MEMORY.get(s, 0), default="small")
+    jobs = default_jobs(size) if jobs is None else jobs
+    results, tasks = unit_tasks(units, cache.CACHE_DIR)
+    start, done, total = time.perf_counter(), len(results), len({u.name for u in units})
 
     def report(task: Task, result) -> None:
         nonlocal done
-        if task.name not in index:  # a warm start
+        if task.name.startswith("warm start"):
             return
-        done += copies[task.name]
-        a = runs[index[task.name]].args
-        log(f"[{name} {done}/{len(runs)}] {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
+        done += 1
+        a = task.args[0].spec.args
+        log(f"[{name} {done}/{total}] {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
             f"{result['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.0f} s elapsed)")
 
-    computed = run_tasks(tasks, jobs, report)
-    return [(item, cached[i] if i in cached else computed[names[i]]) for i, item in enumerate(runs)]
+    results.update(run_tasks(tasks, jobs, report))
+    return [(r, results[u.name]) for r, u in zip(runs, units, strict=True)]
+
+
+def sweep_results(profile: str, device: str = "cpu", log=_print_now, jobs: int | None = None) -> list[tuple[Run, dict]]:
+    """Every run of the sweep with its result (``results_of``)."""
+    return results_of(sweep(profile, device), device, log, jobs)
 
 
 def _rows(results, role: str) -> list[dict]:
@@ -297,19 +301,19 @@ def _rows(results, role: str) -> list[dict]:
     return rows
 
 
-def llm_cosine_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:
-    """fig1 LLM panel: per-step records of sync and naive async at each s of the line (main step size)."""
-    return _rows(sweep_results(profile, device), "cosine")
+def cosine_runs(runs: list[Run]) -> list[Run]:
+    """The runs of fig1's LLM panel: sync and naive async at each s of the line (main step size)."""
+    return [r for r in runs if "cosine" in r.roles]
 
 
 DEFAULT_CONFIG = "sweep default: 2 updates/step, proximal ratio, grad clip 1.0, 2 digits"
 """fig1's name of this sweep's configuration (next to the signature map's strongest one)."""
 
 
-def llm_cosine_rows_with_run_means(profile: str = "quick", device: str = "cpu") -> list[dict]:
-    """fig1 LLM panel: ``llm_cosine_rows`` (without the final-eval rows, label = method, config named) with the
-    per-run columns of ``with_run_means``."""
-    rows = [dict(r, label=r["method"], config=DEFAULT_CONFIG) for r in llm_cosine_rows(profile, device)
+def llm_cosine_rows_with_run_means(results: list[tuple[Run, dict]]) -> list[dict]:
+    """fig1 LLM panel: per-step records of the ``cosine`` runs among ``results`` (without the final-eval rows,
+    label = method, config named) with the per-run columns of ``with_run_means``."""
+    rows = [dict(r, label=r["method"], config=DEFAULT_CONFIG) for r in _rows(results, "cosine")
             if not r.get("final_eval")]
     return with_run_means(rows)
 
@@ -331,9 +335,14 @@ def with_run_means(rows: list[dict], key: str = "cos_prev") -> list[dict]:
     return rows
 
 
-def llm_divergence_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:
+def divergence_runs(runs: list[Run]) -> list[Run]:
+    """The runs of fig3's LLM panel: the ``methods`` runs."""
+    return [r for r in runs if "methods" in r.roles]
+
+
+def llm_divergence_rows(results: list[tuple[Run, dict]]) -> list[dict]:
     """fig3 LLM panel: per-step records of sync, naive async and async+GAC at high staleness (main step size)."""
-    rows = _rows(sweep_results(profile, device), "methods")
+    rows = _rows(results, "methods")
     return [r for r in rows if r["method"] in ("sync", "none", "gac") and r["ratio_to"] == "proximal"]
 
 

@@ -16,7 +16,7 @@ from scipy.stats import bootstrap, spearmanr
 
 from experiments import cache
 from experiments.aggregate import measured
-from experiments.llm import Run, dry_run, dry_run_args, results_of, run_key, with_run_means
+from experiments.llm import Run, dry_run_args, results_of, run_key, with_run_means
 from sim.llm.train import Args
 from sim.stabilizers import gac_config
 
@@ -66,23 +66,26 @@ def overrides(config: str) -> dict:
 def config_args(config: str, profile_base: dict | None = None, device: str = "cpu", **changes) -> Args:
     """The Args of ``config`` (on top of BASE and the profile's base), with ``changes`` (method, staleness...)."""
     settings = {**BASE, **(profile_base or {}), **overrides(config), **changes}
-    return dry_run_args(Args(**settings, device=device, progress=False, on_nonfinite="mark"))
+    return Args(**settings, device=device, progress=False, on_nonfinite="mark")
 
 
-def check_profile(profile: str, device: str) -> dict:
-    """The profile's settings; one-line ValueError for an unknown profile or gpu without a CUDA device."""
+def check_profile(profile: str, device: str, dry_run: bool = False) -> dict:
+    """The profile's settings; one-line ValueError for an unknown profile or gpu without a CUDA device (unless it
+    is a dry run, which runs on the CPU)."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
-    if profile == "gpu" and not device.startswith("cuda") and not dry_run():
+    if profile == "gpu" and not device.startswith("cuda") and not dry_run:
         raise ValueError("profile gpu needs --device cuda (the 25M model); use quick or full on the CPU")
     return PROFILES[profile]
 
 
-def sweep(profile: str, device: str = "cpu") -> list[Run]:
-    """The runs of ``profile``: naive async (sync at s = 0) for each configuration × staleness × seed."""
-    p = check_profile(profile, device)
-    seeds = p["seeds"][:1] if dry_run() else p["seeds"]
-    return [Run(config_args(config, p["base"], device, method="none", staleness=s, seed=seed), (config,))
+def sweep(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Run]:
+    """The runs of ``profile``: naive async (sync at s = 0) for each configuration × staleness × seed; a dry run
+    keeps one seed and shrinks each run with ``dry_run_args``."""
+    p = check_profile(profile, device, dry_run)
+    seeds = p["seeds"][:1] if dry_run else p["seeds"]
+    shrink = dry_run_args if dry_run else (lambda args: args)
+    return [Run(shrink(config_args(config, p["base"], device, method="none", staleness=s, seed=seed)), (config,))
             for config, stalenesses in p["cells"].items() for s in stalenesses for seed in seeds]
 
 
@@ -98,19 +101,18 @@ STRONGEST = ("updates=2", "cos_prev_step")
 granularity at which it shows (measured: paper_figs/README.md, figs2)."""
 
 
-def strongest_runs(profile: str = "quick", device: str = "cpu") -> list[Run]:
+def strongest_runs(profile: str = "quick", device: str = "cpu", dry_run: bool = False) -> list[Run]:
     """The runs of the STRONGEST configuration (fig1's LLM signature panel)."""
-    return [run for run in sweep(profile, device) if run.roles[0] == STRONGEST[0]]
+    return [run for run in sweep(profile, device, dry_run) if run.roles[0] == STRONGEST[0]]
 
 
-def strongest_rows(profile: str = "quick", device: str = "cpu") -> list[dict]:
-    """fig1: per-step records of the STRONGEST configuration at each s of ``profile``, with the per-run means of
+def strongest_rows(results: list[tuple[Run, dict]]) -> list[dict]:
+    """fig1: per-step records of the runs of ``strongest_runs`` with their ``results``, with the per-run means of
     its granularity (``experiments.llm.with_run_means``); the plotted cosine is copied into ``cos_prev_shown``."""
     config, key = STRONGEST
-    runs = strongest_runs(profile, device)
     rows = [dict(r, label=r["method"], config=f"{config}, behaviour ratio, no grad clip, 3 digits ({key})",
                  cos_prev_shown=r[key])
-            for _, res in results_of(runs, device, name="signature") for r in res["records"]]
+            for _, res in results for r in res["records"]]
     return with_run_means(rows, key)
 
 

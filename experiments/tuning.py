@@ -214,27 +214,30 @@ def _run_label(method: str, staleness: int) -> str:
     return "sync" if staleness == 0 else method
 
 
-def toy_table(sim: str, profile: str, device: str = "cpu", grid: TuningGrid | None = None) -> pd.DataFrame:
-    """One row per run of ``grid`` (default ``toy_grid``) on the toy ``sim``, cached: COLUMNS (the final gap:
-    the final loss on the quadratic, J* − J on the bandit, inf if the run diverged)."""
+def toy_rows(sim: str, profile: str, device: str = "cpu", grid: TuningGrid | None = None) -> list[dict]:
+    """One row per run of ``grid`` (default ``toy_grid``) on the toy ``sim``: COLUMNS (the final gap: the final
+    loss on the quadratic, J* − J on the bandit, inf if the run diverged)."""
     grid = toy_grid(sim, profile) if grid is None else grid
     p = toy.profile_of(profile)
+    settings = [setting(m, s, lr) for m, s, lr in grid.cells()]
+    seeds = grid.tuning_seeds + grid.reporting_seeds
+    if sim == "quadratic":
+        result = run_quadratic(toy.QUADRATIC, settings, p.quad_steps, seeds, record_every=p.quad_steps,
+                               device=device)
+        gap = lambda final: final
+    else:
+        result = run_bandit(toy.GAUSSIAN, settings, p.bandit_steps, seeds, groups=toy.BANDIT_GROUPS,
+                            group_size=toy.BANDIT_GROUP_SIZE, record_every=p.bandit_steps)
+        gap = lambda final, optimum=result.meta["optimal_reward"]: optimum - final  # −inf reward → inf gap
+    return [{"method": _run_label(r["method"], r["staleness"]), "staleness": r["staleness"], "lr": r["lr"],
+             "seed": r["seed"], "final_gap": gap(r["final_objective"])} for r in result.summary_rows()]
 
-    def compute() -> list[dict]:
-        settings = [setting(m, s, lr) for m, s, lr in grid.cells()]
-        seeds = grid.tuning_seeds + grid.reporting_seeds
-        if sim == "quadratic":
-            result = run_quadratic(toy.QUADRATIC, settings, p.quad_steps, seeds, record_every=p.quad_steps,
-                                   device=device)
-            gap = lambda final: final
-        else:
-            result = run_bandit(toy.GAUSSIAN, settings, p.bandit_steps, seeds, groups=toy.BANDIT_GROUPS,
-                                group_size=toy.BANDIT_GROUP_SIZE, record_every=p.bandit_steps)
-            gap = lambda final, optimum=result.meta["optimal_reward"]: optimum - final  # −inf reward → inf gap
-        return [{"method": _run_label(r["method"], r["staleness"]), "staleness": r["staleness"], "lr": r["lr"],
-                 "seed": r["seed"], "final_gap": gap(r["final_objective"])} for r in result.summary_rows()]
 
-    rows = cached_runs(f"tuning_{sim}", profile, device, compute, grid=asdict(grid))
+def toy_table(sim: str, profile: str, device: str = "cpu", grid: TuningGrid | None = None) -> pd.DataFrame:
+    """``toy_rows`` as a table, cached."""
+    grid = toy_grid(sim, profile) if grid is None else grid
+    rows = cached_runs(f"tuning_{sim}", profile, device, lambda: toy_rows(sim, profile, device, grid),
+                       grid=asdict(grid))
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -259,20 +262,27 @@ def llm_grid(profile: str) -> TuningGrid:
     return TuningGrid(STALE_DATA, LLM_METHODS, p["staleness"], p["lrs"], p["tuning_seeds"], p["reporting_seeds"])
 
 
-def llm_runs(profile: str, device: str = "cpu", grid: TuningGrid | None = None) -> list[Run]:
+def llm_runs(profile: str, device: str = "cpu", grid: TuningGrid | None = None, dry_run: bool = False) -> list[Run]:
     """The GRPO runs of ``grid`` (default ``llm_grid``): every cell × every seed, naive/GAC with the proximal ratio
-    as in the LLM sweep (TIS, M2PO and BAPO correct against the behaviour policy)."""
+    as in the LLM sweep (TIS, M2PO and BAPO correct against the behaviour policy); a dry run shrinks each run with
+    ``dry_run_args``."""
     grid = llm_grid(profile) if grid is None else grid
     base = Args(**LLM_TUNING[profile]["base"], device=device, progress=False, on_nonfinite="mark")
     seeds = range(grid.tuning_seeds + grid.reporting_seeds)
-    return [Run(dry_run_args(replace(base, method=m, staleness=s, lr=lr, seed=seed)), ("tuned",))
+    shrink = dry_run_args if dry_run else (lambda args: args)
+    return [Run(shrink(replace(base, method=m, staleness=s, lr=lr, seed=seed)), ("tuned",))
             for m, s, lr in grid.cells() for seed in seeds]
 
 
 def llm_table(profile: str, device: str = "cpu", grid: TuningGrid | None = None, log=print) -> pd.DataFrame:
     """One row per run of ``llm_runs`` (each cached like the sweep's runs): COLUMNS, with the final gap
     1 − final held-out accuracy (the error rate; inf if the run hit a non-finite step)."""
-    results = results_of(llm_runs(profile, device, grid), device, log, name="llm tuning")
+    return llm_table_of(results_of(llm_runs(profile, device, grid), device, log, name="llm tuning"))
+
+
+def llm_table_of(results: list[tuple[Run, dict]]) -> pd.DataFrame:
+    """One row per GRPO run of ``results`` (pairs of ``llm_runs`` and their results): COLUMNS, with the final gap
+    1 − final held-out accuracy (the error rate; inf if the run hit a non-finite step)."""
     rows = [{"method": item.args.label, "staleness": item.args.staleness, "lr": item.args.lr, "seed": item.args.seed,
              "final_gap": math.inf if res["summary"]["diverged_at"] is not None
              else 1.0 - res["summary"]["final_accuracy"]} for item, res in results]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.llm import Run, dry_run, results_of
+from experiments.llm import Run, dry_run_args, results_of
 from experiments.signature import config_args
 from sim.stabilizers import gac_config, parse_method
 
@@ -366,15 +366,21 @@ def code_commit() -> str:
         return "unknown"
 
 
-def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: str = "all") -> dict[str, list[dict]]:
+def dry_run_profile(profile: Profile) -> Profile:
+    """A dry run's profile: two reporting warm starts, one seed, no tuning (its runs shrunk by ``dry_run_args``)."""
+    return replace(profile, reporting_warms=profile.reporting_warms[:2], reporting_seeds=(0,), tune=False)
+
+
+def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: str = "all",
+            dry_run: bool = False) -> dict[str, list[dict]]:
     """Every stage of the protocol (cached runs): {"tuning", "runs", "table"} rows."""
     if profile_name not in PROFILES:
         raise ValueError(f"unknown profile {profile_name!r}; choose from {', '.join(PROFILES)}")
     profile = PROFILES[profile_name]
-    if profile_name == "gpu" and not device.startswith("cuda") and not dry_run():
+    if profile_name == "gpu" and not device.startswith("cuda") and not dry_run:
         raise ValueError("profile gpu needs --device cuda (the 25M model); use quick or full on the CPU")
-    if dry_run():
-        profile = replace(profile, reporting_warms=profile.reporting_warms[:2], reporting_seeds=(0,), tune=False)
+    if dry_run:
+        profile = dry_run_profile(profile)
     arms = {name: ARMS[name] for name in profile.arms}
     if profile.tune:
         tuning_rows = tune(profile, arms, device, log)
@@ -389,6 +395,7 @@ def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: 
     commit = code_commit()
 
     def rows_of(runs):
+        runs = [Run(dry_run_args(r.args), r.roles) for r in runs] if dry_run else runs
         return [{**run_row(item.roles[0], item.roles[1], item, res), "code": commit}
                 for item, res in results_of(runs, device, log, name="verdict")]
 

@@ -1,53 +1,19 @@
-"""`python -m paper_figs NAME|all --profile quick|full [--device cpu|cuda]`: regenerate figures.
+"""`python -m paper_figs NAME|all --profile quick|full [--device cpu|cuda] [--jobs N]`: regenerate figures.
 
-The command line is the ``FigureArgs`` dataclass, parsed by tyro (``--help`` lists every option).
+The command line is the ``FigureArgs`` dataclass (paper_figs.driver), parsed by tyro (``--help`` lists every option).
 """
 
 from __future__ import annotations
 
-import os
 import sys
-import time
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Literal
+from dataclasses import replace
 
 import torch
 import tyro
 
 from experiments.llm import default_jobs
-from paper_figs.common import OUT_DIR
-from paper_figs.plan import make_figure, make_figures
+from paper_figs.driver import DRY_RUN_DIR, FIGURES, LLM_FIGURES, FigureArgs, declare, largest_size, make_figures
 from sim.record import check_output_dir
-
-# Figure name -> module under paper_figs/ (module name = figure name). Order = run order for "all".
-FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region", "fig5_llm_grpo",
-           "fig6_ablation", "fig7_bound", "fig8_tuned", "fig9_early_warning", "fig10_verdict", "figs1_bandit_snr",
-           "figs2_llm_signature"]
-LLM_FIGURES = ("fig5_llm_grpo", "fig10_verdict", "figs2_llm_signature")
-"""The figures with a ``gpu`` profile (the 25M model on one GPU)."""
-FigureName = Literal[tuple([*FIGURES, "all"])]
-DRY_RUN_DIR = "dry_run"
-"""The sub-folder of --out that a --dry-run writes into."""
-
-
-@dataclass(frozen=True)
-class FigureArgs:
-    """Regenerate the paper's figures (PNG, PDF and the CSV each figure plots)."""
-
-    names: tyro.conf.Positional[tuple[FigureName, ...]]
-    """figure names, or 'all' for every figure in order"""
-    profile: Literal["quick", "full", "gpu"] = "quick"
-    """run lengths and seeds: quick (minutes), full (paper scale, hours on CPU) or gpu (LLM figures, --device cuda)"""
-    device: str = "cpu"
-    """torch device for the runs (cpu or cuda[:N])"""
-    out: Path = OUT_DIR
-    """output folder"""
-    force: bool = False
-    """recompute runs even when cached results exist"""
-    dry_run: bool = False
-    """LLM figures: every run shrunk to the tiny model, 2 steps, one seed, on the CPU (checks a command starts
-    and writes its CSV; a gpu profile then needs no CUDA device). Writes into OUT/dry_run/, never over real figures"""
 
 
 def _fail(message: str) -> None:
@@ -75,6 +41,8 @@ def parse_args(argv=None) -> FigureArgs:
     names = tuple(FIGURES) if "all" in args.names else args.names
     if not names:
         _fail(f"give figure names or 'all': {', '.join(FIGURES)}")
+    if args.jobs is not None and args.jobs < 1:
+        _fail(f"--jobs must be a whole number of worker processes >= 1, got {args.jobs}")
     if args.profile == "gpu":
         if any(name not in LLM_FIGURES for name in names):
             _fail(f"--profile gpu applies to the LLM figures only ({', '.join(LLM_FIGURES)})")
@@ -92,34 +60,18 @@ def parse_args(argv=None) -> FigureArgs:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    declared = declare(args)
     try:
-        jobs = default_jobs(args.device)
+        jobs = default_jobs(largest_size([u for units in declared.values() for u in units]), args.jobs)
     except ValueError as err:
         _fail(str(err))
-    if args.force:  # read by experiments.cache: what was cached before now is recomputed, once
-        os.environ["GAC_LAB_FORCE_BEFORE"] = repr(time.time())
-    if args.dry_run:
-        os.environ["GAC_LAB_DRY_RUN"] = "1"  # read by experiments.llm.dry_run_args
     try:
-        make_all(args, jobs)
+        make_figures(args, jobs, declared=declared)
     except KeyboardInterrupt:
         print(f"python -m paper_figs: interrupted; the figures finished so far are in {args.out} and every finished "
               "run is cached: rerun the same command to continue", file=sys.stderr)
         return 130
     return 0
-
-
-def make_all(args: FigureArgs, jobs: int) -> None:
-    """Every figure of ``args``: the plan on ``jobs`` workers, or one figure after another."""
-    if jobs > 1 and args.device == "cpu" and not args.dry_run:  # see paper_figs.plan
-        make_figures(args.names, args, jobs, log=print)
-        return
-    for name in args.names:
-        start = time.perf_counter()
-        print(f"[paper_figs] {name} ({args.profile}) ...", flush=True)
-        make_figure(name, args)
-        print(f"[paper_figs] {name} done in {time.perf_counter() - start:.1f} s -> {args.out}/{name}.*",
-              flush=True)
 
 
 if __name__ == "__main__":

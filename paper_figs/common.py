@@ -1,8 +1,9 @@
-"""Shared plumbing of the figure modules: one matplotlib style, method colors, the panel interface, atomic outputs.
+"""Shared plumbing of the figure modules: one matplotlib style, method colors, what a plot receives, atomic outputs.
 
-Every figure writes NAME.csv (the rows it plots, through ``sim.record.write_records``), NAME.png and
-NAME.pdf into the output folder, each through a temp file and a rename, so an interrupted run never
-leaves a half-written file.
+Every figure module declares ``runs(profile, device, dry_run) -> list[Unit]`` and draws ``plot(results, out)``
+from a ``Results`` (paper_figs.driver computes the units). Every figure writes NAME.csv (the rows it plots,
+through ``sim.record.write_records``), NAME.png and NAME.pdf into the output folder, each through a temp file and
+a rename, so an interrupted run never leaves a half-written file.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import io
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
+from experiments.cache import Unit
+from experiments.llm import Run
 from sim.record import atomic_write_bytes
 
 matplotlib.use("Agg")
@@ -64,12 +68,30 @@ def apply_style() -> None:
 
 
 @dataclass(frozen=True)
+class Results:
+    """What a figure's ``plot`` receives: how its units were declared and each one's result, in declaration order."""
+
+    profile: str
+    device: str = "cpu"
+    dry_run: bool = False
+    items: tuple[tuple[Unit, Any], ...] = ()
+
+    def runs(self) -> list[tuple[Run, dict]]:
+        """(GRPO run, its {"records", "summary"}) for every GRPO unit, in declaration order."""
+        return [(u.spec, value) for u, value in self.items if u.kind == "llm_grpo"]
+
+    def value(self, spec: str, default: Any = None) -> Any:
+        """The result of the unit whose ``spec`` is ``spec`` (a toy computation's name), else ``default``."""
+        return next((value for u, value in self.items if u.spec == spec), default)
+
+
+@dataclass(frozen=True)
 class Panel:
-    """One panel of a multi-panel figure (fig1, fig3): ``run(profile, device)`` returns record rows (with a
-    ``sim`` column), ``plot(axes, rows)`` draws them."""
+    """One panel of a multi-panel figure (fig1, fig3): ``rows(results)`` picks its record rows (with a ``sim``
+    column) out of the figure's results (none: the panel is left out), ``plot(axes, rows)`` draws them."""
 
     name: str
-    run: Callable[[str, str], list[dict]]
+    rows: Callable[[Results], list[dict]]
     plot: Callable[..., None]
     n_axes: int = 0
     """How many stacked axes ``plot`` draws on (0: the figure's default)."""

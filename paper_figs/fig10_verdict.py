@@ -19,8 +19,9 @@ import numpy as np
 
 from experiments import verdict as verdict_mod
 from experiments import verdict_toys
-from experiments.llm import Run, dry_run
-from paper_figs.common import apply_style, method_color, save_figure
+from experiments.cache import Unit, unit
+from experiments.llm import Run, dry_run_args, run_unit
+from paper_figs.common import Results, apply_style, method_color, save_figure
 from sim.record import write_records
 
 NAME = "fig10_verdict"
@@ -34,14 +35,34 @@ def arm_color(row: dict) -> str:
     return method_color("sync" if row["staleness"] == 0 else "none")
 
 
-def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
-    """The runs known before the figure starts: the quick and gpu profiles' fixed-step runs (the full profile's depend
-    on its tuning, so the figure computes them itself)."""
+def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
+    """The toys' verdict (one cached unit) and the LLM verdict: the quick and gpu profiles' fixed-step GRPO runs;
+    the full profile's runs depend on its tuning rounds, so its whole protocol is one unit (its runs are computed
+    inside it, on that worker's own pool)."""
     p = verdict_mod.PROFILES[profile]
+    toys = unit(f"{NAME}/toys", verdict_toys.toy_verdict_rows, toy_profile(profile, dry_run), spec=f"{NAME}/toys",
+                cost=30.0)
+    if dry_run:
+        p = verdict_mod.dry_run_profile(p)
     if p.tune:
-        return []
+        return [toys, unit(f"{NAME}/llm", verdict_mod.verdict, profile, device, spec=f"{NAME}/llm", cost=3600.0)]
     arms = {name: verdict_mod.ARMS[name] for name in p.arms}
-    return verdict_mod.reporting_runs(p, arms, {name: p.fixed_lr for name in arms}, device=device)
+    reporting = verdict_mod.reporting_runs(p, arms, {name: p.fixed_lr for name in arms}, device=device)
+    if dry_run:
+        reporting = [Run(dry_run_args(r.args), r.roles) for r in reporting]
+    return [toys, *[run_unit(r) for r in reporting]]
+
+
+def llm_verdict(results: Results) -> dict[str, list[dict]]:
+    """{"tuning", "runs", "table"}: the full profile's unit, or the fixed-step runs tabulated as
+    ``experiments.verdict.verdict`` does."""
+    whole = results.value(f"{NAME}/llm")
+    if whole is not None:
+        return whole
+    commit = verdict_mod.code_commit()
+    rows = [{**verdict_mod.run_row(item.roles[0], item.roles[1], item, res), "code": commit}
+            for item, res in results.runs()]
+    return {"tuning": [], "runs": rows, "table": verdict_mod.verdict_table(rows, [])}
 
 
 def plot_gap(ax, table: list[dict]) -> None:
@@ -132,15 +153,15 @@ def plot_toys(ax_final, ax_cos, fig, toys: list[dict], staleness: int = 16) -> N
         fig.colorbar(image, ax=ax, fraction=0.04)
 
 
-def toy_profile(profile: str) -> str:
+def toy_profile(profile: str, dry_run: bool = False) -> str:
     """The toys' profile for a figure profile: smoke under --dry-run, full for full, else quick (CPU toys)."""
-    return "smoke" if dry_run() else "full" if profile == "full" else "quick"
+    return "smoke" if dry_run else "full" if profile == "full" else "quick"
 
 
-def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
-    result = verdict_mod.verdict(profile, device, lambda *a: print(*a, flush=True))
+def plot(results: Results, out_dir: Path) -> list[Path]:
+    result = llm_verdict(results)
     runs, table, tuning = result["runs"], result["table"], result["tuning"]
-    toys = verdict_toys.toy_verdict_rows(toy_profile(profile))
+    toys = results.value(f"{NAME}/toys")
     apply_style()
     fig, axes = plt.subplots(3, 2, figsize=(10, 11), layout="constrained")
     plot_gap(axes[0, 0], table)
@@ -148,14 +169,15 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
     plot_alignment(axes[1, 0], table)
     plot_tuning_or_runs(axes[1, 1], tuning, runs)
     plot_toys(axes[2, 0], axes[2, 1], fig, toys)
-    write_records(toys, out_dir / f"{NAME}_toys.csv")
-    fig.suptitle(f"What closes the async gap (LLM, s = {verdict_mod.PROFILES[profile].staleness}, {profile} profile)")
-    write_records(runs, out_dir / f"{NAME}.csv")
-    write_records(table, out_dir / f"{NAME}_table.csv")
+    paths = [write_records(toys, out_dir / f"{NAME}_toys.csv")]
+    fig.suptitle(f"What closes the async gap (LLM, s = {verdict_mod.PROFILES[results.profile].staleness}, "
+                 f"{results.profile} profile)")
+    paths += [write_records(runs, out_dir / f"{NAME}.csv"), write_records(table, out_dir / f"{NAME}_table.csv")]
     if tuning:
-        write_records(tuning, out_dir / f"{NAME}_tuning.csv")
-    save_figure(fig, out_dir, NAME)
+        paths.append(write_records(tuning, out_dir / f"{NAME}_tuning.csv"))
+    paths += save_figure(fig, out_dir, NAME)
     for r in table:
         print(f"{r['arm']:>28} {r['role']:>18} s={r['staleness']:<2} acc {r['final_accuracy']:.3f} "
               f"[{r['final_accuracy_low']:.3f}, {r['final_accuracy_high']:.3f}]  gap {r['gap_recovered']:+.2f}  "
               f"KL {r['kl_behaviour_mean']:.3f}  cos_update {r['cos_update']:.2f}")
+    return paths

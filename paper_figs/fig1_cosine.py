@@ -1,14 +1,13 @@
 """fig1_cosine: consecutive-gradient cosine cos(g_t, g_{t−1}) over training, sync vs s ∈ {1, 2, 4, 8, 16}.
 
-A list of panels (``PANELS``), one simulator each; every panel returns per-step record rows with a
-``sim`` column, so more panels (the LLM run) are appended without touching these. Also writes
+A list of panels (``PANELS``), one simulator each; every panel picks per-step record rows with a ``sim``
+column out of the figure's results (the toys: one cached simulation each; the LLM: GRPO runs). Also writes
 ``fig1_cosine_table.csv``: the mean cosine after warm-up per (sim, staleness), over seeds (NaN for
 runs that diverged before warm-up; the column ``mean_cos_prev_before_divergence`` covers them).
 """
 
 from __future__ import annotations
 
-import functools
 import textwrap
 from pathlib import Path
 
@@ -16,10 +15,10 @@ import matplotlib.pyplot as plt
 
 from experiments import toy
 from experiments.aggregate import centered_mean, seed_mean, seed_median, trailing_mean
-from experiments.cache import cached_runs
-from experiments.llm import DEFAULT_CONFIG, Run, llm_cosine_rows_with_run_means, sweep
-from experiments.signature import strongest_rows, strongest_runs
-from paper_figs.common import Panel, apply_style, save_figure
+from experiments.cache import Unit, unit
+from experiments.llm import DEFAULT_CONFIG, cosine_runs, llm_cosine_rows_with_run_means, run_unit, sweep
+from experiments.signature import STRONGEST, strongest_rows, strongest_runs
+from paper_figs.common import Panel, Results, apply_style, save_figure
 from sim.record import write_records
 
 NAME = "fig1_cosine"
@@ -50,23 +49,38 @@ def plot_llm(ax, rows: list[dict], key: str = "cos_prev", title: str = f"small L
     ax.legend()
 
 
+TOY_SIMS = ("quadratic", "bandit_gaussian", "bandit_softmax")
+
+
+def toy_units(profile: str, device: str = "cpu") -> list[Unit]:
+    """The toy panels' simulations, one cached unit each (fig9 reads the same units)."""
+    return [unit(f"{NAME}/{sim}", toy.cosine_rows, sim, profile, device, spec=f"{NAME}/{sim}", cost=3.0)
+            for sim in TOY_SIMS]
+
+
+def _signature_pairs(results: Results) -> list[tuple]:
+    return [(run, res) for run, res in results.runs() if run.roles[0] == STRONGEST[0]]
+
+
 PANELS = [
-    Panel("quadratic", functools.partial(toy.cosine_rows, "quadratic"),
-              lambda ax, rows: plot_cosine(ax, rows, f"noisy quadratic, η·λ_max = {toy.QUADRATIC_LR}")),
-    Panel("bandit_gaussian", functools.partial(toy.cosine_rows, "bandit_gaussian"),
-              lambda ax, rows: plot_cosine(ax, rows, "Gaussian-policy bandit (GRPO, B=4, G=16)")),
-    Panel("bandit_softmax", functools.partial(toy.cosine_rows, "bandit_softmax"),
-              lambda ax, rows: plot_cosine(ax, rows, "10-armed softmax bandit (GRPO, B=4, G=16)")),
-    Panel("llm", llm_cosine_rows_with_run_means, plot_llm),
+    Panel("quadratic", lambda results: results.value(f"{NAME}/quadratic", []),
+          lambda ax, rows: plot_cosine(ax, rows, f"noisy quadratic, η·λ_max = {toy.QUADRATIC_LR}")),
+    Panel("bandit_gaussian", lambda results: results.value(f"{NAME}/bandit_gaussian", []),
+          lambda ax, rows: plot_cosine(ax, rows, "Gaussian-policy bandit (GRPO, B=4, G=16)")),
+    Panel("bandit_softmax", lambda results: results.value(f"{NAME}/bandit_softmax", []),
+          lambda ax, rows: plot_cosine(ax, rows, "10-armed softmax bandit (GRPO, B=4, G=16)")),
+    Panel("llm", lambda results: llm_cosine_rows_with_run_means(results.runs()), plot_llm),
     # The signature map's strongest configuration (figs2_llm_signature), next to the sweep's default above.
-    Panel("llm_signature", strongest_rows, lambda ax, rows: plot_llm(
-        ax, rows, "cos_prev_shown", f"small LLM, strongest signature: {rows[0]['config']}")),
+    Panel("llm_signature", lambda results: strongest_rows(_signature_pairs(results)),
+          lambda ax, rows: plot_llm(ax, rows, "cos_prev_shown",
+                                    f"small LLM, strongest signature: {rows[0]['config']}")),
 ]
 
 
-def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
-    """The GRPO runs this figure reads (``paper_figs.plan`` computes them before the figure starts)."""
-    return sweep(profile, device) + strongest_runs(profile, device)
+def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
+    """The toy simulations, the LLM sweep's cosine line and the signature map's strongest configuration."""
+    return [*toy_units(profile, device), *[run_unit(r) for r in cosine_runs(sweep(profile, device, dry_run))],
+            *[run_unit(r) for r in strongest_runs(profile, device, dry_run)]]
 
 
 def cosine_table(rows: list[dict]) -> list[dict]:
@@ -85,13 +99,13 @@ def cosine_table(rows: list[dict]) -> list[dict]:
     return table
 
 
-def main(profile: str, out_dir: Path, device: str = "cpu", panels=None) -> list[dict]:
-    panels = PANELS if panels is None else panels
+def plot(results: Results, out_dir: Path, panels=None) -> list[Path]:
+    """Every panel with rows in ``results`` (a test may declare fewer units), then the table."""
+    drawn = [(panel, rows) for panel in (PANELS if panels is None else panels) if (rows := panel.rows(results))]
     apply_style()
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.3 * len(panels), 2.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(drawn), figsize=(3.3 * len(drawn), 2.6), squeeze=False)
     all_rows = []
-    for ax, panel in zip(axes[0], panels, strict=True):
-        rows = cached_runs(f"{NAME}/{panel.name}", profile, device, lambda p=panel: p.run(profile, device))
+    for ax, (panel, rows) in zip(axes[0], drawn, strict=True):
         panel.plot(ax, rows)
         all_rows.extend(rows)
     axes[0][0].legend(ncol=2)
@@ -101,7 +115,5 @@ def main(profile: str, out_dir: Path, device: str = "cpu", panels=None) -> list[
               f"mean cos {row['mean_cos_prev']:+.3f} "
               f"[{row['min_seed']:+.3f}, {row['max_seed']:+.3f}]  (all steps before divergence "
               f"{row['mean_cos_prev_before_divergence']:+.3f})  diverged {row['diverged']}/{row['seeds']}")
-    write_records(all_rows, out_dir / f"{NAME}.csv")
-    write_records(table, out_dir / f"{NAME}_table.csv")
-    save_figure(fig, out_dir, NAME)
-    return table
+    return [write_records(all_rows, out_dir / f"{NAME}.csv"), write_records(table, out_dir / f"{NAME}_table.csv"),
+            *save_figure(fig, out_dir, NAME)]

@@ -16,15 +16,16 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from experiments.cache import Unit, unit
 from experiments.cosine_vs_staleness import (
     STALENESS,
     TRANSIENT_WINDOW,
-    cosine_rows,
+    all_rows,
     fixed_series_curve,
     snr_bound_curves,
     theory_curves,
 )
-from paper_figs.common import apply_style, save_figure, single_thread
+from paper_figs.common import Results, apply_style, save_figure, single_thread
 from sim.record import write_records
 from theory.cosine import cosine_at_boundary
 
@@ -48,15 +49,21 @@ def _as_key(key: str):
         return key
 
 
-def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
-    with single_thread():  # (72, 100) CPU tensors: one thread is as fast, and robust to a busy core
-        rows = cosine_rows(profile, device)
+def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
+    """The simulations of every panel, one cached unit (on one thread: (72, 100) tensors, robust to a busy core)."""
+    return [unit(NAME, all_rows, profile, device, cost=20.0)]
+
+
+def plot(results: Results, out_dir: Path) -> list[Path]:
+    rows = results.value(NAME)
     apply_style()
     fig, axes = plt.subplots(1, 3, figsize=(9.9, 3.0), sharey=True)
     symlog = dict(xscale="symlog", xlim=(-0.3, 20))
     boundary_s = np.arange(max(STALENESS) + 1)
     ax = axes[0]
-    for key, (grid, values) in theory_curves().items():
+    with single_thread():  # the Lyapunov curves: small tensors
+        curves = theory_curves()
+    for key, (grid, values) in curves.items():
         ax.plot(grid, values, color=FRACTION_COLORS[key], lw=1.0, alpha=0.8)
     ax.plot(boundary_s, cosine_at_boundary(boundary_s), "k--", lw=0.9, label="cos(π/(2s+1)), limit at a*(s)")
     for key, (grid, values) in snr_bound_curves().items():
@@ -83,6 +90,4 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
         pred = "" if np.isnan(r["predicted"]) else f"predicted {r['predicted']:+.3f}  "
         print(f"  {r['panel']:<16} {r['series']:<24} s={r['staleness']:>2}  {pred}sim {r['sim_mean']:+.3f} "
               f"± {r['sim_std']:.3f}  diverged {r['diverged']}/{r['seeds']}")
-    write_records(rows, out_dir / f"{NAME}.csv")
-    save_figure(fig, out_dir, NAME)
-    return rows
+    return [write_records(rows, out_dir / f"{NAME}.csv"), *save_figure(fig, out_dir, NAME)]

@@ -1,22 +1,21 @@
 """fig3_divergence: objective and gradient norm over training — sync vs naive async vs async + GAC at s = 16.
 
-A list of panels (``PANELS``) like fig1; each returns per-step record rows with a ``sim`` column. GAC
+A list of panels (``PANELS``) like fig1; each picks per-step record rows with a ``sim`` column out of the results. GAC
 is the registry's default configuration (``sim.stabilizers``; chosen in fig6_ablation). The quadratic
 objective is the loss (lower is better); the bandit's is the exact expected reward J (higher is better).
 """
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 
 from experiments import toy
 from experiments.aggregate import centered_mean, seed_mean, seed_median
-from experiments.cache import cached_runs
-from experiments.llm import Run, llm_divergence_rows, sweep
-from paper_figs.common import Panel, apply_style, method_color, save_figure
+from experiments.cache import Unit, unit
+from experiments.llm import divergence_runs, llm_divergence_rows, run_unit, sweep
+from paper_figs.common import Panel, Results, apply_style, method_color, save_figure
 from sim.record import write_records
 
 NAME = "fig3_divergence"
@@ -33,9 +32,9 @@ def plot_panel(axes, rows: list[dict], title: str, objective: str, objective_lab
     ax_norm.set(xlabel="step", ylabel="‖g_t‖ (median over seeds)", yscale="log")
 
 
-def llm_panel(profile: str, device: str = "cpu") -> list[dict]:
-    """Small-LLM GRPO runs (sync, naive async, async+GAC at high staleness) from the shared cached sweep."""
-    return [dict(r, label=r["method"]) for r in llm_divergence_rows(profile, device)]
+def llm_panel(results: Results) -> list[dict]:
+    """Small-LLM GRPO runs (sync, naive async, async+GAC at high staleness) of the shared sweep."""
+    return [dict(r, label=r["method"]) for r in llm_divergence_rows(results.runs())]
 
 
 def plot_llm(axes, rows: list[dict]) -> None:
@@ -56,11 +55,20 @@ def plot_llm(axes, rows: list[dict]) -> None:
     axes[0].legend()
 
 
+TOY_SIMS = ("quadratic", "bandit_gaussian")
+
+
+def toy_units(profile: str, device: str = "cpu") -> list[Unit]:
+    """The toy panels' simulations, one cached unit each (fig9 reads the same units)."""
+    return [unit(f"{NAME}/{sim}", toy.divergence_rows, sim, profile, device, spec=f"{NAME}/{sim}", cost=2.0)
+            for sim in TOY_SIMS]
+
+
 PANELS = [
-    Panel("quadratic", functools.partial(toy.divergence_rows, "quadratic"),
+    Panel("quadratic", lambda results: results.value(f"{NAME}/quadratic", []),
               lambda axes, rows: plot_panel(axes, rows, f"noisy quadratic, η·λ_max = {toy.QUADRATIC_LR}",
                                             "objective", "loss f(x) (median; capped 1e8)", True)),
-    Panel("bandit_gaussian", functools.partial(toy.divergence_rows, "bandit_gaussian"),
+    Panel("bandit_gaussian", lambda results: results.value(f"{NAME}/bandit_gaussian", []),
               lambda axes, rows: plot_panel(axes, rows, "Gaussian-policy bandit (GRPO)", "reward_gap",
                                             "reward gap J* − J (median)", True)),
     Panel("llm", llm_panel, plot_llm, n_axes=3),
@@ -91,18 +99,18 @@ def panel_axes(panels) -> tuple[plt.Figure, list[tuple]]:
                  for column, panel in zip(columns, panels, strict=True)]
 
 
-def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
-    """The GRPO runs this figure reads (``paper_figs.plan`` computes them before the figure starts)."""
-    return sweep(profile, device)
+def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
+    """The toy simulations and the LLM sweep's runs at high staleness."""
+    return [*toy_units(profile, device), *[run_unit(r) for r in divergence_runs(sweep(profile, device, dry_run))]]
 
 
-def main(profile: str, out_dir: Path, device: str = "cpu", panels=None) -> list[dict]:
-    panels = PANELS if panels is None else panels
+def plot(results: Results, out_dir: Path, panels=None) -> list[Path]:
+    """Every panel with rows in ``results`` (a test may declare fewer units), then the summary."""
+    drawn = [(panel, rows) for panel in (PANELS if panels is None else panels) if (rows := panel.rows(results))]
     apply_style()
-    fig, columns = panel_axes(panels)
+    fig, columns = panel_axes([panel for panel, _ in drawn])
     all_rows = []
-    for panel, axes in zip(panels, columns, strict=True):
-        rows = cached_runs(f"{NAME}/{panel.name}", profile, device, lambda p=panel: p.run(profile, device))
+    for (panel, rows), axes in zip(drawn, columns, strict=True):
         panel.plot(axes, rows)
         all_rows.extend(rows)
     columns[0][0].legend()
@@ -110,7 +118,5 @@ def main(profile: str, out_dir: Path, device: str = "cpu", panels=None) -> list[
     for row in summary:
         print(f"  {row['sim']:<16} {row['label']:<6} s={row['staleness']:>2} final objective "
               f"{row['median_final_objective']:.4g}  diverged {row['diverged_seeds']}/{row['seeds']}")
-    write_records(all_rows, out_dir / f"{NAME}.csv")
-    write_records(summary, out_dir / f"{NAME}_summary.csv")
-    save_figure(fig, out_dir, NAME)
-    return summary
+    return [write_records(all_rows, out_dir / f"{NAME}.csv"), write_records(summary, out_dir / f"{NAME}_summary.csv"),
+            *save_figure(fig, out_dir, NAME)]

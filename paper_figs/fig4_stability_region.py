@@ -12,8 +12,9 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from experiments.stability_map import STALENESS, agreement, diverged_fraction, map_rows
-from paper_figs.common import apply_style, save_figure
+from experiments.cache import Unit, unit
+from experiments.stability_map import STALENESS, agreement, diverged_fraction, run_map
+from paper_figs.common import Results, apply_style, save_figure
 from sim.record import write_records
 from theory.gac_stability import top_mode_limit
 from theory.stability import stability_boundary_closed_form
@@ -21,8 +22,13 @@ from theory.stability import stability_boundary_closed_form
 NAME = "fig4_stability_region"
 
 
-def main(profile: str, out_dir: Path, device: str = "cpu") -> dict:
-    rows = map_rows(profile, device)
+def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
+    """The divergence map, one cached unit."""
+    return [unit(NAME, run_map, profile, device, cost=2.0)]
+
+
+def plot(results: Results, out_dir: Path) -> list[Path]:
+    rows = results.value(NAME)
     etas = sorted({r["eta_lambda_max"] for r in rows})
     apply_style()
     fig, axes = plt.subplots(1, 2, figsize=(6.6, 2.8), sharey=True)
@@ -42,7 +48,5 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> dict:
     axes[0].legend(loc="lower left")
     stats = agreement(rows)
     print("  " + ", ".join(f"{k} {v}" for k, v in stats.items()))
-    write_records(rows, out_dir / f"{NAME}.csv")
-    save_figure(fig, out_dir, NAME)
-    return stats
+    return [write_records(rows, out_dir / f"{NAME}.csv"), *save_figure(fig, out_dir, NAME)]
 

@@ -13,8 +13,9 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from experiments.aggregate import centered_mean, seed_mean
-from experiments.llm import PROFILES, Run, aggregate, summary_rows, sweep, sweep_results
-from paper_figs.common import apply_style, method_color, save_figure
+from experiments.cache import Unit
+from experiments.llm import PROFILES, aggregate, run_unit, summary_rows, sweep
+from paper_figs.common import Results, apply_style, method_color, save_figure
 from sim.record import write_records
 
 NAME = "fig5_llm_grpo"
@@ -111,29 +112,29 @@ def plot_cosine_vs_outcome(ax_cos, runs: list[dict]) -> float:
                title=f"all runs (dot size = s); naive async: ρ = {rho:+.2f}")
     return rho
 
-def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
-    """The GRPO runs this figure reads (``paper_figs.plan`` computes them before the figure starts)."""
-    return sweep(profile, device)
+
+def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
+    """The GRPO runs of the LLM sweep (experiments/llm.py)."""
+    return [run_unit(r) for r in sweep(profile, device, dry_run)]
 
 
-def main(profile: str, out_dir: Path, device: str = "cpu") -> None:
-    p = PROFILES[profile]
-    results = sweep_results(profile, device)
-    records = [dict(r, lr=item.args.lr) for item, res in results for r in res["records"]]
-    runs = summary_rows(results)
-    table = sorted(aggregate(runs), key=lambda r: (r["lr"], r["staleness"], r["method"]))
+def plot(results: Results, out_dir: Path) -> list[Path]:
+    p = PROFILES[results.profile]
+    pairs = results.runs()
+    records = [dict(r, lr=item.args.lr) for item, res in pairs for r in res["records"]]
+    run_rows = summary_rows(pairs)
+    table = sorted(aggregate(run_rows), key=lambda r: (r["lr"], r["staleness"], r["method"]))
 
     apply_style()
     fig, axes = plt.subplots(2, 3, figsize=(10.5, 6.2), layout="constrained")
     ax_curve, ax_small, ax_table, ax_map, ax_cosmap, ax_cos = axes.ravel()
     plot_reward_curves(ax_curve, ax_small, records, p)
-    plot_accuracy_bars(ax_table, table, runs, p)
+    plot_accuracy_bars(ax_table, table, run_rows, p)
     plot_regime_maps(fig, ax_map, ax_cosmap, table)
-    rho = plot_cosine_vs_outcome(ax_cos, runs)
+    rho = plot_cosine_vs_outcome(ax_cos, run_rows)
 
-    write_records(records, out_dir / f"{NAME}.csv")
-    write_records(runs, out_dir / f"{NAME}_runs.csv")
-    write_records(table, out_dir / f"{NAME}_table.csv")
-    save_figure(fig, out_dir, NAME)
+    paths = [write_records(records, out_dir / f"{NAME}.csv"), write_records(run_rows, out_dir / f"{NAME}_runs.csv"),
+             write_records(table, out_dir / f"{NAME}_table.csv"), *save_figure(fig, out_dir, NAME)]
     print(_markdown(table))
     print(f"cosine (first half) vs Δ accuracy over naive async runs: Spearman ρ = {rho:+.2f}")
+    return paths

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from experiments.ablation import ADAM_LR, GAC_VARIANTS, SIMS, STALENESS, ablation_table, pick_default
-from paper_figs.common import apply_style, method_color, save_figure
+from experiments.ablation import ADAM_LR, GAC_VARIANTS, SIMS, STALENESS, pick_default, run_tables
+from experiments.cache import Unit, unit
+from paper_figs.common import Results, apply_style, method_color, save_figure
 from sim.record import atomic_write_bytes, write_records
 
 NAME = "fig6_ablation"
@@ -47,11 +48,15 @@ def write_readme(table: list[dict], best: str, scores: dict, out_dir: Path) -> P
     return atomic_write_bytes(out_dir / f"{NAME}.md", "\n".join(lines).encode())
 
 
-def main(profile: str, out_dir: Path, device: str = "cpu") -> dict:
-    table = ablation_table(profile, device)
+def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
+    """The ablation's simulations and scores, one cached unit."""
+    return [unit(NAME, run_tables, profile, device, cost=11.0)]
+
+
+def plot(results: Results, out_dir: Path) -> list[Path]:
+    table = results.value(NAME)
     best, scores = pick_default(table)
-    write_records(table, out_dir / f"{NAME}.csv")
-    write_readme(table, best, scores, out_dir)
+    paths = [write_records(table, out_dir / f"{NAME}.csv"), write_readme(table, best, scores, out_dir)]
     apply_style()
     fig, axes = plt.subplots(1, len(SIMS), figsize=(3.3 * len(SIMS), 4.2))
     for ax, sim in zip(axes, SIMS, strict=True):
@@ -72,6 +77,6 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> dict:
     axes[0].legend()
     fig.suptitle(f"default GAC = {best}: smallest worst-case ratio to sync over s = 4, 8, 16 (no divergence)",
                  fontsize=7)
-    save_figure(fig, out_dir, NAME)
+    paths += save_figure(fig, out_dir, NAME)
     print(f"  default GAC: {best} {GAC_VARIANTS[best]} (worst-case ratio {scores[best]:.3g})")
-    return {"best": best, "scores": scores}
+    return paths

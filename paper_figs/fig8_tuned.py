@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 
 from experiments import tuning
-from experiments.llm import Run
-from paper_figs.common import apply_style, method_color, save_figure, single_thread
+from experiments.cache import Unit, unit
+from experiments.llm import run_unit
+from paper_figs.common import Results, apply_style, method_color, save_figure
 from sim.record import write_records
 
 NAME = "fig8_tuned"
@@ -27,12 +28,21 @@ ROBUST_STALENESS = 16
 """The staleness of the per-step-size table (the quadratic's robustness check)."""
 
 
-def scale_tables(profile: str, device: str) -> dict[str, tuple[pd.DataFrame, tuning.TuningGrid]]:
-    """Per scale: the table of every run and its grid (toys vectorized and cached; LLM runs cached one by one)."""
-    with single_thread():
-        out = {sim: (tuning.toy_table(sim, profile, device), tuning.toy_grid(sim, profile))
-               for sim in ("quadratic", "bandit_gaussian")}
-    out["llm"] = (tuning.llm_table(profile, device), tuning.llm_grid(profile))
+TOY_SIMS = ("quadratic", "bandit_gaussian")
+
+
+def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
+    """The toy tuning grids (one vectorized, cached unit each) and the LLM tuning grid's GRPO runs."""
+    return [*[unit(f"{NAME}/{sim}", tuning.toy_rows, sim, profile, device, spec=f"{NAME}/{sim}", cost=15.0)
+              for sim in TOY_SIMS],
+            *[run_unit(r) for r in tuning.llm_runs(profile, device, dry_run=dry_run)]]
+
+
+def scale_tables(results: Results) -> dict[str, tuple[pd.DataFrame, tuning.TuningGrid]]:
+    """Per scale: the table of every run and its grid."""
+    out = {sim: (pd.DataFrame(results.value(f"{NAME}/{sim}"), columns=list(tuning.COLUMNS)),
+                 tuning.toy_grid(sim, results.profile)) for sim in TOY_SIMS}
+    out["llm"] = (tuning.llm_table_of(results.runs()), tuning.llm_grid(results.profile))
     return out
 
 
@@ -83,32 +93,27 @@ def _markdown(summary: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
-    """The GRPO runs this figure reads (``paper_figs.plan`` computes them before the figure starts)."""
-    return tuning.llm_runs(profile, device)
-
-
-def main(profile: str, out_dir: Path, device: str = "cpu") -> dict:
+def plot(results: Results, out_dir: Path) -> list[Path]:
     apply_style()
     fig, axes = plt.subplots(1, len(SIMS), figsize=(3.6 * len(SIMS), 3.4), layout="constrained")
-    runs, summaries, robustness = [], [], None
-    for ax, (sim, (table, grid)) in zip(axes, scale_tables(profile, device).items(), strict=True):
+    every, summaries, robustness = [], [], None
+    for ax, (sim, (table, grid)) in zip(axes, scale_tables(results).items(), strict=True):
         results = tuning.tuned_tables(table, grid)
         won = results["winners"][["staleness", "separated"]]
         summaries.append(summary_table(sim, results, grid).merge(won, on="staleness", how="left"))
         role = np.where(table["seed"].isin(grid.tuning), "tuning", "reporting")
-        runs.append(table.assign(sim=sim, seeds=role))
+        every.append(table.assign(sim=sim, seeds=role))
         _plot(ax, sim, results["reported"])
         if sim == "quadratic":
             robustness = tuning.per_step_size(table, ROBUST_STALENESS, grid.reporting).assign(sim=sim)
     summary = pd.concat(summaries, ignore_index=True)
-    write_records(pd.concat(runs, ignore_index=True).to_dict("records"), out_dir / f"{NAME}.csv")
-    write_records(summary.to_dict("records"), out_dir / f"{NAME}_table.csv")
-    write_records(robustness.to_dict("records"), out_dir / f"{NAME}_quadratic_s{ROBUST_STALENESS}.csv")
+    paths = [write_records(pd.concat(every, ignore_index=True).to_dict("records"), out_dir / f"{NAME}.csv"),
+             write_records(summary.to_dict("records"), out_dir / f"{NAME}_table.csv"),
+             write_records(robustness.to_dict("records"), out_dir / f"{NAME}_quadratic_s{ROBUST_STALENESS}.csv")]
     fig.suptitle("each method at its own step size (tuning seeds), mean and 95% interval over fresh seeds; "
                  "× = diverged at every step size", fontsize=8)
-    save_figure(fig, out_dir, NAME)
+    paths += save_figure(fig, out_dir, NAME)
     print(_markdown(summary))
     print(f"quadratic at s = {ROBUST_STALENESS}, every step size (reporting seeds):")
     print(robustness.to_string(index=False, float_format=lambda v: f"{v:.4g}" if math.isfinite(v) else str(v)))
-    return {"summary": summary, "robustness": robustness}
+    return paths

@@ -1,8 +1,8 @@
 """fig9_early_warning: which per-step signal warns before a collapse — ROC AUC per signal × horizon k, and the
 median lead time at a 10% false-alarm rate, over every run of the toy sweeps (fig1, fig3) and the LLM sweep (fig5).
 
-Collapse definitions, labels and statistics are in ``experiments.early_warning``. The runs are those figures'
-cached runs (the same cache keys), so after them this figure only computes statistics.
+Collapse definitions, labels and statistics are in ``experiments.early_warning``. The runs are those figures' units
+(the same cache keys: one task each however many figures read them), so this figure only computes statistics.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from experiments.cache import cached_runs
+from experiments.cache import Unit
 from experiments.early_warning import HORIZONS, SIGNALS, check_request, evaluate, llm_rows
-from experiments.llm import Run, sweep, sweep_results
+from experiments.llm import run_unit, sweep
 from paper_figs import fig1_cosine, fig3_divergence
-from paper_figs.common import apply_style, save_figure
+from paper_figs.common import Results, apply_style, save_figure
 from sim.record import write_records
 
 NAME = "fig9_early_warning"
@@ -25,18 +25,19 @@ TOY_FIGURES = (fig1_cosine, fig3_divergence)
 HORIZON_COLORS = ("#9ecae1", "#4292c6", "#08306b")
 
 
-def toy_rows(profile: str, device: str = "cpu") -> list[dict]:
-    """Per-step records of the toy panels of fig1 and fig3, through their own cache entries."""
-    rows = []
-    for figure in TOY_FIGURES:
-        for panel in figure.PANELS:
-            if not panel.name.startswith("llm"):  # the LLM panels come from the LLM sweep (llm_rows)
-                rows += cached_runs(f"{figure.NAME}/{panel.name}", profile, device,
-                                    lambda p=panel: p.run(profile, device))
-    return rows
+def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
+    """The toy simulations of fig1 and fig3 (their units) and the LLM sweep's runs."""
+    return [*[u for figure in TOY_FIGURES for u in figure.toy_units(profile, device)],
+            *[run_unit(r) for r in sweep(profile, device, dry_run)]]
 
 
-def plot(axes, table: list[dict], sim: str, signals, horizons) -> None:
+def toy_rows(results: Results) -> list[dict]:
+    """Per-step records of the toy panels of fig1 and fig3, in their panel order."""
+    return [row for figure in TOY_FIGURES for u in figure.toy_units(results.profile, results.device)
+            for row in results.value(u.spec, [])]
+
+
+def plot_sim(axes, table: list[dict], sim: str, signals, horizons) -> None:
     """AUC bars (one per k) per signal, and the median lead time at the largest k with the detected share."""
     ax_auc, ax_lead = axes
     mine = {(r["signal"], r["k"]): r for r in table if r["sim"] == sim}
@@ -82,18 +83,12 @@ def markdown(table: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
-    """The GRPO runs this figure reads (``paper_figs.plan`` computes them before the figure starts)."""
-    return sweep(profile, device)
-
-
-def main(profile: str, out_dir: Path, device: str = "cpu", signals=tuple(SIGNALS), horizons=HORIZONS,
-         llm: bool = True) -> list[dict]:
-    """The table (one row per simulator × signal × k); ``llm=False`` leaves the LLM sweep out (tests)."""
+def plot(results: Results, out_dir: Path, signals=tuple(SIGNALS), horizons=HORIZONS) -> list[Path]:
+    """The table (one row per simulator × signal × k) and its figure."""
     check_request(signals, horizons)
-    rows = toy_rows(profile, device)
-    if llm:
-        rows += llm_rows(sweep_results(profile, device))
+    rows = toy_rows(results)
+    if results.runs():
+        rows += llm_rows(results.runs())
     table, events = evaluate(rows, signals, horizons)
     sims = [sim for sim in dict.fromkeys(r["sim"] for r in table)
             if any(r["sim"] == sim and r["collapses"] for r in table)]
@@ -101,13 +96,12 @@ def main(profile: str, out_dir: Path, device: str = "cpu", signals=tuple(SIGNALS
     fig, axes = plt.subplots(2, max(1, len(sims)), figsize=(3.6 * max(1, len(sims)), 5.2), squeeze=False,
                              layout="constrained")
     for i, sim in enumerate(sims):
-        plot((axes[0][i], axes[1][i]), table, sim, list(signals), list(horizons))
+        plot_sim((axes[0][i], axes[1][i]), table, sim, list(signals), list(horizons))
     fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside upper center", ncol=len(horizons) + 1)
-    write_records(table, out_dir / f"{NAME}.csv")
-    write_records(events, out_dir / f"{NAME}_collapses.csv")
-    save_figure(fig, out_dir, NAME)
+    paths = [write_records(table, out_dir / f"{NAME}.csv"), write_records(events, out_dir / f"{NAME}_collapses.csv"),
+             *save_figure(fig, out_dir, NAME)]
     quiet = sorted({r["sim"] for r in table} - set(sims))
     print(markdown(table))
     if quiet:
         print(f"no collapse in any run of: {', '.join(quiet)} (no AUC there)")
-    return table
+    return paths

@@ -12,16 +12,22 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from experiments.bandit_snr import FIXES, PROBLEMS, SNR, snr_table
-from paper_figs.common import apply_style, method_color, save_figure
+from experiments.bandit_snr import FIXES, PROBLEMS, SNR, run_table
+from experiments.cache import Unit, unit
+from paper_figs.common import Results, apply_style, method_color, save_figure
 from sim.record import write_records
 
 NAME = "figs1_bandit_snr"
 
 
-def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
-    table = snr_table(profile)
-    write_records(table, out_dir / f"{NAME}.csv")
+def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
+    """The bandit simulations at every SNR, one cached unit (on the CPU whatever ``device``)."""
+    return [unit(NAME, run_table, profile, cost=9.0)]
+
+
+def plot(results: Results, out_dir: Path) -> list[Path]:
+    profile, table = results.profile, results.value(NAME)
+    paths = [write_records(table, out_dir / f"{NAME}.csv")]
     apply_style()
     fig, axes = plt.subplots(2, len(PROBLEMS), figsize=(3.3 * len(PROBLEMS), 4.8), squeeze=False)
     shades = ["#c6dbef", "#6baed6", "#2171b5", "#08306b", "#000000"]
@@ -43,9 +49,9 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
         axes[1][k].set(xlabel="staleness s", ylabel="final reward gap J* − J (median)", yscale="log")
     axes[0][0].legend()
     axes[1][0].legend(fontsize=6)
-    save_figure(fig, out_dir, NAME)
+    paths += save_figure(fig, out_dir, NAME)
     for r in table:
         if r["label"] in ("sync", "none") or r["staleness"] == 8:
             print(f"  {r['sim']:<18} B={r['groups']:>2} G={r['group_size']:>2} {r['label']:<8} s={r['staleness']:>2} "
                   f"cos {r['mean_cos_prev']:+.2f} gap {r['median_gap']:.3g}")
-    return table
+    return paths

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from experiments import signature
-from experiments.llm import Run
-from paper_figs.common import apply_style, save_figure
+from experiments.cache import Unit
+from experiments.llm import run_unit
+from paper_figs.common import Results, apply_style, save_figure
 from sim.record import write_records
 
 NAME = "figs2_llm_signature"
@@ -93,14 +94,13 @@ def plot_snr(ax, table: list[dict], colors: dict) -> None:
     ax.legend(loc="upper left")
 
 
-def llm_runs(profile: str, device: str = "cpu") -> list[Run]:
-    """The GRPO runs this figure reads (``paper_figs.plan`` computes them before the figure starts)."""
-    return signature.sweep(profile, device)
+def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
+    """The GRPO runs of the signature map (experiments/signature.py)."""
+    return [run_unit(r) for r in signature.sweep(profile, device, dry_run)]
 
 
-def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
-    results = signature.sweep_results(profile, device)
-    rows = [signature.run_row(item, res, device_name(device)) for item, res in results]
+def plot(results: Results, out_dir: Path) -> list[Path]:
+    rows = [signature.run_row(item, res, device_name(results.device)) for item, res in results.runs()]
     table = summary_table(rows)
     configs = list(dict.fromkeys(r["config"] for r in rows))
     cmap = plt.get_cmap("tab10")
@@ -111,11 +111,9 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
         plot_vs_staleness(ax, table, key, colors)
     axes[0].legend(fontsize=6)
     plot_snr(axes[4], table, colors)
-    write_records(rows, out_dir / f"{NAME}.csv")
-    write_records(table, out_dir / f"{NAME}_table.csv")
     gap_rows = gaps(rows)
-    write_records(gap_rows, out_dir / f"{NAME}_gaps.csv")
-    save_figure(fig, out_dir, NAME)
+    paths = [write_records(rows, out_dir / f"{NAME}.csv"), write_records(table, out_dir / f"{NAME}_table.csv"),
+             write_records(gap_rows, out_dir / f"{NAME}_gaps.csv"), *save_figure(fig, out_dir, NAME)]
     for g in gap_rows:
         print(f"  gap {g['config']:<16} s={g['staleness']:>2} − sync: " + "  ".join(
             f"{key} {g[f'gap_{key}']:+.3f} [{g[f'gap_{key}_low']:+.3f}, {g[f'gap_{key}_high']:+.3f}]"
@@ -124,4 +122,4 @@ def main(profile: str, out_dir: Path, device: str = "cpu") -> list[dict]:
         print(f"  {r['config']:<16} s={r['staleness']:>2}  cos_prev {r['cos_prev']:+.3f}  cos_prev_step "
               f"{r['cos_prev_step']:+.3f}  cos_update {r['cos_update']:+.3f}  SNR_h {r['snr_halves']:.3f}  "
               f"final acc {r['final_accuracy']:.3f}  KL {r['kl_behaviour_mean']:.3f}  ({r['seeds']} seeds)")
-    return table
+    return paths

@@ -9,8 +9,7 @@ def _isolated_run_cache(tmp_path_factory, monkeypatch):
 
     monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path_factory.mktemp("run-cache"))
     monkeypatch.delenv("GAC_LAB_FORCE", raising=False)
-    monkeypatch.delenv("GAC_LAB_FORCE_BEFORE", raising=False)  # set by paper_figs --force
-    monkeypatch.setenv("GAC_LAB_JOBS", "1")  # the LLM sweep's parallel path has its own test
+    monkeypatch.setenv("GAC_LAB_JOBS", "1")  # one process: the parallel path has its own tests (test_driver)
 
 
 def pytest_configure(config):

@@ -1,5 +1,6 @@
 """environment.yml and pyproject.toml describe the same environment."""
 
+import os
 import re
 import subprocess
 import sys
@@ -112,3 +113,28 @@ def test_layers_contract_holds_and_covers_every_package():
         pytest.skip("lint-imports is not installed (pip install 'gac-lab[dev]')")
     result = subprocess.run([str(exe)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-2000:]
+
+
+def test_a_contract_forbids_the_run_code_from_importing_the_figures(tmp_path):
+    """experiments (and sim, theory, gac) -> paper_figs is forbidden by its own contract; lint-imports on a small
+    tree with such an import (inside a function) fails with that contract, so the check can fail."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (forbidden,) = [c for c in config["contracts"] if c["type"] == "forbidden"]
+    assert set(forbidden["source_modules"]) >= {"experiments", "sim", "theory", "gac"}
+    assert forbidden["forbidden_modules"] == ["paper_figs"]
+    exe = Path(sys.executable).parent / "lint-imports"
+    if not exe.exists():
+        pytest.skip("lint-imports is not installed (pip install 'gac-lab[dev]')")
+    for package in ("gac", "theory", "sim", "experiments", "paper_figs"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "experiments" / "__init__.py").write_text("def plot():\n    from paper_figs import x\n")
+    lines = ["[importlinter]", "root_packages =", *[f"    {p}" for p in ("gac", "theory", "sim", "experiments",
+                                                                         "paper_figs")],
+             "[importlinter:contract:forbidden]", f"name = {forbidden['name']}", "type = forbidden",
+             "source_modules =", *[f"    {m}" for m in forbidden["source_modules"]],
+             "forbidden_modules =", *[f"    {m}" for m in forbidden["forbidden_modules"]]]
+    (tmp_path / ".importlinter").write_text("\n".join(lines) + "\n")
+    result = subprocess.run([str(exe)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode != 0 and "experiments -> paper_figs" in result.stdout, result.stdout[-2000:]

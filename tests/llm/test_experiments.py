@@ -2,7 +2,7 @@
 
 import experiments.cache
 from experiments import llm
-from paper_figs import fig5_llm_grpo
+from paper_figs import driver
 
 
 def test_sweep_feeds_fig1_fig3_fig5(tiny_checkpoint, tmp_path, monkeypatch):
@@ -14,13 +14,15 @@ def test_sweep_feeds_fig1_fig3_fig5(tiny_checkpoint, tmp_path, monkeypatch):
         line_staleness=(0, 2), high_staleness=2))
     runs = llm.sweep("test")
     assert len({(r.args.method, r.args.staleness, r.args.lr, r.args.ratio_to) for r in runs}) == len(runs)
-    cosine_rows = llm.llm_cosine_rows("test")
+    results = llm.sweep_results("test", log=lambda *a: None)
+    cosine_rows = llm.llm_cosine_rows_with_run_means(results)
     assert {r["staleness"] for r in cosine_rows} == {0, 2} and {r["sim"] for r in cosine_rows} == {"llm"}
-    divergence_rows = llm.llm_divergence_rows("test")
+    divergence_rows = llm.llm_divergence_rows(results)
     assert {r["method"] for r in divergence_rows} == {"sync", "none", "gac"}
     cached_files = sorted((tmp_path / "cache").glob("llm_grpo-*.json"))
-    assert len(cached_files) == len(runs)  # second and third calls read the cache
-    fig5_llm_grpo.main("test", tmp_path / "out")
+    assert len(cached_files) == len(runs)
+    driver.make_figure("fig5_llm_grpo", "test", tmp_path / "out")  # reads the cache
+    assert sorted((tmp_path / "cache").glob("llm_grpo-*.json")) == cached_files
     for ext in ("png", "pdf", "csv"):
         assert (tmp_path / "out" / f"fig5_llm_grpo.{ext}").exists()
     table = (tmp_path / "out" / "fig5_llm_grpo_table.csv").read_text()
@@ -34,7 +36,7 @@ def test_results_of_trains_each_warm_start_once_before_its_runs(tmp_path, monkey
     monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
     events = []
     monkeypatch.setattr(llm, "prepare_warm_start", lambda args, log: events.append(("warm", args.digits)))
-    monkeypatch.setattr(llm, "run_cached", lambda args, force=False: events.append(("run", args.digits)) or
+    monkeypatch.setattr(llm, "compute_run", lambda args: events.append(("run", args.digits)) or
                         {"summary": {"final_accuracy": 0.0}})
     # Costs that would put every run before a warm start, were it not for the wait.
     monkeypatch.setitem(llm.WARM_START_SECONDS, "tiny", 0.001)

@@ -4,8 +4,8 @@ import csv
 import json
 
 import experiments.cache
-from experiments import llm
-from paper_figs import fig1_cosine, fig3_divergence
+from experiments import llm, signature
+from paper_figs import driver
 
 
 def test_llm_panels_of_fig1_and_fig3(tiny_checkpoint, tmp_path, monkeypatch):
@@ -14,12 +14,18 @@ def test_llm_panels_of_fig1_and_fig3(tiny_checkpoint, tmp_path, monkeypatch):
         base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=3, prompts_per_step=4, group_size=4,
                   minibatches=2, eval_every=2, eval_problems=8, temperature=0.5, ratio_to="proximal"),
         seeds=(0,), main_lr=3e-3, small_lrs=(1e-3,), grid={3e-3: (0, 2)}, line_staleness=(0, 2), high_staleness=2))
-    llm_panels = [p for p in fig1_cosine.PANELS if p.name == "llm"]
-    table = fig1_cosine.main("test", tmp_path, panels=llm_panels)
-    assert {(row["sim"], row["staleness"]) for row in table} == {("llm", 0), ("llm", 2)}
-    assert all(-1.0 <= row["mean_cos_prev_before_divergence"] <= 1.0 for row in table)
-    summary = fig3_divergence.main("test", tmp_path, panels=[p for p in fig3_divergence.PANELS if p.name == "llm"])
-    assert {row["label"] for row in summary} == {"sync", "none", "gac"}
+    monkeypatch.setitem(signature.PROFILES, "test", dict(signature.PROFILES["quick"], cells={}))  # no signature panel
+    def sweep_runs(name):
+        return [u for u in driver.module(name).runs("test") if u.kind == "llm_grpo"]
+
+    driver.make_figure("fig1_cosine", "test", tmp_path, units=sweep_runs("fig1_cosine"))
+    with open(tmp_path / "fig1_cosine_table.csv") as handle:
+        table = list(csv.DictReader(handle))
+    assert {(row["sim"], row["staleness"]) for row in table} == {("llm", "0"), ("llm", "2")}
+    assert all(-1.0 <= float(row["mean_cos_prev_before_divergence"]) <= 1.0 for row in table)
+    driver.make_figure("fig3_divergence", "test", tmp_path, units=sweep_runs("fig3_divergence"))
+    with open(tmp_path / "fig3_divergence_summary.csv") as handle:
+        assert {row["label"] for row in csv.DictReader(handle)} == {"sync", "none", "gac"}
     with open(tmp_path / "fig3_divergence.csv") as handle:
         assert {row["sim"] for row in csv.DictReader(handle)} == {"llm"}
     assert (tmp_path / "fig1_cosine.png").stat().st_size > 0 and (tmp_path / "fig3_divergence.png").exists()

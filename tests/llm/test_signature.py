@@ -12,6 +12,7 @@ import sim.llm.warmstart
 from experiments import signature
 from paper_figs import __main__ as cli
 from paper_figs import figs2_llm_signature
+from paper_figs.driver import make_figure
 
 
 def _tiny_profile(tiny_checkpoint):
@@ -23,7 +24,9 @@ def _tiny_profile(tiny_checkpoint):
 def test_figs2_rows_cosines_and_snr(tiny_checkpoint, tmp_path, monkeypatch):
     monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setitem(signature.PROFILES, "test", _tiny_profile(tiny_checkpoint))
-    table = figs2_llm_signature.main("test", tmp_path)
+    make_figure("figs2_llm_signature", "test", tmp_path)
+    with open(tmp_path / "figs2_llm_signature_table.csv") as handle:
+        table = [dict(r, staleness=int(r["staleness"])) for r in csv.DictReader(handle)]
     for ext in ("png", "pdf", "csv"):
         assert (tmp_path / f"figs2_llm_signature.{ext}").stat().st_size > 0
     with open(tmp_path / "figs2_llm_signature.csv") as handle:
@@ -49,7 +52,6 @@ def test_figs2_rows_cosines_and_snr(tiny_checkpoint, tmp_path, monkeypatch):
 def test_gpu_command_dry_run_writes_csv_naming_device(tiny_checkpoint, tmp_path, monkeypatch):
     monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(sim.llm.warmstart, "RUNS_DIR", tmp_path / "runs")
-    monkeypatch.setenv("GAC_LAB_DRY_RUN", "0")  # restored after the test (main sets it to 1)
     assert cli.main(["figs2_llm_signature", "fig5_llm_grpo", "--profile", "gpu", "--device", "cuda", "--dry-run",
                      "--out", str(tmp_path / "out")]) == 0
     with open(tmp_path / "out" / "dry_run" / "figs2_llm_signature.csv") as handle:
@@ -101,7 +103,10 @@ def test_fig1_llm_panels_name_default_and_strongest(tiny_checkpoint, tmp_path, m
         base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=4, prompts_per_step=4, group_size=4,
                   minibatches=2, eval_every=2, eval_problems=8, temperature=0.5, ratio_to="proximal"),
         seeds=(0,), main_lr=3e-3, small_lrs=(), grid={3e-3: (0, 2)}, line_staleness=(0, 2), high_staleness=2))
-    table = fig1_cosine.main("test", tmp_path, panels=[p for p in fig1_cosine.PANELS if p.name.startswith("llm")])
+    make_figure(fig1_cosine.NAME, "test", tmp_path, units=[u for u in fig1_cosine.runs("test") if u.kind == "llm_grpo"])
+    with open(tmp_path / "fig1_cosine_table.csv") as handle:
+        table = [dict(r, staleness=int(r["staleness"]), mean_cos_prev=float(r["mean_cos_prev"]))
+                 for r in csv.DictReader(handle)]
     configs = {row["config"] for row in table}
     assert len(configs) == 2 and llm.DEFAULT_CONFIG in configs
     strongest = next(c for c in configs if c != llm.DEFAULT_CONFIG)

@@ -90,7 +90,6 @@ def test_fig10_gpu_profile_dry_run_writes_every_arm_with_warm_start_and_seed(tin
 
     monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(sim.llm.warmstart, "RUNS_DIR", tmp_path / "runs")
-    monkeypatch.setenv("GAC_LAB_DRY_RUN", "0")  # restored after the test (main sets it to 1)
     assert cli.main(["fig10_verdict", "--profile", "gpu", "--dry-run", "--out", str(tmp_path / "out")]) == 0
     out = tmp_path / "out" / "dry_run"  # a dry run never writes over real figures
     with open(out / "fig10_verdict.csv") as handle:

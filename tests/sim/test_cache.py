@@ -2,7 +2,6 @@
 
 import json
 import math
-import os
 import warnings
 
 import pytest
@@ -30,20 +29,17 @@ def test_cached_computes_once_per_config_and_force_recomputes(monkeypatch):
     assert len(calls) == 3
 
 
-def test_force_before_recomputes_older_entries_once(monkeypatch):
-    # paper_figs --force: entries written before the command started are recomputed, once; later reads of the
-    # same entry (another figure reading the same run) find the fresh one.
-    calls = []
-    compute = lambda: calls.append(1) or len(calls)
-    cache.cached("unit", {"a": 1}, compute)
-    path = cache.cache_path("unit", {"a": 1})
-    started = path.stat().st_mtime + 1.0
-    monkeypatch.setenv("GAC_LAB_FORCE_BEFORE", repr(started))
-    os.utime(path, (started - 0.5, started - 0.5))  # written before the command
-    assert cache.lookup("unit", {"a": 1}) is None
-    assert cache.cached("unit", {"a": 1}, compute) == 2
-    os.utime(path, (started + 0.5, started + 0.5))  # written by the command
-    assert cache.cached("unit", {"a": 1}, compute) == 2 and len(calls) == 2
+def test_units_are_keyed_by_the_code_that_computes_them_not_the_plots():
+    assert cache.SOURCE_DIRS == ("gac", "sim", "theory", "experiments")
+    item = cache.unit("unit", len, "x")
+    assert item.key["code"] == fingerprint.code_fingerprint(cache.SOURCE_DIRS, cache.ROOT)
+    assert item.name == cache.unit("unit", len, "x").name != cache.unit("unit", len, "xy").name
+
+
+def test_compute_unit_stores_in_the_folder_it_is_given(tmp_path):
+    item = cache.unit("unit", len, "xyz")
+    assert cache.compute_unit(item, tmp_path / "elsewhere") == 3
+    assert item.lookup(tmp_path / "elsewhere") == 3 and item.lookup() is None  # not the default folder
 
 
 def test_cached_runs_key_includes_code_fingerprint(monkeypatch):

@@ -1,5 +1,6 @@
 """experiments.early_warning: collapse steps, labels, AUC with ties, lead times and the figure, on hand examples."""
 
+import csv
 import itertools
 import math
 
@@ -9,7 +10,8 @@ import pytest
 from experiments import early_warning as ew
 from experiments.llm import Run
 from paper_figs import fig9_early_warning
-from paper_figs.__main__ import FIGURES
+from paper_figs.common import Results
+from paper_figs.driver import FIGURES, make_figure
 from sim.llm.train import Args
 from sim.schema import make_row
 
@@ -161,12 +163,15 @@ def test_bad_input_fails_before_any_work(signals, horizons, message, tmp_path, m
 
     monkeypatch.setattr(fig9_early_warning, "toy_rows", no_runs)
     with pytest.raises(ValueError, match=message):
-        fig9_early_warning.main("smoke", tmp_path, signals=signals, horizons=horizons, llm=False)
+        fig9_early_warning.plot(Results("smoke"), tmp_path, signals=signals, horizons=horizons)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_figure_smoke(tmp_path):
-    table = fig9_early_warning.main("smoke", tmp_path, llm=False)
+    toys = [u for figure in fig9_early_warning.TOY_FIGURES for u in figure.toy_units("smoke")]
+    make_figure(fig9_early_warning.NAME, "smoke", tmp_path, units=toys)
+    with open(tmp_path / f"{fig9_early_warning.NAME}.csv") as handle:
+        table = list(csv.DictReader(handle))
     for ext in ("csv", "png", "pdf"):
         assert (tmp_path / f"{fig9_early_warning.NAME}.{ext}").stat().st_size > 0
     assert (tmp_path / f"{fig9_early_warning.NAME}_collapses.csv").stat().st_size > 0

@@ -3,7 +3,7 @@
 import matplotlib.pyplot as plt
 
 from paper_figs import fig3_divergence
-from paper_figs.common import Panel
+from paper_figs.common import Panel, Results
 
 
 def _panel(name: str, n_axes: int) -> Panel:
@@ -15,14 +15,14 @@ def _panel(name: str, n_axes: int) -> Panel:
         for ax in axes:
             ax.plot([r["step"] for r in rows], [r["objective"] for r in rows], label="sync")
 
-    return Panel(name, lambda profile, device: rows, plot, n_axes=n_axes)
+    return Panel(name, lambda results: rows, plot, n_axes=n_axes)
 
 
 def test_no_empty_axes_beside_a_taller_panel(tmp_path, monkeypatch):
     saved = []
-    monkeypatch.setattr(fig3_divergence, "save_figure", lambda fig, out, name: saved.append(fig))
+    monkeypatch.setattr(fig3_divergence, "save_figure", lambda fig, out, name: saved.append(fig) or [])
     panels = [_panel("quadratic", 0), _panel("bandit_gaussian", 2), _panel("llm", 3)]
-    fig3_divergence.main("test", tmp_path, panels=panels)
+    fig3_divergence.plot(Results("test"), tmp_path, panels=panels)
     (fig,) = saved
     axes = fig.get_axes()
     assert len(axes) == 2 + 2 + 3

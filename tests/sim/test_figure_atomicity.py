@@ -5,29 +5,30 @@ import types
 
 import pytest
 
-from paper_figs.__main__ import FigureArgs, make_figure
+from paper_figs.common import Results
+from paper_figs.driver import plot_figure
 from sim.record import atomic_write_bytes, is_complete, publish_together
 
 
 def _fake_figure(monkeypatch, fail: bool):
-    def main(profile, out_dir, device="cpu"):
+    def plot(results, out_dir):
         atomic_write_bytes(out_dir / "fake_fig.csv", b"new\n")
         if fail:
             raise RuntimeError("killed after the CSV")
         atomic_write_bytes(out_dir / "fake_fig.png", b"png")
 
-    monkeypatch.setitem(sys.modules, "paper_figs.fake_fig", types.SimpleNamespace(main=main))
+    monkeypatch.setitem(sys.modules, "paper_figs.fake_fig", types.SimpleNamespace(plot=plot))
 
 
 def test_a_failing_figure_leaves_the_previous_set_untouched(tmp_path, monkeypatch):
     _fake_figure(monkeypatch, fail=False)
-    make_figure("fake_fig", FigureArgs(names=("fake_fig",), out=tmp_path))
+    plot_figure("fake_fig", Results("quick"), tmp_path)
     assert is_complete(tmp_path, "fake_fig")
     assert (tmp_path / "fake_fig.complete").read_text().split() == ["fake_fig.csv", "fake_fig.png"]
     atomic_write_bytes(tmp_path / "fake_fig.csv", b"old\n")
     _fake_figure(monkeypatch, fail=True)
     with pytest.raises(RuntimeError):
-        make_figure("fake_fig", FigureArgs(names=("fake_fig",), out=tmp_path))
+        plot_figure("fake_fig", Results("quick"), tmp_path)
     assert (tmp_path / "fake_fig.csv").read_bytes() == b"old\n"  # not the failed run's CSV
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fake_fig.complete", "fake_fig.csv", "fake_fig.png"]
 

@@ -1,18 +1,25 @@
 """Each toy figure runs end to end at tiny size and writes its CSV and PNG."""
 
+import csv
+
 import pytest
 
 from paper_figs import fig1_cosine, fig3_divergence, fig4_stability_region, fig6_ablation, figs1_bandit_snr
 from paper_figs.__main__ import FIGURES, parse_args
+from paper_figs.driver import make_figure
+
+
+def _rows(path) -> list[dict]:
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
 
 
 @pytest.mark.parametrize("module", [fig1_cosine, fig3_divergence, fig4_stability_region, fig6_ablation,
                                     figs1_bandit_snr])
 def test_figure_smoke(module, tmp_path):
-    if hasattr(module, "PANELS"):  # the LLM panel has its own test (tests/llm/test_llm_panels.py)
-        module.main("smoke", tmp_path, panels=[p for p in module.PANELS if not p.name.startswith("llm")])
-    else:
-        module.main("smoke", tmp_path)
+    # the LLM panels of fig1 and fig3 have their own test (tests/llm/test_llm_panels.py)
+    units = module.toy_units("smoke") if hasattr(module, "toy_units") else None
+    make_figure(module.NAME, "smoke", tmp_path, units=units)
     name = module.NAME
     assert (tmp_path / f"{name}.csv").stat().st_size > 0
     assert (tmp_path / f"{name}.png").stat().st_size > 0
@@ -28,25 +35,29 @@ def test_fig2_cosine_vs_staleness_smoke(tmp_path):
     """Tiny run; the transient window and the theory column are filled whatever the profile."""
     from paper_figs import fig2_cosine_vs_staleness
 
-    rows = fig2_cosine_vs_staleness.main("smoke", tmp_path)
+    make_figure(fig2_cosine_vs_staleness.NAME, "smoke", tmp_path)
+    rows = _rows(tmp_path / f"{fig2_cosine_vs_staleness.NAME}.csv")
     for ext in ("csv", "png", "pdf"):
         assert (tmp_path / f"{fig2_cosine_vs_staleness.NAME}.{ext}").stat().st_size > 0
     stationary = [r for r in rows if r["panel"] == "stationary"]
-    assert {r["staleness"] for r in stationary} == set(fig2_cosine_vs_staleness.STALENESS)
+    assert {int(r["staleness"]) for r in stationary} == set(fig2_cosine_vs_staleness.STALENESS)
     # every step size of the figure is inside the stability region, so the theory value exists (not nan)
-    assert all(-1.0 <= r["predicted"] <= 1.0 for r in stationary)
+    assert all(-1.0 <= float(r["predicted"]) <= 1.0 for r in stationary)
     assert {r["panel"] for r in rows} == {"stationary", "transient", "bandit_gaussian"}
     assert fig2_cosine_vs_staleness.NAME in FIGURES
 
 
 def test_fig7_bound_smoke(tmp_path):
+    from experiments import bound
     from paper_figs import fig7_bound
 
-    rows = fig7_bound.main("smoke", tmp_path)
+    make_figure(fig7_bound.NAME, "smoke", tmp_path)
+    rows = [{k: float(v) if k.startswith(("measured", "bound")) else v for k, v in r.items()}
+            for r in _rows(tmp_path / f"{fig7_bound.NAME}.csv")]
     for ext in ("csv", "png", "pdf"):
         assert (tmp_path / f"{fig7_bound.NAME}.{ext}").stat().st_size > 0
     assert (tmp_path / f"{fig7_bound.NAME}_tightness.csv").stat().st_size > 0
-    assert len(rows) == len(fig7_bound.SMOKE_SETTINGS)
+    assert len(rows) == len(bound.SMOKE_SETTINGS)
     assert all(r["measured_min"] <= r["measured_avg"] <= r["bound"] for r in rows)  # the theorem, at tiny size
     assert fig7_bound.NAME in FIGURES
 

@@ -25,7 +25,7 @@ def _bad_outs(tmp_path: Path) -> list[tuple[str, str]]:
 
 
 def test_paper_figs_refuses_bad_out_before_any_figure(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(figs_cli, "make_figure", lambda *a: pytest.fail("a figure ran"))
+    monkeypatch.setattr(figs_cli, "make_figures", lambda *a, **k: pytest.fail("a figure ran"))
     for out, needle in [*_bad_outs(tmp_path), ("", "--out is empty")]:
         with pytest.raises(SystemExit) as exit_info:
             figs_cli.main(["fig7_bound", "--out", out])

@@ -1,5 +1,5 @@
 """paper_figs' command line: a dry run never writes over real figures, every LLM figure (fig8 too) honours it,
-GAC_LAB_JOBS is checked and capped, and Ctrl-C is one line."""
+the job count follows the cores and the memory (--jobs and GAC_LAB_JOBS checked and capped), and Ctrl-C is one line."""
 
 from __future__ import annotations
 
@@ -7,26 +7,25 @@ import pytest
 
 import paper_figs.__main__ as figs_cli
 from experiments import llm
-from paper_figs import fig8_tuned, plan
+from paper_figs import driver, fig8_tuned
 
 
-def fake_figure(written: list):
-    def make_figure(name, args):
-        path = args.out / f"{name}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"dry")
-        written.append(path)
-        return [path]
+def fake_figures(written: list):
+    def make_figures(args, jobs, log=print, declared=None):
+        for name in args.names:
+            path = args.out / f"{name}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"dry")
+            written.append(path)
 
-    return make_figure
+    return make_figures
 
 
 def test_dry_run_writes_beside_the_real_figures_never_over_them(tmp_path, monkeypatch):
-    monkeypatch.setenv("GAC_LAB_DRY_RUN", "0")  # restored after the test (main sets it to 1)
     real = tmp_path / "fig7_bound.png"
     real.write_bytes(b"real figure")
     written = []
-    monkeypatch.setattr(figs_cli, "make_figure", fake_figure(written))
+    monkeypatch.setattr(figs_cli, "make_figures", fake_figures(written))
     assert figs_cli.main(["fig7_bound", "--dry-run", "--out", str(tmp_path)]) == 0
     assert written == [tmp_path / "dry_run" / "fig7_bound.png"]
     assert real.read_bytes() == b"real figure"
@@ -34,21 +33,19 @@ def test_dry_run_writes_beside_the_real_figures_never_over_them(tmp_path, monkey
 
 @pytest.mark.parametrize("name", ["fig1_cosine", "fig3_divergence", "fig5_llm_grpo", "fig8_tuned",
                                   "fig9_early_warning", "figs2_llm_signature"])
-def test_every_llm_figure_shrinks_its_runs_under_a_dry_run(name, monkeypatch):
-    monkeypatch.setenv("GAC_LAB_DRY_RUN", "1")
-    runs = plan.figure_runs(name, "quick", "cpu")
+def test_every_llm_figure_shrinks_its_runs_under_a_dry_run(name):
+    runs = [u.spec for u in driver.module(name).runs("quick", "cpu", dry_run=True) if u.kind == "llm_grpo"]
     assert runs and {(r.args.size, r.args.steps, r.args.device) for r in runs} == {("tiny", 2, "cpu")}
 
 
-def test_fig8_runs_are_the_profiles_own_without_a_dry_run(monkeypatch):
-    monkeypatch.setenv("GAC_LAB_DRY_RUN", "0")
-    assert {r.args.steps for r in fig8_tuned.llm_runs("quick", "cpu")} == {40}
+def test_fig8_runs_are_the_profiles_own_without_a_dry_run():
+    assert {u.spec.args.steps for u in fig8_tuned.runs("quick", "cpu") if u.kind == "llm_grpo"} == {40}
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5"])
 def test_gac_lab_jobs_that_is_not_a_count_is_one_line(value, monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("GAC_LAB_JOBS", value)
-    monkeypatch.setattr(figs_cli, "make_figure", lambda *a: pytest.fail("a figure ran"))
+    monkeypatch.setattr(figs_cli, "make_figures", lambda *a, **k: pytest.fail("a figure ran"))
     with pytest.raises(SystemExit) as exit_info:
         figs_cli.main(["fig7_bound", "--out", str(tmp_path)])
     assert exit_info.value.code == 2
@@ -57,28 +54,53 @@ def test_gac_lab_jobs_that_is_not_a_count_is_one_line(value, monkeypatch, capsys
     assert len(err.splitlines()) == 1
 
 
-def test_gac_lab_jobs_beyond_cores_or_memory_is_warned_and_capped(monkeypatch):
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_jobs_option_that_is_not_a_count_is_one_line(value, monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(figs_cli, "make_figures", lambda *a, **k: pytest.fail("a figure ran"))
+    with pytest.raises(SystemExit) as exit_info:
+        figs_cli.main(["fig7_bound", "--jobs", value, "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "--jobs must be a whole number of worker processes >= 1" in err and len(err.splitlines()) == 1
+
+
+def test_default_jobs_follow_the_cores_and_the_memory_of_the_largest_model(monkeypatch):
+    monkeypatch.delenv("GAC_LAB_JOBS")
+    monkeypatch.setattr(llm.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(llm, "available_memory", lambda: 128 * 2**30)
+    assert llm.default_jobs("small") == 16  # the cores bound: a workstation is used, not capped at 2
+    monkeypatch.setattr(llm, "available_memory", lambda: 30 * 2**30)
+    assert llm.default_jobs("small") == 16 and llm.default_jobs("gpu") == 30 // 6  # the memory bound, per size
+    assert llm.default_jobs("gpu") == int(30 // (llm.WORKER_MEMORY["gpu"] / 2**30))
+    monkeypatch.setattr(llm.os, "cpu_count", lambda: 2)
+    assert llm.default_jobs("tiny") == 2
+    monkeypatch.setattr(llm, "available_memory", lambda: 2**29)  # half a worker's memory: still one
+    assert llm.default_jobs("small") == 1
+    assert all(llm.WORKER_MEMORY[size] > llm.MEASURED_PEAK_GIB[size] * 2**30 for size in llm.MEASURED_PEAK_GIB)
+
+
+def test_jobs_beyond_cores_or_memory_are_warned_and_capped(monkeypatch):
     monkeypatch.setattr(llm.os, "cpu_count", lambda: 16)
     monkeypatch.setattr(llm, "available_memory", lambda: int(2.5 * 2**30))  # room for 2 workers of 1 GiB
     monkeypatch.setenv("GAC_LAB_JOBS", "8")
     with pytest.warns(RuntimeWarning, match=r"GAC_LAB_JOBS=8 .*16 cores, 2.5 GiB available.*using 2"):
-        assert llm.default_jobs("cpu") == 2
+        assert llm.default_jobs("small") == 2
+    with pytest.warns(RuntimeWarning, match=r"--jobs 8 .*using 2"):
+        assert llm.default_jobs("small", jobs=8) == 2  # --jobs wins over GAC_LAB_JOBS, within the same limit
     monkeypatch.setattr(llm, "available_memory", lambda: 64 * 2**30)
     monkeypatch.setenv("GAC_LAB_JOBS", "40")
     with pytest.warns(RuntimeWarning, match="using 16"):
-        assert llm.default_jobs("cpu") == 16
+        assert llm.default_jobs("small") == 16
     monkeypatch.setenv("GAC_LAB_JOBS", "12")
-    assert llm.default_jobs("cpu") == 12  # within the machine: as asked
-    monkeypatch.delenv("GAC_LAB_JOBS")
-    monkeypatch.setattr(llm, "available_memory", lambda: 2**29)  # half a worker's memory: still one
-    assert llm.default_jobs("cpu") == 1
+    assert llm.default_jobs("small") == 12  # within the machine: as asked
+    assert llm.default_jobs("small", jobs=3) == 3
 
 
 def test_ctrl_c_in_paper_figs_is_one_line(tmp_path, monkeypatch, capsys):
-    def interrupted(name, args):
+    def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(figs_cli, "make_figure", interrupted)
+    monkeypatch.setattr(figs_cli, "make_figures", interrupted)
     assert figs_cli.main(["fig7_bound", "--out", str(tmp_path)]) == 130
     err = capsys.readouterr().err.strip()
     assert "interrupted" in err and str(tmp_path) in err and "rerun the same command" in err

@@ -1,0 +1,172 @@
+"""The one road from the figures' runs to their plots: ``python -m paper_figs`` builds one graph of tasks, warm starts
+→ units (GRPO runs, toy simulations) → figures, and runs it with ``experiments.pool.run_tasks``.
+
+Every figure module declares ``runs(profile, device, dry_run) -> list[Unit]`` and a pure ``plot(results, out)``.
+The driver reads each distinct unit's cache entry once, computes the missing ones on the worker processes (a unit
+shared by several figures is one task; a run waits for its warm start; longest chain first), and calls each
+figure's ``plot`` here, in this process, with its results as soon as its units are done. Folders and ``--force``
+travel as arguments; the same graph runs on every device, with that device's job count.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import tyro
+
+from experiments import cache, llm
+from experiments.cache import Unit
+from experiments.pool import Task, run_tasks
+from paper_figs.common import OUT_DIR, Results
+from sim.record import publish_together
+
+# Figure name -> module under paper_figs/ (module name = figure name). Order = listing order for "all".
+FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region", "fig5_llm_grpo",
+           "fig6_ablation", "fig7_bound", "fig8_tuned", "fig9_early_warning", "fig10_verdict", "figs1_bandit_snr",
+           "figs2_llm_signature"]
+LLM_FIGURES = ("fig5_llm_grpo", "fig10_verdict", "figs2_llm_signature")
+"""The figures with a ``gpu`` profile (the 25M model on one GPU)."""
+FigureName = Literal[tuple([*FIGURES, "all"])]
+DRY_RUN_DIR = "dry_run"
+"""The sub-folder of --out that a --dry-run writes into."""
+PLOT_SECONDS = 3.0
+"""Rough seconds of one figure's plot (matplotlib, PNG and PDF): orders the tasks, never changes a result."""
+
+
+@dataclass(frozen=True)
+class FigureArgs:
+    """Regenerate the paper's figures (PNG, PDF and the CSV each figure plots)."""
+
+    names: tyro.conf.Positional[tuple[FigureName, ...]]
+    """figure names, or 'all' for every figure in order"""
+    profile: Literal["quick", "full", "gpu"] = "quick"
+    """run lengths and seeds: quick (minutes), full (paper scale, hours on CPU) or gpu (LLM figures, --device cuda)"""
+    device: str = "cpu"
+    """torch device for the runs (cpu or cuda[:N])"""
+    out: Path = OUT_DIR
+    """output folder"""
+    force: bool = False
+    """recompute every run the figures read, even when cached results exist"""
+    dry_run: bool = False
+    """LLM figures: every run shrunk to the tiny model, 2 steps, one seed, on the CPU (checks a command starts
+    and writes its CSV; a gpu profile then needs no CUDA device). Writes into OUT/dry_run/, never over real figures"""
+    jobs: int | None = None
+    """worker processes (default: experiments.llm.default_jobs, from the cores and the memory; GAC_LAB_JOBS too)"""
+
+
+def module(name: str):
+    """The module of figure ``name``."""
+    return importlib.import_module(f"paper_figs.{name}")
+
+
+def plot_figure(name: str, results: Results, out: Path, plot: Callable[[Results, Path], Any] | None = None
+                ) -> list[Path]:
+    """Draw figure ``name`` from ``results`` into a temp folder inside ``out``, then publish its files together.
+
+    A figure that fails or is killed leaves the previous outputs as they were (and no half of a new set).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out, prefix=f".{name}."))
+    try:
+        (module(name).plot if plot is None else plot)(results, staging)
+        return publish_together(staging, out, name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def largest_size(units: list[Unit]) -> str:
+    """The largest GRPO model size among ``units`` ("small" when there is none): it sets the memory per worker."""
+    sizes = [u.spec.args.size for u in units if u.kind == "llm_grpo"]
+    return max(sizes, key=lambda s: llm.WORKER_MEMORY.get(s, 0), default="small")
+
+
+def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path | None = None,
+            figures: dict[str, tuple[list[Unit], Callable[[list], Any]]] | None = None, log=print) -> dict[str, Any]:
+    """Every unit's result by name: cached ones read once each, the others computed on ``jobs`` workers into the
+    cache ``folder`` (default ``experiments.cache.CACHE_DIR``). ``figures``: name → (its units, a function of
+    their [(unit, result)] pairs) run here as soon as those units are done."""
+    folder = cache.CACHE_DIR if folder is None else Path(folder)
+    figures = figures or {}
+    values, tasks = llm.unit_tasks(units, folder, force)
+    missing = {t.name for t in tasks}
+    for name, (mine, draw) in figures.items():
+        tasks.append(Task(f"figure {name}", _draw, (draw, mine, values), PLOT_SECONDS,
+                          tuple(dict.fromkeys(u.name for u in mine if u.name in missing)), here=True))
+    every = {u.name: u for u in units}
+    runs = sum(u.kind == "llm_grpo" for u in every.values())
+    log(f"[paper_figs] {len(figures)} figures, {len(every)} units ({runs} GRPO runs), {len(values)} cached; "
+        f"{len(tasks) - len(figures)} to compute: {len(tasks)} tasks on {jobs} workers", flush=True)
+    start, count = time.perf_counter(), {"done": 0}
+
+    def report(task: Task, result: Any) -> None:
+        elapsed = time.perf_counter() - start
+        if task.name in every:
+            values[task.name] = result
+            count["done"] += 1
+            item = every[task.name]
+            what = item.kind
+            if item.kind == "llm_grpo":
+                a = item.spec.args
+                what = (f"{a.size} {a.digits}-digit {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
+                        f"{result['summary']['final_accuracy']:.3f}")
+            log(f"[paper_figs unit {count['done']}/{len(missing) - sum(n.startswith('warm start') for n in missing)}]"
+                f" {what} ({elapsed:.0f} s elapsed)", flush=True)
+        elif task.name.startswith("figure "):
+            log(f"[paper_figs] {task.name.removeprefix('figure ')} done at {elapsed:.0f} s", flush=True)
+        else:  # a warm start: its task's argument is the first run's Args
+            a = task.args[0]
+            log(f"[paper_figs] warm start {a.size} {a.digits}-digit trained ({elapsed:.0f} s elapsed)", flush=True)
+
+    run_tasks(tasks, jobs, report)
+    return values
+
+
+def _draw(draw: Callable[[list], Any], units: list[Unit], values: dict[str, Any]) -> Any:
+    return draw([(u, values[u.name]) for u in units])
+
+
+def results_for(units: list[Unit], profile: str, device: str = "cpu", dry_run: bool = False, jobs: int = 1,
+                force: bool = False) -> Results:
+    """``units`` computed (through the cache) into the ``Results`` a plot receives: for tests and notebooks."""
+    values = compute(units, jobs, force, log=lambda *a, **k: None)
+    return Results(profile, device, dry_run, tuple((u, values[u.name]) for u in units))
+
+
+def declare(args: FigureArgs) -> dict[str, list[Unit]]:
+    """Each figure's units, as its module's ``runs`` declares them (nothing is read or computed)."""
+    return {name: module(name).runs(args.profile, args.device, args.dry_run) for name in args.names}
+
+
+def make_figures(args: FigureArgs, jobs: int, log=print, declared: dict[str, list[Unit]] | None = None
+                 ) -> dict[str, list[Path]]:
+    """Every figure of ``args.names`` and every unit they read, as one graph of tasks on ``jobs`` workers."""
+    declared = declare(args) if declared is None else declared
+    written: dict[str, list[Path]] = {}
+
+    def drawer(name: str) -> Callable[[list], Any]:
+        def draw(items: list) -> list[Path]:
+            results = Results(args.profile, args.device, args.dry_run, tuple(items))
+            written[name] = plot_figure(name, results, args.out)
+            log(f"[paper_figs] {name} -> {args.out}/{name}.*", flush=True)
+            return written[name]
+        return draw
+
+    units = [u for mine in declared.values() for u in mine]
+    compute(units, jobs, args.force, figures={name: (mine, drawer(name)) for name, mine in declared.items()},
+            log=log)
+    return written
+
+
+def make_figure(name: str, profile: str, out: Path, device: str = "cpu", dry_run: bool = False, jobs: int = 1,
+                force: bool = False, units: list[Unit] | None = None) -> list[Path]:
+    """One figure by the same road, for tests and notebooks: its units (default: all it declares; a test may give
+    fewer) computed through the cache on ``jobs`` workers (``force``: every one recomputed), then its plot."""
+    units = module(name).runs(profile, device, dry_run) if units is None else units
+    return plot_figure(name, results_for(units, profile, device, dry_run, jobs, force), Path(out))

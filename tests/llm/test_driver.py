@@ -1,0 +1,82 @@
+"""``python -m paper_figs``: one graph from the figures' units to their plots; each run is read once per command."""
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import experiments.cache
+from experiments import cache, llm
+from paper_figs import driver, fig3_divergence
+from paper_figs.driver import FigureArgs
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMES = ("fig3_divergence", "figs2_llm_signature", "fig5_llm_grpo")  # fig3 and fig5 share the sweep
+
+
+def _tiny_sweep(tiny_checkpoint) -> dict:
+    return dict(base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=3, prompts_per_step=4,
+                          group_size=4, minibatches=2, eval_every=2, eval_problems=8, temperature=0.5,
+                          ratio_to="proximal"),
+                seeds=(0,), main_lr=3e-3, small_lrs=(1e-3,), grid={1e-3: (0, 2), 3e-3: (0, 2)}, line_staleness=(0, 2),
+                high_staleness=2)
+
+
+def test_the_graph_holds_each_shared_unit_once_and_waits_for_warm_starts(tmp_path):
+    args = FigureArgs(names=NAMES, profile="quick", dry_run=True, out=tmp_path)
+    declared = driver.declare(args)
+    names = [u.name for units in declared.values() for u in units]
+    assert len(set(names)) < len(names)  # fig3 and fig5 share runs: declared twice, one unit
+    cached, tasks = llm.unit_tasks([u for units in declared.values() for u in units], tmp_path / "cache")
+    assert cached == {} and {t.name for t in tasks if not t.name.startswith("warm start")} == set(names)
+    by_name = {t.name: t for t in tasks}
+    for units in declared.values():
+        for u in units:
+            assert set(by_name[u.name].after) == set(u.after)
+            assert all(by_name[w].name.startswith("warm start") for w in u.after)
+
+
+def test_each_run_is_read_once_per_command_and_the_plots_read_no_cache(tiny_checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setitem(llm.PROFILES, "test", _tiny_sweep(tiny_checkpoint))
+    monkeypatch.setattr(fig3_divergence, "toy_units", lambda profile, device: [])  # its LLM panel only
+    reads, computed = [], []
+    read = cache._read
+    monkeypatch.setattr(cache, "_read", lambda path: reads.append(path.name) or read(path))
+    compute_run = llm.compute_run
+    monkeypatch.setattr(llm, "compute_run", lambda args: computed.append(args) or compute_run(args))
+    args = FigureArgs(names=("fig5_llm_grpo", "fig3_divergence"), profile="test", out=tmp_path / "out")
+    runs = {llm.run_name(r.args) for r in llm.sweep("test")}
+    shared = {llm.run_name(r.args) for r in llm.divergence_runs(llm.sweep("test"))}
+    assert shared and shared < runs  # fig3 reads a part of fig5's runs
+
+    driver.make_figures(args, jobs=1, log=lambda *a, **k: None)
+    assert sorted(reads) == sorted(f"{name}.json" for name in runs)  # one look-up each, shared ones too
+    assert len(computed) == len(runs)
+    reads.clear()
+    computed.clear()
+    driver.make_figures(args, jobs=1, log=lambda *a, **k: None)
+    assert sorted(reads) == sorted(f"{name}.json" for name in runs) and computed == []  # all from the cache, once
+    with open(tmp_path / "out" / "fig3_divergence.csv") as handle:
+        assert {row["method"] for row in csv.DictReader(handle)} == {"sync", "none", "gac"}
+    assert (tmp_path / "out" / "fig5_llm_grpo_table.csv").stat().st_size > 0
+
+
+def test_python_m_paper_figs_runs_the_graph_on_two_workers(tmp_path):
+    # Through the real command line: under ``python -m`` the workers must never need to unpickle ``__main__``.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "GAC_LAB_CACHE": str(tmp_path / "cache"),
+           "GAC_LAB_RUNS": str(tmp_path / "runs")}
+    env.pop("GAC_LAB_JOBS", None)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "paper_figs", *NAMES, "--dry-run", "--jobs", "2", "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "on 2 workers" in done.stdout and all(f"{name} done at" in done.stdout for name in NAMES)
+    args = FigureArgs(names=NAMES, profile="quick", dry_run=True, out=out)
+    runs = {u.name for units in driver.declare(args).values() for u in units if u.kind == "llm_grpo"}
+    assert len(list((tmp_path / "cache").glob("llm_grpo-*.json"))) == len(runs)
+    with open(out / "dry_run" / "figs2_llm_signature.csv") as handle:
+        assert {r["steps"] for r in csv.DictReader(handle)} == {"2"}
+    assert (out / "dry_run" / "fig5_llm_grpo.png").stat().st_size > 0
+    assert (out / "dry_run" / "fig3_divergence.csv").stat().st_size > 0
