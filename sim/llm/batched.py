@@ -1,0 +1,469 @@
+"""K GRPO runs of one shape trained in lockstep in one process: the trainer's step with a leading run dimension.
+
+``setup_batch([args, ...])`` stacks the runs' policies into θ (K, P) (``stacked.py``); ``rl_step_batch`` does one
+RL step of every run — sample, reward, advantage, (SNR probe), minibatch updates: loss → backward → GAC → clip →
+AdamW — and returns one record per run. Each run keeps its own staleness ring, generator, step size, AdamW state,
+clipping norm, GAC state and records; the loss is the sum of the runs' losses, so each run's gradient is its own
+row of θ.grad. A single run is the K = 1 case (``sim.llm.train`` runs through it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import TYPE_CHECKING
+
+import torch
+
+import gac
+from gac.cosine64 import Float64Vector, as_float64, cosine64
+from sim.advantages import group_advantages
+from sim.llm import grpo, stacked
+from sim.llm.grpo import group_samples
+from sim.llm.model import load_model
+from sim.llm.rows import AdamWRows, adamw_step, clip_rows, control_rows, gac_thresholds, gac_update_rows, per_row
+from sim.llm.task import AdditionTask
+from sim.llm.warmstart import WarmStartConfig, load_warm_start
+from sim.schema import NO_REGIME, make_row
+from sim.stabilizers import braking_scale, kl_target_factor, method_params
+from sim.staleness import Staleness, VersionRing
+
+if TYPE_CHECKING:
+    from sim.llm.train import Args
+
+PER_RUN = ("seed", "lr", "staleness", "staleness_kind", "method", "warm_seed", "warm_target", "model", "clip_eps",
+           "kl_coef", "max_grad_norm", "tis", "m2po", "bapo", "braking", "kl_target", "out_dir", "progress")
+"""Args fields that may differ between the runs of one batch (besides GAC's fixed threshold τ); every other field
+(model size, task and batch shapes, steps, the method's axes and placement, device, threads) is the batch's."""
+
+
+class NonFiniteError(FloatingPointError):
+    """A non-finite loss or gradient; the message names the RL step (and the run, in a batch of several)."""
+
+
+def batch_key(args: Args) -> tuple:
+    """Runs with equal keys can share a batch: same shapes and the same kind of method (its numbers may differ)."""
+    shared = tuple((f.name, repr(getattr(args, f.name))) for f in fields(args) if f.name not in PER_RUN + ("gac",))
+    cfg = args.gac
+    gac_shape = replace(cfg, threshold=0.0) if isinstance(cfg.threshold, float) else cfg
+    return (*shared, ("axes", repr(args.axes)), ("gac", repr(gac_shape)))
+
+
+@dataclass
+class RunState:
+    """What one run of the batch carries alone: its args, staleness schedule and ring, generator, records."""
+
+    args: Args
+    schedule: torch.Tensor
+    ring: VersionRing
+    generator: torch.Generator
+    warm_info: dict
+    records: list = field(default_factory=list)
+    diverged_at: int | None = None
+
+
+@dataclass
+class PrevRows:
+    """The previous vector of each run (float64 view kept for the next cosine) and which rows have one."""
+
+    vector: Float64Vector | None = None
+    known: torch.Tensor | None = None
+
+    def cosine(self, current: Float64Vector) -> list[float]:
+        """cos(current row, previous row) per run; NaN where a run has no previous vector yet."""
+        if self.vector is None:
+            return [math.nan] * current.source.shape[0]
+        cos = cosine64(current, self.vector)
+        return torch.where(self.known, cos, torch.full_like(cos, math.nan)).tolist()
+
+    def set(self, current: Float64Vector, rows: torch.Tensor) -> None:
+        """Rows ``rows`` (bool, K) take ``current``'s; the others keep theirs."""
+        if self.vector is None or bool(rows.all()):
+            self.vector, self.known = current, rows.clone() if self.known is None else self.known | rows
+            return
+        pick = rows[:, None]
+        self.vector = Float64Vector(torch.where(pick, current.source, self.vector.source),
+                                    torch.where(pick, current.scaled, self.vector.scaled),
+                                    torch.where(rows, current.sq, self.vector.sq))
+        self.known = self.known | rows
+
+    def state_dict(self) -> dict:
+        return {"source": None if self.vector is None else self.vector.source, "known": self.known}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> PrevRows:
+        source = state["source"]
+        return cls(None if source is None else as_float64(source), state["known"])
+
+
+@dataclass
+class BatchState:
+    """K runs in lockstep: θ and the optimizer state as (K, P) rows, the per-run parts in ``runs``."""
+
+    runs: list[RunState]
+    layout: stacked.Layout
+    task: AdditionTask
+    heldout: torch.Tensor
+    theta: torch.Tensor
+    reference: torch.Tensor
+    adam: AdamWRows
+    gac_state: gac.GACState | None = None
+    space_reference: torch.Tensor | None = None
+    step_grad_reference: torch.Tensor | None = None
+    prev: dict = field(default_factory=lambda: {name: PrevRows() for name in ("raw", "applied", "delta", "step_grad")})
+    step: int = 0
+
+    @property
+    def args(self) -> Args:
+        """The first run's args: their shared fields are every run's."""
+        return self.runs[0].args
+
+    @property
+    def live(self) -> list[int]:
+        """Indices of the runs still training (a run marked diverged stops; the others go on)."""
+        return [k for k, run in enumerate(self.runs) if run.diverged_at is None]
+
+
+def initial_policy(args: Args, device, log, cache: dict) -> tuple[torch.nn.Module, dict]:
+    """The run's starting policy (its warm start, or ``--model``), loaded once per distinct source."""
+    source = args.model if args.model is not None else WarmStartConfig(
+        size=args.size, digits=args.digits, seed=args.warm_seed, target_accuracy=args.warm_target)
+    key = repr(source)
+    if key not in cache:
+        cache[key] = ((load_model(args.model).to(device), {"source": args.model}) if args.model is not None
+                      else load_warm_start(source, str(device), log))
+    return cache[key]
+
+
+def setup_batch(runs_args: list[Args], log=print) -> BatchState:
+    """The batch of ``runs_args`` (validated, same ``batch_key``), each run at step 0."""
+    if not runs_args:
+        raise ValueError("setup_batch needs at least one run")
+    for args in runs_args:
+        args.validate()
+    keys = {batch_key(args) for args in runs_args}
+    if len(keys) > 1:
+        first = dict(batch_key(runs_args[0]))
+        other = next(dict(k) for k in keys if dict(k) != first)
+        differing = sorted(name for name in first if first[name] != other.get(name))
+        raise ValueError(f"runs of one batch must share {', '.join(differing)} (only {', '.join(PER_RUN)} and "
+                         "GAC's fixed threshold may differ)")
+    args = runs_args[0]
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    cache: dict = {}
+    policies = [initial_policy(a, device, log, cache) for a in runs_args]
+    layout = stacked.Layout(policies[0][0])
+    theta = stacked.stack([model for model, _ in policies]).to(device)
+    task = AdditionTask(digits=args.digits)
+    runs = [RunState(args=a, schedule=Staleness(a.staleness, a.staleness_kind).sample(
+                         a.steps, generator=torch.Generator().manual_seed(a.seed + 7)),
+                     ring=VersionRing(a.staleness + 1), generator=torch.Generator().manual_seed(a.seed),
+                     warm_info=info)
+            for a, (_, info) in zip(runs_args, policies, strict=True)]
+    return BatchState(runs=runs, layout=layout, task=task, heldout=task.heldout_set(args.eval_problems),
+                      theta=theta.clone().requires_grad_(True), reference=theta.clone(),
+                      adam=AdamWRows.zeros(theta))
+
+
+# -- one RL step -----------------------------------------------------------------------------------------
+@torch.no_grad()
+def heldout_accuracy(batch: BatchState) -> list[float]:
+    """Each run's greedy exact-match accuracy on the fixed held-out problems (one batched decode)."""
+    runs = len(batch.runs)
+    prompts = batch.task.prompts(batch.heldout)[None].expand(runs, -1, -1)
+    responses, _, _ = stacked.sample(batch.layout, batch.theta.detach(), prompts, batch.task.answer_len, greedy=True)
+    return [float(batch.task.verify(batch.heldout, responses[k].cpu())[0].mean()) for k in range(runs)]
+
+
+def sample_batch(batch: BatchState) -> dict:
+    """Each run's behaviour policy θ_{t−s_t} answers its P prompts G times each; rewards and group advantages."""
+    args, step, device = batch.args, batch.step, batch.theta.device
+    behaviour, operands = [], []
+    for k, run in enumerate(batch.runs):
+        run.ring.push(step, batch.theta[k].detach().clone())
+        behaviour.append(run.ring.get(max(0, step - int(run.schedule[step]))))
+        operands.append(batch.task.sample_operands(args.prompts_per_step, run.generator)
+                        .repeat_interleave(args.group_size, 0))
+    prompts = torch.stack([batch.task.prompts(o) for o in operands]).to(device)
+    responses, behaviour_logp, mask = stacked.sample(
+        batch.layout, torch.stack(behaviour), prompts, batch.task.answer_len, [r.generator for r in batch.runs],
+        args.temperature, group=args.group_size)
+    rewards = [batch.task.reward(o, r.cpu()) for o, r in zip(operands, responses, strict=True)]
+    reward, correct = torch.stack([r[0] for r in rewards]), torch.stack([r[1] for r in rewards])
+    advantages = group_advantages(reward.reshape(len(batch.runs), -1, args.group_size)).reshape(reward.shape)
+    prox_logp = None
+    if args.axes.objective == "tis" or args.ratio_to == "proximal":
+        with torch.no_grad():
+            prox_logp, _ = stacked.token_logprobs(batch.layout, batch.theta, prompts, responses, args.temperature)
+    # The clip's denominator: π_b (default) or, with ratio_to=proximal, π_θ at the step's start.
+    proximal_clip = args.ratio_to == "proximal" and args.axes.objective == "none"
+    return {"version": [max(0, step - int(r.schedule[step])) for r in batch.runs], "prompts": prompts,
+            "responses": responses, "behaviour_logp": behaviour_logp, "mask": mask, "reward": reward,
+            "correct": correct, "advantages": advantages.to(device), "prox_logp": prox_logp,
+            "old_logp": prox_logp if proximal_clip else behaviour_logp}
+
+
+def minibatch_losses(batch: BatchState, data: dict, idx: torch.Tensor) -> tuple[list, list]:
+    """Each live run's token-level loss on its samples ``idx[k]`` (plus its KL penalty) and statistics; one
+    batched forward for all runs, then the method's loss run by run (None for a stopped run)."""
+    runs = torch.arange(len(batch.runs), device=idx.device)[:, None]
+
+    def pick(name):
+        return None if data[name] is None else data[name][runs, idx]
+
+    prompts, responses, mask = pick("prompts"), pick("responses"), pick("mask")
+    temperature, objective = batch.args.temperature, batch.args.axes.objective
+    logp, entropy = stacked.token_logprobs(batch.layout, batch.theta, prompts, responses, temperature)
+    old, behaviour, advantages, prox = pick("old_logp"), pick("behaviour_logp"), pick("advantages"), pick("prox_logp")
+    ref_logp = None
+    if any(run.args.kl_coef > 0 for run in batch.runs):
+        with torch.no_grad():
+            ref_logp, _ = stacked.token_logprobs(batch.layout, batch.reference, prompts, responses, temperature)
+    losses, stats = [], []
+    for k, run in enumerate(batch.runs):
+        if run.diverged_at is not None:
+            losses.append(None)
+            stats.append(None)
+            continue
+        a = run.args
+        loss, s = grpo.policy_loss(objective, logp[k], old[k], advantages[k], mask[k], a.clip_eps,
+                                   method_params(objective, **a.method_params()), None if prox is None else prox[k])
+        if a.kl_coef > 0:
+            loss = loss + a.kl_coef * grpo.kl_k3(logp[k], ref_logp[k], mask[k])
+        losses.append(loss)
+        stats.append({**s, "kl_behaviour": grpo.behaviour_kl(logp[k], behaviour[k], mask[k]),
+                      "entropy": float(grpo.masked_mean(entropy[k].detach(), mask[k].float()))})
+    return losses, stats
+
+
+def backward(batch: BatchState, losses: list) -> torch.Tensor:
+    """θ.grad (K, P) of the sum of the live runs' losses: row k is run k's own gradient (zero for stopped runs)."""
+    batch.theta.grad = None
+    live = [loss for loss in losses if loss is not None]
+    if live:
+        sum(live).backward()
+    return batch.theta.grad if batch.theta.grad is not None else torch.zeros_like(batch.theta)
+
+
+def stop_run(batch: BatchState, k: int, message: str, log) -> None:
+    """A run's loss or gradient is not finite: raise (on_nonfinite=raise) or stop that run alone (mark)."""
+    run = batch.runs[k]
+    where = f"{message}" if len(batch.runs) == 1 else f"{message} (run {k}: {run.args.label} seed {run.args.seed})"
+    if run.args.on_nonfinite == "raise":
+        raise NonFiniteError(where)
+    log(f"[train] {run.args.label} s={run.args.staleness} seed={run.args.seed}: {where}; run stopped")
+    run.diverged_at = batch.step
+    run.records.append(make_row("llm", step=batch.step, seed=run.args.seed, method=run.args.label,
+                                label=run.args.label, staleness=run.args.staleness, diverged=True))
+
+
+def step_sizes(batch: BatchState, stats: list) -> list[float]:
+    """Each run's step size for this update (its lr, with the step control's factor)."""
+    lrs = []
+    for run, s in zip(batch.runs, stats, strict=True):
+        a = run.args
+        lr = a.lr / (1 + int(run.schedule[batch.step])) if a.axes.step == "lr_scale" else a.lr
+        if a.axes.step == "kl_target" and s is not None:  # the KL of this update's samples, measured before its step
+            lr *= kl_target_factor(s["kl_behaviour"], a.kl_target.kl_target, a.kl_target.kl_floor)
+        lrs.append(lr)
+    return lrs
+
+
+def space_control(batch: BatchState, vector: torch.Tensor, cfg, tau) -> tuple[torch.Tensor, list[str], list[float]]:
+    """GAC on ``vector`` rows against the previous uncontrolled ones (update and momentum spaces); the reference
+    then becomes ``vector``."""
+    reference = batch.space_reference
+    batch.space_reference = vector.clone() if reference is None else gac.update_reference(reference, vector, cfg)
+    return control_rows(vector, reference, cfg, tau)
+
+
+def acting(regimes: list[str]) -> list[int]:
+    return [k for k, regime in enumerate(regimes) if regime in ("project", "cap")]
+
+
+def optimizer_update(batch: BatchState, data: dict, idx: torch.Tensor, where: str,
+                     log) -> tuple[list[dict | None], torch.Tensor]:
+    """One update of every live run on its samples ``idx[k]``: loss → backward → GAC → clip → AdamW; per run its
+    update-level numbers (None for a stopped run), and the raw gradients (K, P)."""
+    args, runs = batch.args, len(batch.runs)
+    losses, stats = minibatch_losses(batch, data, idx)
+    for k in batch.live:
+        if not torch.isfinite(losses[k]):
+            stop_run(batch, k, f"non-finite loss at {where}: {losses[k].item()}", log)
+            losses[k] = stats[k] = None
+    lr = step_sizes(batch, stats)
+    grad = backward(batch, losses)
+    finite = torch.isfinite(grad).all(1).tolist()
+    for k in batch.live:
+        if not finite[k]:
+            stop_run(batch, k, f"non-finite gradient at {where}", log)
+    grad = torch.where(torch.tensor(finite, device=grad.device)[:, None], grad, torch.zeros_like(grad))
+    live = batch.live
+    if not live:
+        return [None] * runs
+    raw = grad.clone()
+    raw64 = as_float64(raw)
+    cfg, tau = args.gac, gac_thresholds([r.args.gac for r in batch.runs])
+    direction = args.axes.direction
+    space = args.gac_space if direction == "gac" else "gradient"
+    regimes, scales = [NO_REGIME] * runs, [1.0] * runs
+    if direction == "gac" and space == "gradient":
+        if args.gac_reference == "update":  # reference: each run's previous raw gradient
+            new, batch.gac_state, regimes, scales = gac_update_rows(raw, batch.gac_state, cfg, tau)
+        else:  # reference: each run's previous RL step's summed raw gradient
+            new, regimes, scales = control_rows(raw, batch.step_grad_reference, cfg, tau)
+        grad.copy_(new)
+    elif direction == "braking":  # g ← (1 − α·cos(g, v)) g, v AdamW's first moment (none before its first step)
+        cos = cosine64(raw64, as_float64(batch.adam.exp_avg)).tolist()
+        scales = [1.0 if batch.adam.steps[k] == 0 else float(braking_scale(cos[k], r.args.braking.braking_alpha))
+                  for k, r in enumerate(batch.runs)]
+        grad.mul_(per_row(scales, grad))
+    changed = any(r != NO_REGIME for r in regimes) or any(s != 1.0 for s in scales)
+    applied64 = as_float64(grad.clone()) if changed else raw64
+    live_rows = torch.tensor([k in live for k in range(runs)], device=grad.device)
+    norms = raw.norm(dim=1).tolist()
+    cos_prev, cos_applied = batch.prev["raw"].cosine(raw64), batch.prev["applied"].cosine(applied64)
+    batch.prev["raw"].set(raw64, live_rows)
+    batch.prev["applied"].set(applied64, live_rows)
+    clip_rows(grad, batch.layout.sizes, [r.args.max_grad_norm for r in batch.runs])
+    beta1 = batch.adam.betas[0]
+    if space == "momentum":  # on the clipped gradient AdamW is about to take into its moment
+        formed = torch.lerp(batch.adam.exp_avg, grad, 1 - beta1)
+        new, regimes, scales = space_control(batch, formed, cfg, tau)
+        for k in acting(regimes):  # shift the stored moment so AdamW forms the controlled one
+            batch.adam.exp_avg[k].sub_((formed[k] - new[k]) / beta1)
+    stepping = [k for k in live if regimes[k] != "skip"]
+    before = batch.theta.detach().clone()
+    adamw_step(batch.theta, grad, batch.adam, lr, stepping)
+    if space == "update" and stepping:  # on AdamW's proposed step; its state stays as the step left it
+        proposed = batch.theta.detach() - before
+        new, regimes, scales = space_control(batch, proposed, cfg, tau)
+        with torch.no_grad():
+            for k in acting(regimes):
+                batch.theta[k].sub_(proposed[k] - new[k])
+            for k in (k for k in stepping if regimes[k] == "skip"):
+                batch.theta[k].copy_(before[k])
+    moved = [k for k in stepping if regimes[k] != "skip"]
+    delta = batch.theta.detach() - before
+    delta64 = as_float64(delta)
+    cos_update, step_norms = batch.prev["delta"].cosine(delta64), delta.norm(dim=1).tolist()
+    batch.prev["delta"].set(delta64, torch.tensor([k in moved for k in range(runs)], device=grad.device))
+    out: list[dict | None] = []
+    for k in range(runs):
+        if k not in live:
+            out.append(None)
+            continue
+        s = stats[k]
+        out.append({"grad_norm": norms[k], "cos_prev": cos_prev[k], "cos_applied": cos_applied[k],
+                    "regime": regimes[k], "parallel_scale": scales[k], "clip_frac": s["clip_frac"],
+                    "clip_low": s["clip_low"], "clip_high": s["clip_high"], "kl_behaviour": s["kl_behaviour"],
+                    "entropy": s["entropy"], "cos_update": cos_update[k] if k in moved else math.nan,
+                    "step_norm": step_norms[k] if k in moved else 0.0, "lr": lr[k]})
+    return out, raw
+
+
+def snr_probe(batch: BatchState, data: dict) -> list[float]:
+    """Per run: cos between the raw gradients of two disjoint halves of its prompt groups, at the current θ.
+    Uses no random numbers and leaves no gradient behind."""
+    args, runs = batch.args, len(batch.runs)
+    halves = torch.arange(args.prompts_per_step).chunk(2)
+    if len(halves) < 2:
+        return [math.nan] * runs
+    grads = []
+    for half in halves:
+        idx = group_samples(half, args.group_size, batch.theta.device)[None].expand(runs, -1)
+        grads.append(backward(batch, minibatch_losses(batch, data, idx)[0]).clone())
+    batch.theta.grad = None
+    return cosine64(as_float64(grads[0]), as_float64(grads[1])).tolist()
+
+
+def snr_from_cosine(c: float) -> float:
+    """Per-half SNR_h = c/(1 − c) implied by the halves' cosine c (E[c] ≈ SNR_h/(1 + SNR_h)); NaN if c ≤ 0."""
+    if not c > 0:
+        return math.nan
+    return math.inf if c >= 1 else c / (1 - c)
+
+
+def mean_of(updates: list[dict], key: str) -> float:
+    """Mean of an update-level number over the step's updates (NaN entries left out; NaN if none)."""
+    values = [u[key] for u in updates if not math.isnan(u[key])]
+    return sum(values) / len(values) if values else math.nan
+
+
+def rl_step_batch(batch: BatchState, log=print) -> list[dict | None]:
+    """One RL step of every live run: sample, reward, advantage, (SNR probe), minibatch updates, log. Returns each
+    run's record (its ``diverged`` record if it stopped in this step; None for a run stopped before)."""
+    args, step, runs = batch.args, batch.step, len(batch.runs)
+    accuracy = heldout_accuracy(batch) if step % args.eval_every == 0 else [None] * runs
+    data = sample_batch(batch)
+    cos_halves = snr_probe(batch, data) if step % args.snr_every == 0 else [math.nan] * runs
+    # Minibatches split by prompt group (each group whole in one update): consecutive updates then
+    # see different prompts, so their gradients share no samples.
+    order = torch.stack([group_samples(torch.randperm(args.prompts_per_step, generator=run.generator),
+                                       args.group_size, batch.theta.device) for run in batch.runs])
+    was_live = batch.live
+    updates, step_grad = [], None
+    for u, idx in enumerate(order.chunk(args.minibatches, dim=1)):
+        numbers, raw = optimizer_update(batch, data, idx, f"step {step} (update {u})", log)
+        updates.append(numbers)
+        step_grad = raw if step_grad is None else step_grad + raw
+    live = batch.live
+    # One update: its raw gradient is the step's (same object, so its float64 copy serves both cosines).
+    step64 = as_float64(step_grad, batch.prev["raw"].vector)
+    cos_prev_step = batch.prev["step_grad"].cosine(step64)
+    batch.prev["step_grad"].set(step64, torch.tensor([k in live for k in range(runs)], device=step_grad.device))
+    batch.step_grad_reference = step_grad
+    records: list[dict | None] = []
+    for k, run in enumerate(batch.runs):
+        if k not in live:
+            records.append(run.records[-1] if k in was_live else None)
+            continue
+        a, mine = run.args, [u[k] for u in updates]
+        record = make_row(
+            "llm", step=step, seed=a.seed, method=a.label, label=a.label, staleness=a.staleness,
+            objective=float(data["reward"][k].mean()), grad_norm=mean_of(mine, "grad_norm"),
+            cos_prev=mean_of(mine, "cos_prev"), cos_prev_step=cos_prev_step[k],
+            cos_update=mean_of(mine, "cos_update"), cos_halves=cos_halves[k],
+            snr_halves=snr_from_cosine(cos_halves[k]), cos_applied=mean_of(mine, "cos_applied"),
+            regime=Counter(u["regime"] for u in mine).most_common(1)[0][0],
+            parallel_scale=mean_of(mine, "parallel_scale"), lr=mean_of(mine, "lr"),
+            step_norm=mean_of(mine, "step_norm"), kl_behaviour=mine[0]["kl_behaviour"],
+            entropy=mine[0]["entropy"], accuracy=accuracy[k], train_accuracy=float(data["correct"][k].mean()),
+            response_length=float(data["mask"][k].sum(1).float().mean()), clip_frac=mean_of(mine, "clip_frac"),
+            clip_low=mean_of(mine, "clip_low"), clip_high=mean_of(mine, "clip_high"),
+            behaviour_version=data["version"][k], ratio_to=a.ratio_to, objective_fn=a.axes.objective,
+            direction_control=a.axes.direction, step_control=a.axes.step)
+        run.records.append(record)
+        records.append(record)
+    batch.step += 1
+    return records
+
+
+def final_accuracy(batch: BatchState) -> list[float]:
+    """Each run's held-out accuracy at its current θ."""
+    return heldout_accuracy(batch)
+
+
+def run_policy(batch: BatchState, k: int) -> torch.nn.Module:
+    """Run k's current policy as an HF model (for saving, sampling or evaluating it alone)."""
+    model, _ = initial_policy(batch.runs[k].args, batch.theta.device, lambda *a: None, {})
+    return stacked.load_row(model, batch.theta[k].detach())
+
+
+def train_batch(runs_args: list[Args], log=print) -> list[dict]:
+    """Train the batch to the end; per run ``{"records": ..., "summary": ...}`` (as ``train.run_records``)."""
+    from sim.llm.checkpoint import trainer_fingerprint
+
+    batch = setup_batch(runs_args, log)
+    for _ in range(batch.args.steps):
+        if not batch.live:
+            break
+        rl_step_batch(batch, log)
+    accuracy = final_accuracy(batch)
+    return [{"records": run.records,
+             "summary": {"args": asdict(run.args), "label": run.args.label, "warm_start": run.warm_info,
+                         "final_accuracy": accuracy[k], "diverged_at": run.diverged_at,
+                         "code_fingerprint": trainer_fingerprint()}}
+            for k, run in enumerate(batch.runs)]
