@@ -10,6 +10,10 @@ steps) / (the same minus the time spent in GAC's apply()).
 share of each part of a step, RL steps/s with the trainer's cosines computed before (``gac.alignment`` on
 float64 copies, rescaled) and after (plain float64 sums of cached copies), alternately, with the records
 of both checked equal to the bit, and the step's distance from the FLOP ceiling.
+`python -m benchmarks.llm_speed --batched 8` trains K = 1, 2, 4, 8 runs of the quick profile's shape batched in one
+process (``sim.llm.batched``; K = 1 is how one run per process trains) for the small and the tiny model, each K in
+its own fresh process, alternately, and prints run·steps per CPU-second, the ratio to K = 1 next to its target,
+the model FLOPs per CPU-second over the matmul ceiling, and the peak memory per run.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import argparse
 import contextlib
 import json
 import math
+import multiprocessing
+import resource
 import tempfile
 import time
 from dataclasses import replace
@@ -27,7 +33,8 @@ import torch
 
 import gac
 from experiments.llm import sweep
-from sim.llm import probes
+from experiments.tuning import LLM_TUNING
+from sim.llm import batched, probes, stacked
 from sim.llm import train as train_module
 from sim.llm.model import build_model, parameter_count, sample, sample_reference
 from sim.llm.task import AdditionTask
@@ -233,6 +240,101 @@ def step_parts(method: str, steps: int, rounds: int) -> dict:
             "records_identical": identical, "matmul_gflops": rate / 1e9}
 
 
+BATCH_TARGETS = {"small": 3.0, "tiny": 2.0}
+"""Issue 24's targets: run·steps per CPU-second at the best K over one run per process (K = 1)."""
+
+
+def batch_args(size: str, runs: int, steps: int) -> list:
+    """``runs`` naive-async runs of the shape the quick figures train ``size`` at, differing in seed and step size
+    as a tuning grid's would: small as the quick sweep (2-digit sums, 16 prompts × 8, eval and SNR probe at step 0),
+    tiny as fig8's tuning grid (1-digit sums, 8 prompts × 8, s = 8)."""
+    if size == "tiny":
+        base = Args(**LLM_TUNING["quick"]["base"], method="none", staleness=8, lr=3e-4)
+        base = replace(base, steps=steps, eval_every=20, snr_every=10)
+    else:
+        base = replace(quick_args("none", steps), size=size)
+    base = replace(base, progress=False, threads=1)
+    return [replace(base, seed=k, lr=base.lr * (1 + 0.25 * (k % 4))) for k in range(runs)]
+
+
+def count_model_flops(layout_params: int, spent: dict):
+    """Patch the stacked sampler and log-prob forward to add their model FLOPs to ``spent["flops"]``: 2·params per
+    token forward, three times that for a forward whose backward follows (grad enabled)."""
+    sample_fn, logprob_fn = stacked.sample, stacked.token_logprobs
+
+    def sample(layout, theta, prompts, max_new_tokens, *args, group=1, **kwargs):
+        out = sample_fn(layout, theta, prompts, max_new_tokens, *args, group=group, **kwargs)
+        runs, n, length = prompts.shape
+        decoded = int(out[2].any(0).any(0).sum())  # positions generated; the last one is not fed back
+        spent["flops"] += 2 * layout_params * runs * (n // group * length + n * max(decoded - 1, 0))
+        return out
+
+    def token_logprobs(layout, theta, prompts, responses, *args, **kwargs):
+        tokens = prompts.numel() + responses.numel()
+        spent["flops"] += 2 * layout_params * tokens * (3 if theta.requires_grad and torch.is_grad_enabled() else 1)
+        return logprob_fn(layout, theta, prompts, responses, *args, **kwargs)
+
+    return mock.patch.multiple(stacked, sample=sample, token_logprobs=token_logprobs)
+
+
+def measure_batch(size: str, runs: int, steps: int) -> dict:
+    """In a fresh process: CPU seconds of ``steps`` RL steps of ``runs`` batched runs, their model FLOPs, and the
+    process's peak resident memory (its growth from before setup, too)."""
+    torch.set_num_threads(1)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    batch = batched.setup_batch(batch_args(size, runs, steps), log=lambda *a: None)
+    spent = {"flops": 0.0}
+    with count_model_flops(batch.layout.size, spent):
+        start = time.process_time()
+        for _ in range(steps):
+            batched.rl_step_batch(batch, log=lambda *a: None)
+        seconds = time.process_time() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {"cpu_s": seconds, "flops": spent["flops"], "peak_rss_mib": peak / 1024,
+            "rss_growth_mib": (peak - rss_before) / 1024}
+
+
+def _child(queue, *args) -> None:
+    queue.put(measure_batch(*args))
+
+
+def in_fresh_process(*args) -> dict:
+    """``measure_batch(*args)`` in a spawned process (its peak memory is its own)."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_child, args=(queue, *args))
+    process.start()
+    result = queue.get()
+    process.join()
+    return result
+
+
+def batched_speed(size: str, max_runs: int, steps: int, rounds: int) -> list[dict]:
+    """Run·steps per CPU-second of K = 1, 2, 4, … ≤ ``max_runs`` batched runs, alternately, best of ``rounds``."""
+    from sim.llm.train import prepare_warm_start
+
+    prepare_warm_start(batch_args(size, 1, steps)[0], log=lambda *a: None)  # cached before the timed processes
+    ks = [k for k in (1, 2, 4, 8, 16, 32) if k <= max_runs]
+    best: dict[int, dict] = {}
+    for _ in range(rounds):
+        for k in ks:
+            result = in_fresh_process(size, k, steps)
+            if k not in best or result["cpu_s"] < best[k]["cpu_s"]:
+                best[k] = result
+    rate = matmul_flops_per_s()
+    one = steps / best[1]["cpu_s"]
+    rows = []
+    for k in ks:
+        result = best[k]
+        speed = k * steps / result["cpu_s"]
+        rows.append({"size": size, "runs": k, "steps": steps, "run_steps_per_cpu_s": round(speed, 3),
+                     "over_one_run_per_process": round(speed / one, 3), "target": BATCH_TARGETS.get(size),
+                     "flop_fraction": round(result["flops"] / result["cpu_s"] / rate, 3),
+                     "peak_rss_mib_per_run": round(result["peak_rss_mib"] / k, 1),
+                     "rss_growth_mib_per_run": round(result["rss_growth_mib"] / k, 1)})
+    return rows
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="small")
@@ -243,9 +345,23 @@ def main(argv=None) -> None:
     parser.add_argument("--group", type=int, default=8, help="--sampler: samples per distinct prompt")
     parser.add_argument("--parts", action="store_true", help="quick-profile step parts, cosine before/after")
     parser.add_argument("--methods", nargs="+", default=["none", "gac"], help="--parts: methods of the sweep")
-    parser.add_argument("--rounds", type=int, default=3, help="--parts: before/after alternations (best of)")
+    parser.add_argument("--rounds", type=int, default=3, help="--parts, --batched: alternations (best of)")
+    parser.add_argument("--batched", type=int, default=0, metavar="K",
+                        help="runs·steps per CPU-second of 1, 2, 4, ... K batched runs (small and tiny)")
+    parser.add_argument("--sizes", nargs="+", default=["small", "tiny"], help="--batched: model sizes")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.batched:
+        steps = args.steps if args.steps != 40 else 6
+        rows = [row for size in args.sizes for row in batched_speed(size, args.batched, steps, args.rounds)]
+        print(json.dumps(rows, indent=1))
+        for size in args.sizes:
+            mine = [r for r in rows if r["size"] == size]
+            top = max(mine, key=lambda r: r["over_one_run_per_process"])
+            print(f"{size}: best K = {top['runs']}: {top['over_one_run_per_process']:.2f}x run-steps per CPU-second "
+                  f"over one run per process (target >= {BATCH_TARGETS.get(size, float('nan')):.0f}x: "
+                  f"{'met' if top['over_one_run_per_process'] >= BATCH_TARGETS.get(size, math.inf) else 'not met'})")
+        return
     if args.parts:
         print(json.dumps([step_parts(m, args.steps, args.rounds) for m in args.methods], indent=1))
         return
