@@ -17,20 +17,21 @@ from typing import TYPE_CHECKING
 import torch
 
 import gac
-from gac.cosine64 import Float64Vector, as_float64, cosine64
+from gac.cosine64 import as_float64
 from sim.advantages import group_advantages
-from sim.llm import grpo, stacked
+from sim.llm import controls, grpo, probes, stacked
 from sim.llm.grpo import group_samples
 from sim.llm.model import load_model
-from sim.llm.rows import AdamWRows, adamw_step, clip_rows, control_rows, gac_thresholds, gac_update_rows, per_row
+from sim.llm.probes import PrevRows
+from sim.llm.rows import AdamWRows, adamw_step, clip_rows, gac_thresholds
 from sim.llm.task import AdditionTask
 from sim.llm.warmstart import WarmStartConfig, load_warm_start
 from sim.schema import NO_REGIME, make_row
-from sim.stabilizers import braking_scale, kl_target_factor, method_params
+from sim.stabilizers import method_params
 from sim.staleness import Staleness, VersionRing
 
 if TYPE_CHECKING:
-    from sim.llm.train import Args
+    from sim.llm.args import Args
 
 PER_RUN = ("seed", "lr", "staleness", "staleness_kind", "method", "warm_seed", "warm_target", "model", "clip_eps",
            "kl_coef", "max_grad_norm", "tis", "m2po", "bapo", "braking", "kl_target", "out_dir", "progress")
@@ -61,40 +62,6 @@ class RunState:
     warm_info: dict
     records: list = field(default_factory=list)
     diverged_at: int | None = None
-
-
-@dataclass
-class PrevRows:
-    """The previous vector of each run (float64 view kept for the next cosine) and which rows have one."""
-
-    vector: Float64Vector | None = None
-    known: torch.Tensor | None = None
-
-    def cosine(self, current: Float64Vector) -> list[float]:
-        """cos(current row, previous row) per run; NaN where a run has no previous vector yet."""
-        if self.vector is None:
-            return [math.nan] * current.source.shape[0]
-        cos = cosine64(current, self.vector)
-        return torch.where(self.known, cos, torch.full_like(cos, math.nan)).tolist()
-
-    def set(self, current: Float64Vector, rows: torch.Tensor) -> None:
-        """Rows ``rows`` (bool, K) take ``current``'s; the others keep theirs."""
-        if self.vector is None or bool(rows.all()):
-            self.vector, self.known = current, rows.clone() if self.known is None else self.known | rows
-            return
-        pick = rows[:, None]
-        self.vector = Float64Vector(torch.where(pick, current.source, self.vector.source),
-                                    torch.where(pick, current.scaled, self.vector.scaled),
-                                    torch.where(rows, current.sq, self.vector.sq))
-        self.known = self.known | rows
-
-    def state_dict(self) -> dict:
-        return {"source": None if self.vector is None else self.vector.source, "known": self.known}
-
-    @classmethod
-    def from_state_dict(cls, state: dict) -> PrevRows:
-        source = state["source"]
-        return cls(None if source is None else as_float64(source), state["known"])
 
 
 @dataclass
@@ -259,30 +226,6 @@ def stop_run(batch: BatchState, k: int, message: str, log) -> None:
                                 label=run.args.label, staleness=run.args.staleness, diverged=True))
 
 
-def step_sizes(batch: BatchState, stats: list) -> list[float]:
-    """Each run's step size for this update (its lr, with the step control's factor)."""
-    lrs = []
-    for run, s in zip(batch.runs, stats, strict=True):
-        a = run.args
-        lr = a.lr / (1 + int(run.schedule[batch.step])) if a.axes.step == "lr_scale" else a.lr
-        if a.axes.step == "kl_target" and s is not None:  # the KL of this update's samples, measured before its step
-            lr *= kl_target_factor(s["kl_behaviour"], a.kl_target.kl_target, a.kl_target.kl_floor)
-        lrs.append(lr)
-    return lrs
-
-
-def space_control(batch: BatchState, vector: torch.Tensor, cfg, tau) -> tuple[torch.Tensor, list[str], list[float]]:
-    """GAC on ``vector`` rows against the previous uncontrolled ones (update and momentum spaces); the reference
-    then becomes ``vector``."""
-    reference = batch.space_reference
-    batch.space_reference = vector.clone() if reference is None else gac.update_reference(reference, vector, cfg)
-    return control_rows(vector, reference, cfg, tau)
-
-
-def acting(regimes: list[str]) -> list[int]:
-    return [k for k, regime in enumerate(regimes) if regime in ("project", "cap")]
-
-
 def optimizer_update(batch: BatchState, data: dict, idx: torch.Tensor, where: str,
                      log) -> tuple[list[dict | None], torch.Tensor]:
     """One update of every live run on its samples ``idx[k]``: loss → backward → GAC → clip → AdamW; per run its
@@ -293,7 +236,7 @@ def optimizer_update(batch: BatchState, data: dict, idx: torch.Tensor, where: st
         if not torch.isfinite(losses[k]):
             stop_run(batch, k, f"non-finite loss at {where}: {losses[k].item()}", log)
             losses[k] = stats[k] = None
-    lr = step_sizes(batch, stats)
+    lr = controls.learning_rates(batch, stats)
     grad = backward(batch, losses)
     finite = torch.isfinite(grad).all(1).tolist()
     for k in batch.live:
@@ -302,24 +245,16 @@ def optimizer_update(batch: BatchState, data: dict, idx: torch.Tensor, where: st
     grad = torch.where(torch.tensor(finite, device=grad.device)[:, None], grad, torch.zeros_like(grad))
     live = batch.live
     if not live:
-        return [None] * runs
+        return [None] * runs, grad
     raw = grad.clone()
     raw64 = as_float64(raw)
     cfg, tau = args.gac, gac_thresholds([r.args.gac for r in batch.runs])
-    direction = args.axes.direction
-    space = args.gac_space if direction == "gac" else "gradient"
+    space = controls.gac_space(args)
     regimes, scales = [NO_REGIME] * runs, [1.0] * runs
-    if direction == "gac" and space == "gradient":
-        if args.gac_reference == "update":  # reference: each run's previous raw gradient
-            new, batch.gac_state, regimes, scales = gac_update_rows(raw, batch.gac_state, cfg, tau)
-        else:  # reference: each run's previous RL step's summed raw gradient
-            new, regimes, scales = control_rows(raw, batch.step_grad_reference, cfg, tau)
-        grad.copy_(new)
-    elif direction == "braking":  # g ← (1 − α·cos(g, v)) g, v AdamW's first moment (none before its first step)
-        cos = cosine64(raw64, as_float64(batch.adam.exp_avg)).tolist()
-        scales = [1.0 if batch.adam.steps[k] == 0 else float(braking_scale(cos[k], r.args.braking.braking_alpha))
-                  for k, r in enumerate(batch.runs)]
-        grad.mul_(per_row(scales, grad))
+    if args.axes.direction == "gac" and space == "gradient":
+        regimes, scales = controls.apply_gac(batch, grad, raw, cfg, tau)
+    elif args.axes.direction == "braking":
+        scales = controls.apply_braking(batch, grad, raw64)
     changed = any(r != NO_REGIME for r in regimes) or any(s != 1.0 for s in scales)
     applied64 = as_float64(grad.clone()) if changed else raw64
     live_rows = torch.tensor([k in live for k in range(runs)], device=grad.device)
@@ -328,23 +263,13 @@ def optimizer_update(batch: BatchState, data: dict, idx: torch.Tensor, where: st
     batch.prev["raw"].set(raw64, live_rows)
     batch.prev["applied"].set(applied64, live_rows)
     clip_rows(grad, batch.layout.sizes, [r.args.max_grad_norm for r in batch.runs])
-    beta1 = batch.adam.betas[0]
     if space == "momentum":  # on the clipped gradient AdamW is about to take into its moment
-        formed = torch.lerp(batch.adam.exp_avg, grad, 1 - beta1)
-        new, regimes, scales = space_control(batch, formed, cfg, tau)
-        for k in acting(regimes):  # shift the stored moment so AdamW forms the controlled one
-            batch.adam.exp_avg[k].sub_((formed[k] - new[k]) / beta1)
-    stepping = [k for k in live if regimes[k] != "skip"]
+        regimes, scales = controls.gac_on_momentum(batch, grad, cfg, tau)
+    stepping = [k for k in live if regimes[k] != "skip"]  # a skipped update moves nothing
     before = batch.theta.detach().clone()
     adamw_step(batch.theta, grad, batch.adam, lr, stepping)
-    if space == "update" and stepping:  # on AdamW's proposed step; its state stays as the step left it
-        proposed = batch.theta.detach() - before
-        new, regimes, scales = space_control(batch, proposed, cfg, tau)
-        with torch.no_grad():
-            for k in acting(regimes):
-                batch.theta[k].sub_(proposed[k] - new[k])
-            for k in (k for k in stepping if regimes[k] == "skip"):
-                batch.theta[k].copy_(before[k])
+    if space == "update" and stepping:
+        regimes, scales = controls.gac_on_update(batch, before, stepping, cfg, tau)
     moved = [k for k in stepping if regimes[k] != "skip"]
     delta = batch.theta.detach() - before
     delta64 = as_float64(delta)
@@ -364,28 +289,6 @@ def optimizer_update(batch: BatchState, data: dict, idx: torch.Tensor, where: st
     return out, raw
 
 
-def snr_probe(batch: BatchState, data: dict) -> list[float]:
-    """Per run: cos between the raw gradients of two disjoint halves of its prompt groups, at the current θ.
-    Uses no random numbers and leaves no gradient behind."""
-    args, runs = batch.args, len(batch.runs)
-    halves = torch.arange(args.prompts_per_step).chunk(2)
-    if len(halves) < 2:
-        return [math.nan] * runs
-    grads = []
-    for half in halves:
-        idx = group_samples(half, args.group_size, batch.theta.device)[None].expand(runs, -1)
-        grads.append(backward(batch, minibatch_losses(batch, data, idx)[0]).clone())
-    batch.theta.grad = None
-    return cosine64(as_float64(grads[0]), as_float64(grads[1])).tolist()
-
-
-def snr_from_cosine(c: float) -> float:
-    """Per-half SNR_h = c/(1 − c) implied by the halves' cosine c (E[c] ≈ SNR_h/(1 + SNR_h)); NaN if c ≤ 0."""
-    if not c > 0:
-        return math.nan
-    return math.inf if c >= 1 else c / (1 - c)
-
-
 def mean_of(updates: list[dict], key: str) -> float:
     """Mean of an update-level number over the step's updates (NaN entries left out; NaN if none)."""
     values = [u[key] for u in updates if not math.isnan(u[key])]
@@ -398,7 +301,8 @@ def rl_step_batch(batch: BatchState, log=print) -> list[dict | None]:
     args, step, runs = batch.args, batch.step, len(batch.runs)
     accuracy = heldout_accuracy(batch) if step % args.eval_every == 0 else [None] * runs
     data = sample_batch(batch)
-    cos_halves = snr_probe(batch, data) if step % args.snr_every == 0 else [math.nan] * runs
+    probing = step % args.snr_every == 0
+    cos_halves = probes.snr_probe(batch, data, minibatch_losses, backward) if probing else [math.nan] * runs
     # Minibatches split by prompt group (each group whole in one update): consecutive updates then
     # see different prompts, so their gradients share no samples.
     order = torch.stack([group_samples(torch.randperm(args.prompts_per_step, generator=run.generator),
@@ -426,7 +330,7 @@ def rl_step_batch(batch: BatchState, log=print) -> list[dict | None]:
             objective=float(data["reward"][k].mean()), grad_norm=mean_of(mine, "grad_norm"),
             cos_prev=mean_of(mine, "cos_prev"), cos_prev_step=cos_prev_step[k],
             cos_update=mean_of(mine, "cos_update"), cos_halves=cos_halves[k],
-            snr_halves=snr_from_cosine(cos_halves[k]), cos_applied=mean_of(mine, "cos_applied"),
+            snr_halves=probes.snr_from_cosine(cos_halves[k]), cos_applied=mean_of(mine, "cos_applied"),
             regime=Counter(u["regime"] for u in mine).most_common(1)[0][0],
             parallel_scale=mean_of(mine, "parallel_scale"), lr=mean_of(mine, "lr"),
             step_norm=mean_of(mine, "step_norm"), kl_behaviour=mine[0]["kl_behaviour"],

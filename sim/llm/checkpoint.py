@@ -32,13 +32,14 @@ RUN_FILES = ("records.csv", "summary.json", "checkpoint.pt", "checkpoint.pt.sha2
 
 
 def checkpoint_payload(state: TrainState) -> dict:
-    """Everything a resume needs; GAC's reference in update or momentum space is in the (wrapped) optimizer's."""
-    return {"policy": state.policy.state_dict(), "optimizer": state.optimizer.state_dict(),
-            "gac": None if state.controller is None else state.controller.state_dict(),
-            "ring": state.ring.state_dict(), "generator": state.generator.get_state(), "records": state.records,
-            "prev_raw": state.prev_raw, "prev_applied": state.prev_applied, "prev_delta": state.prev_delta,
-            "prev_step_grad": state.prev_step_grad, "step": state.step,
-            "args": asdict(state.args),
+    """Everything a resume needs: θ, AdamW's and GAC's state, each run's ring, generator and records, the probes'
+    previous vectors, and the code and args that wrote it."""
+    return {"theta": state.theta.detach(), "adam": state.adam.state_dict(), "gac": state.gac_state,
+            "space_reference": state.space_reference, "step_grad_reference": state.step_grad_reference,
+            "prev": {name: rows.state_dict() for name, rows in state.prev.items()},
+            "runs": [{"ring": run.ring.state_dict(), "generator": run.generator.get_state(), "records": run.records,
+                      "diverged_at": run.diverged_at} for run in state.runs],
+            "step": state.step, "args": asdict(state.args),
             "code": source_hashes(CODE), "code_fingerprint": code_fingerprint(CODE)}
 
 
@@ -126,15 +127,22 @@ def existing_record_count(path: Path) -> int:
 
 def restore(state: TrainState, checkpoint: dict) -> None:
     """Put a checkpoint's state into ``state`` (same numbers as an uninterrupted run from here on)."""
-    state.policy.load_state_dict(checkpoint["policy"])
-    state.optimizer.load_state_dict(checkpoint["optimizer"])
-    if state.controller is not None:
-        state.controller.load_state_dict(checkpoint["gac"])
-    state.ring.load_state_dict(checkpoint["ring"])
-    state.generator.set_state(checkpoint["generator"].cpu())  # map_location moved it; the generator lives on the CPU
-    state.records, state.step = checkpoint["records"], checkpoint["step"]
-    for name in ("prev_raw", "prev_applied", "prev_delta", "prev_step_grad"):
-        setattr(state, name, checkpoint[name])
+    from sim.llm.probes import PrevRows
+    from sim.llm.rows import AdamWRows
+
+    if len(checkpoint["runs"]) != len(state.runs) or checkpoint["theta"].shape != state.theta.shape:
+        raise ValueError("--resume: the checkpoint holds another model or number of runs")
+    with torch.no_grad():
+        state.theta.copy_(checkpoint["theta"])
+    state.adam = AdamWRows.from_state_dict(checkpoint["adam"])
+    state.gac_state, state.space_reference = checkpoint["gac"], checkpoint["space_reference"]
+    state.step_grad_reference = checkpoint["step_grad_reference"]
+    state.prev = {name: PrevRows.from_state_dict(rows) for name, rows in checkpoint["prev"].items()}
+    for run, saved in zip(state.runs, checkpoint["runs"], strict=True):
+        run.ring.load_state_dict(saved["ring"])
+        run.generator.set_state(saved["generator"].cpu())  # map_location moved it; generators live on the CPU
+        run.records, run.diverged_at = saved["records"], saved["diverged_at"]
+    state.step = checkpoint["step"]
 
 
 def prepare_out_dir(args: Args) -> None:

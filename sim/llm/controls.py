@@ -1,26 +1,25 @@
-"""The trainer's direction and step controls: GAC (gradient, update or momentum space), Adaptive Braking, and the
-step sizes of lr_scale and kl_target. Each is a call between ``backward()`` and AdamW's step in ``train.py``.
+"""The trainer's direction and step controls, each run of a batch with its own: GAC (gradient, update or momentum
+space), Adaptive Braking, and the step sizes of lr_scale and kl_target. Each is a call between ``backward()`` and
+AdamW's step in ``batched.optimizer_update``, on (K, P) rows, one per run.
 
-GAC is the library's: ``gac.GradientAlignmentControl`` on the raw gradient, ``gac.wrap`` (``GACConfig.space``) on
-AdamW's proposed step or first moment, ``gac.control`` against the previous RL step's summed gradient.
+GAC is the library's pure core: ``gac.update`` against each run's previous raw gradient, ``gac.control`` against the
+previous RL step's summed gradient, or against the previous uncontrolled Δθ or first moment (update, momentum space).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
 
 import gac
-from gac.control import regime_name
-from sim.llm.probes import Float64Vector, as_float64, cosine, flat_grad
-from sim.schema import NO_REGIME
+from gac.cosine64 import Float64Vector, as_float64, cosine64
+from sim.llm.rows import control_rows, gac_update_rows, per_row
 from sim.stabilizers import braking_scale, kl_target_factor
 
 if TYPE_CHECKING:
     from sim.llm.args import Args
-    from sim.llm.train import TrainState
+    from sim.llm.batched import BatchState
 
 
 def gac_space(args: Args) -> str:
@@ -28,60 +27,78 @@ def gac_space(args: Args) -> str:
     return args.gac_space if args.axes.direction == "gac" else "gradient"
 
 
-def build_optimizer(params: list[torch.Tensor], args: Args) -> tuple[torch.optim.Optimizer, gac.GradientAlignmentControl
-                                                                    | None]:
-    """AdamW and the run's gradient-space GAC tracker (None without one). GAC in update or momentum space wraps
-    AdamW (``gac.wrap``): its step() then controls Δθ or the first moment, and ``last_report`` says how."""
-    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
-    space = gac_space(args)
-    if space != "gradient":
-        return gac.wrap(optimizer, replace(args.gac, space=space)), None
-    on_gradient = args.axes.direction == "gac" and args.gac_reference == "update"
-    return optimizer, gac.GradientAlignmentControl(params, args.gac) if on_gradient else None
+def learning_rates(batch: BatchState, stats: list) -> list[float]:
+    """Each run's step size for this update: its lr, divided by 1 + s_t (lr_scale), times the KL-target factor
+    (kl_target) of the update's KL to π_b measured before its step."""
+    lrs = []
+    for run, s in zip(batch.runs, stats, strict=True):
+        a = run.args
+        lr = a.lr / (1 + int(run.schedule[batch.step])) if a.axes.step == "lr_scale" else a.lr
+        if a.axes.step == "kl_target" and s is not None:
+            lr *= kl_target_factor(s["kl_behaviour"], a.kl_target.kl_target, a.kl_target.kl_floor)
+        lrs.append(lr)
+    return lrs
 
 
-def learning_rate(state: TrainState, kl_behaviour: float) -> float:
-    """This update's step size: lr, divided by 1 + s_t (lr_scale), times the KL-target factor (kl_target) of the
-    update's KL to π_b measured before its step."""
-    args = state.args
-    lr = args.lr / (1 + int(state.schedule[state.step])) if args.axes.step == "lr_scale" else args.lr
-    if args.axes.step == "kl_target":
-        lr *= kl_target_factor(kl_behaviour, args.kl_target.kl_target, args.kl_target.kl_floor)
-    return lr
+def apply_gac(batch: BatchState, grad: torch.Tensor, raw: torch.Tensor, cfg, tau) -> tuple[list[str], list[float]]:
+    """GAC on the gradient rows in place (direction gac in gradient space); (regime, parallel scale) per run."""
+    if batch.args.gac_reference == "update":  # reference: each run's previous raw gradient
+        new, batch.gac_state, regimes, scales = gac_update_rows(raw, batch.gac_state, cfg, tau)
+    else:  # reference: each run's previous RL step's summed raw gradient (none before the first step: keep)
+        new, regimes, scales = control_rows(raw, batch.step_grad_reference, cfg, tau)
+    grad.copy_(new)
+    return regimes, scales
 
 
-def apply_gac(state: TrainState) -> tuple[str, float]:
-    """GAC on the parameters' .grad in place (direction gac in gradient space); returns (regime, parallel scale)."""
-    if state.args.axes.direction != "gac" or state.args.gac_space != "gradient":
-        return NO_REGIME, 1.0
-    if state.controller is not None:  # reference: the previous optimizer update's raw gradient
-        report = state.controller.apply()
-        return report.regime, report.parallel_scale
-    if state.prev_step_grad is None:  # reference "step" before any RL step: nothing to compare with
-        return "keep", 1.0
-    cfg = state.args.gac
-    out = gac.control(flat_grad(state.params), state.prev_step_grad, cfg)
-    for p, new in zip(state.params, out.grad.split([p.numel() for p in state.params]), strict=True):
-        p.grad.copy_(new.view_as(p.grad))
-    return regime_name(int(out.regime), cfg.mode), float(out.parallel_scale)
+def apply_braking(batch: BatchState, grad: torch.Tensor, raw: Float64Vector) -> list[float]:
+    """Adaptive Braking on the gradient rows in place: g ← (1 − α·cos(g, v)) g, v the run's AdamW first moment
+    (factor 1 before its first step); the factor of each run."""
+    cos = cosine64(raw, as_float64(batch.adam.exp_avg)).tolist()
+    factors = [1.0 if batch.adam.steps[k] == 0 else float(braking_scale(cos[k], run.args.braking.braking_alpha))
+               for k, run in enumerate(batch.runs)]
+    grad.mul_(per_row(factors, grad))
+    return factors
 
 
-def space_report(state: TrainState) -> tuple[str, float]:
-    """(regime, parallel scale) of the step ``gac.wrap`` just took in update or momentum space."""
-    report = state.optimizer.last_report
-    return report.regime, report.parallel_scale
+def space_control(batch: BatchState, vector: torch.Tensor, cfg, tau) -> tuple[torch.Tensor, list[str], list[float]]:
+    """GAC on ``vector`` rows (AdamW's proposed Δθ or its forming first moment) against the previous uncontrolled
+    ones; the reference then becomes ``vector``. (vector', regime, parallel scale per run)."""
+    reference = batch.space_reference
+    batch.space_reference = vector.clone() if reference is None else gac.update_reference(reference, vector, cfg)
+    return control_rows(vector, reference, cfg, tau)
 
 
-def velocity(state: TrainState) -> torch.Tensor | None:
-    """AdamW's first moment (its velocity) as one flat vector; None before its first step."""
-    moments = [state.optimizer.state.get(p, {}).get("exp_avg") for p in state.params]
-    return None if any(m is None for m in moments) else torch.cat([m.reshape(-1) for m in moments])
+def acting(regimes: list[str]) -> list[int]:
+    """The runs whose GAC removed part of their vector this update."""
+    return [k for k, regime in enumerate(regimes) if regime in ("project", "cap")]
 
 
-def apply_braking(state: TrainState, raw: Float64Vector) -> float:
-    """Adaptive Braking on the .grad in place: g ← (1 − α·cos(g, v)) g, v AdamW's first moment; returns the factor."""
-    v = velocity(state)
-    factor = 1.0 if v is None else braking_scale(cosine(raw, as_float64(v)), state.args.braking.braking_alpha)
-    for p in state.params:
-        p.grad.mul_(factor)
-    return factor
+def gac_on_momentum(batch: BatchState, grad: torch.Tensor, cfg, tau) -> tuple[list[str], list[float]]:
+    """GAC on AdamW's first moment (momentum space), before its step: the moment each run is about to form,
+    m_t = β1·m_{t−1} + (1 − β1)·g, is controlled against its previous uncontrolled m, and the stored moment is
+    shifted so that AdamW forms the controlled m'_t (the removed part does not come back through it)."""
+    beta1 = batch.adam.betas[0]
+    formed = torch.lerp(batch.adam.exp_avg, grad, 1 - beta1)
+    new, regimes, scales = space_control(batch, formed, cfg, tau)
+    for k in acting(regimes):
+        batch.adam.exp_avg[k].sub_((formed[k] - new[k]) / beta1)
+    return regimes, scales
+
+
+@torch.no_grad()
+def gac_on_update(batch: BatchState, before: torch.Tensor, stepped: list[int], cfg,
+                  tau) -> tuple[list[str], list[float]]:
+    """GAC on AdamW's proposed step Δθ_t (update space), after its step: Δθ_t is controlled against the previous
+    proposed step and θ set to θ_before + Δθ'_t (θ_before for a skip); AdamW's state stays as its step left it."""
+    proposed = batch.theta.detach() - before
+    new, regimes, scales = space_control(batch, proposed, cfg, tau)
+    for k in acting(regimes):
+        batch.theta[k].sub_(proposed[k] - new[k])
+    for k in stepped:
+        if regimes[k] == "skip":
+            batch.theta[k].copy_(before[k])
+    return regimes, scales
+
+
+__all__ = ["gac_space", "learning_rates", "apply_gac", "apply_braking", "space_control", "gac_on_momentum",
+           "gac_on_update"]

@@ -1,12 +1,14 @@
 """What the GRPO trainer measures besides its loss: cosines of consecutive gradients and updates, and the SNR probe.
 
 Cosines are ``gac.cosine64``'s (``gac.alignment``'s numbers, each vector converted to float64 once and kept as
-the next cosine's reference). The probes read the trainer's state and change none of its numbers.
+the next cosine's reference), one per run of a batch (rows of (K, P) tensors). The probes read the trainer's state
+and change none of its numbers.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -15,47 +17,64 @@ from gac.cosine64 import Float64Vector, as_float64, cosine64
 from sim.llm.grpo import group_samples
 
 if TYPE_CHECKING:
-    from sim.llm.train import TrainState
-
-
-def flat_grad(params) -> torch.Tensor:
-    return torch.cat([p.grad.reshape(-1) for p in params])
-
-
-def flat_params(params) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in params])
+    from sim.llm.batched import BatchState
 
 
 def cosine(a: Float64Vector, b: Float64Vector | None) -> float:
-    """cos(a, b) as a float, NaN without b (nothing to compare with yet)."""
+    """cos(a, b) of two vectors as a float, NaN without b (nothing to compare with yet)."""
     return math.nan if b is None else float(cosine64(a, b))
 
 
-def cosine_to_prev(state: TrainState, name: str, current: Float64Vector) -> float:
-    """cos(current, state.prev_<name>) (NaN before the first); ``current`` is kept as the next one's reference."""
-    prev = getattr(state, f"prev_{name}")
-    reference = None if prev is None else as_float64(prev, state.prev64.get(name))
-    state.prev64[name] = current
-    return cosine(current, reference)
+@dataclass
+class PrevRows:
+    """Each run's previous vector (as float64, kept for the next cosine) and which runs have one yet."""
+
+    vector: Float64Vector | None = None
+    known: torch.Tensor | None = None
+
+    def cosine(self, current: Float64Vector) -> list[float]:
+        """cos(current row, previous row) per run; NaN where a run has no previous vector yet."""
+        if self.vector is None:
+            return [math.nan] * current.source.shape[0]
+        cos = cosine64(current, self.vector)
+        return torch.where(self.known, cos, torch.full_like(cos, math.nan)).tolist()
+
+    def set(self, current: Float64Vector, rows: torch.Tensor) -> None:
+        """The runs ``rows`` (bool, K) take ``current``'s row as their previous vector; the others keep theirs."""
+        if self.vector is None or bool(rows.all()):
+            self.vector, self.known = current, rows.clone() if self.known is None else self.known | rows
+            return
+        pick = rows[:, None]
+        self.vector = Float64Vector(torch.where(pick, current.source, self.vector.source),
+                                    torch.where(pick, current.scaled, self.vector.scaled),
+                                    torch.where(rows, current.sq, self.vector.sq))
+        self.known = self.known | rows
+
+    def state_dict(self) -> dict:
+        return {"source": None if self.vector is None else self.vector.source, "known": self.known}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> PrevRows:
+        source = state["source"]
+        return cls(None if source is None else as_float64(source), state["known"])
 
 
-def snr_probe(state: TrainState, batch: dict, minibatch_loss) -> float:
-    """cos between the raw gradients of two disjoint halves of the step's prompt groups, at the current θ.
+def snr_probe(batch: BatchState, data: dict, minibatch_losses, backward) -> list[float]:
+    """Per run: cos between the raw gradients of two disjoint halves of its prompt groups, at the current θ.
 
-    ``minibatch_loss(state, batch, idx) -> (loss, stats)`` is the trainer's loss. Uses no random numbers and
-    leaves no gradient behind, so the step's numbers do not change.
+    ``minibatch_losses(batch, data, idx)`` and ``backward(batch, losses)`` are the trainer's. Uses no random numbers
+    and leaves no gradient behind, so the step's numbers do not change.
     """
-    halves = torch.arange(state.args.prompts_per_step).chunk(2)
+    args, runs = batch.args, len(batch.runs)
+    halves = torch.arange(args.prompts_per_step).chunk(2)
     if len(halves) < 2:
-        return math.nan
+        return [math.nan] * runs
     grads = []
     for half in halves:
-        state.optimizer.zero_grad(set_to_none=True)
-        loss, _ = minibatch_loss(state, batch, group_samples(half, state.args.group_size, state.args.device))
-        loss.backward()
-        grads.append(flat_grad(state.params))
-    state.optimizer.zero_grad(set_to_none=True)
-    return cosine(as_float64(grads[0]), as_float64(grads[1]))
+        idx = group_samples(half, args.group_size, batch.theta.device)[None].expand(runs, -1)
+        grads.append(backward(batch, minibatch_losses(batch, data, idx)[0]).clone())
+    batch.theta.grad = None
+    return cosine64(as_float64(grads[0]), as_float64(grads[1])).tolist()
 
 
 def snr_from_cosine(c: float) -> float:
@@ -65,5 +84,4 @@ def snr_from_cosine(c: float) -> float:
     return math.inf if c >= 1 else c / (1 - c)
 
 
-__all__ = ["Float64Vector", "as_float64", "cosine", "cosine_to_prev", "flat_grad", "flat_params", "snr_from_cosine",
-           "snr_probe"]
+__all__ = ["Float64Vector", "PrevRows", "as_float64", "cosine", "snr_from_cosine", "snr_probe"]
