@@ -36,3 +36,28 @@ def tiny_args(tiny_checkpoint, tmp_path):
         return Args(**base)
 
     return make
+
+
+@pytest.fixture
+def adamw_hooks(monkeypatch):
+    """Callbacks around the trainer's AdamW step, seen from outside it: ``pre(theta, grad, adam, lr)`` just before
+    and ``post(theta, adam)`` just after each step (θ, the gradient AdamW receives and its state as (K, P) rows, the
+    runs' step sizes). Returns ``register(pre=None, post=None)``."""
+    from sim.llm import batched
+
+    pre, post, real = [], [], batched.adamw_step
+
+    def step(theta, grad, adam, lr, rows):
+        for hook in pre:
+            hook(theta, grad, adam, lr)
+        real(theta, grad, adam, lr, rows)
+        for hook in post:
+            hook(theta, adam)
+
+    monkeypatch.setattr(batched, "adamw_step", step)
+
+    def register(pre_hook=None, post_hook=None):
+        pre.extend([pre_hook] if pre_hook else [])
+        post.extend([post_hook] if post_hook else [])
+
+    return register

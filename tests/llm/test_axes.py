@@ -9,42 +9,32 @@ import torch
 
 from sim import stabilizers
 from sim.llm import controls
-from sim.llm import train as train_module
 from sim.llm.train import rl_step, run_records, setup
 
 QUIET = dict(log=lambda *a: None)
 
 
-def flat(tensors) -> np.ndarray:
-    return torch.cat([t.reshape(-1) for t in tensors]).double().numpy().copy()
+def flat(rows: torch.Tensor) -> np.ndarray:
+    """The run's row of a (1, P) tensor (one run: K = 1) as float64 numpy."""
+    return rows[0].detach().double().numpy().copy()
 
 
 def cos(a, b) -> float:
     return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def braking_error(args) -> float:
+def braking_error(args, adamw_hooks) -> float:
     """Largest |applied − (1 − α·cos(raw, v)) raw| / |raw| over every update of a short run, where raw is the gradient
     of the backward pass, v AdamW's first moment before the step, applied the gradient AdamW receives."""
     state = setup(args, **QUIET)
-    params, raws, seen = state.params, [], []
-    pending = {}
+    raws, seen = [], []
+    state.theta.register_post_accumulate_grad_hook(lambda theta: raws.append(flat(theta.grad)))
 
-    def grad_hook(i, p):
-        pending[i] = p.grad.detach().clone()
-        if len(pending) == len(params):
-            raws.append(flat(pending[j] for j in range(len(params))))
-            pending.clear()
+    def pre_step(theta, grad, adam, lr):
+        velocity = None if adam.steps[0] == 0 else flat(adam.exp_avg)
+        seen.append((raws[-1], velocity, flat(grad)))
 
-    for i, p in enumerate(params):
-        p.register_post_accumulate_grad_hook(lambda p, i=i: grad_hook(i, p))
-
-    def pre_step(*_):
-        moments = [state.optimizer.state.get(p, {}).get("exp_avg") for p in params]
-        velocity = None if moments[0] is None else flat(moments)
-        seen.append((raws[-1], velocity, flat(p.grad for p in params)))
-
-    state.optimizer.register_step_pre_hook(pre_step)
+    adamw_hooks(pre_step)
     for _ in range(args.steps):
         rl_step(state)
     errors = []
@@ -55,22 +45,22 @@ def braking_error(args) -> float:
     return max(errors)
 
 
-def test_braking_scales_the_gradient_by_its_alignment_with_adamw_velocity(tiny_args):
+def test_braking_scales_the_gradient_by_its_alignment_with_adamw_velocity(tiny_args, adamw_hooks):
     args = tiny_args(method="braking", staleness=2, max_grad_norm=1e9, snr_every=1000)
-    assert braking_error(args) < 1e-5
+    assert braking_error(args, adamw_hooks) < 1e-5
 
 
-def test_braking_check_catches_a_wrong_sign(tiny_args, monkeypatch):
+def test_braking_check_catches_a_wrong_sign(tiny_args, monkeypatch, adamw_hooks):
     monkeypatch.setattr(controls, "braking_scale", lambda c, alpha: 1 + alpha * c)
     args = tiny_args(method="braking", staleness=2, max_grad_norm=1e9, snr_every=1000)
-    assert braking_error(args) > 1e-3
+    assert braking_error(args, adamw_hooks) > 1e-3
 
 
-def kl_target_lrs(args) -> tuple[list, list]:
+def kl_target_lrs(args, adamw_hooks) -> tuple[list, list]:
     """(learning rate AdamW used at each update, the lr the KL-target rule gives from that update's measured KL)."""
     state = setup(args, **QUIET)
     used = []
-    state.optimizer.register_step_pre_hook(lambda opt, *_: used.append(opt.param_groups[0]["lr"]))
+    adamw_hooks(lambda theta, grad, adam, lr: used.append(lr[0]))
     records = [rl_step(state) for _ in range(args.steps)]
     cfg = args.kl_target
     expected = [args.lr * min(1.0, max(cfg.kl_floor, cfg.kl_target / r["kl_behaviour"])) if r["kl_behaviour"] > 0
@@ -78,34 +68,37 @@ def kl_target_lrs(args) -> tuple[list, list]:
     return used, expected
 
 
-def test_kl_target_cuts_the_step_in_proportion_to_the_measured_kl(tiny_args):
+def test_kl_target_cuts_the_step_in_proportion_to_the_measured_kl(tiny_args, adamw_hooks):
     # one update per step: the record's kl_behaviour is the KL that update measured before its step
     args = tiny_args(method="kl_target", staleness=2, minibatches=1, lr=1e-2, snr_every=1000,
                      kl_target=stabilizers.KLTargetConfig(kl_target=1e-4, kl_floor=0.05))
-    used, expected = kl_target_lrs(args)
+    used, expected = kl_target_lrs(args, adamw_hooks)
     assert used == pytest.approx(expected, rel=1e-12)
     assert min(used) < args.lr  # the rule did act
     assert min(used) >= 0.05 * args.lr - 1e-15  # never below the floor
 
 
-def test_kl_target_check_catches_an_ignored_kl(tiny_args, monkeypatch):
+def test_kl_target_check_catches_an_ignored_kl(tiny_args, monkeypatch, adamw_hooks):
     monkeypatch.setattr(controls, "kl_target_factor", lambda kl, target, floor: 1.0)
     args = tiny_args(method="kl_target", staleness=2, minibatches=1, lr=1e-2, snr_every=1000,
                      kl_target=stabilizers.KLTargetConfig(kl_target=1e-4, kl_floor=0.05))
-    used, expected = kl_target_lrs(args)
+    used, expected = kl_target_lrs(args, adamw_hooks)
     assert used != pytest.approx(expected, rel=1e-12)
 
 
 def test_gac_with_tis_uses_the_tis_loss_and_projects_its_gradient(tiny_args):
-    """gac+tis: the first raw gradient is TIS's (equal to a tis-only run's), and GAC (τ = 0) then leaves the applied
+    """gac+tis: the first raw gradient is TIS's (equal to a tis-only run's, and with the importance weight capped at
+    C = 0.5 exactly half of the plain loss's, as π_prox = π_b at step 0), and GAC (τ = 0) then leaves the applied
     gradient with no positive alignment to the previous raw gradient."""
     runs = {}
     for method in ("tis", "tis+gac", "gac"):
-        args = tiny_args(method=method, staleness=2, max_grad_norm=1e9, snr_every=1000)
+        args = tiny_args(method=method, staleness=2, max_grad_norm=1e9, snr_every=1000, minibatches=1,
+                         tis=stabilizers.TISConfig(tis_cap=0.5))
         result = run_records(args, **QUIET)
         runs[method] = result["records"]
     both = runs["tis+gac"]
-    assert both[0]["grad_norm"] == runs["tis"][0]["grad_norm"] != runs["gac"][0]["grad_norm"]
+    assert both[0]["grad_norm"] == runs["tis"][0]["grad_norm"] == pytest.approx(0.5 * runs["gac"][0]["grad_norm"],
+                                                                                 rel=1e-6)
     assert all(r["regime"] in ("keep", "project") for r in both) and any(r["regime"] == "project" for r in both)
     assert all(r["regime"] == "n/a" for r in runs["tis"])
     assert (both[0]["objective_fn"], both[0]["direction_control"], both[0]["step_control"]) == ("tis", "gac", "none")
@@ -128,17 +121,16 @@ def projected(v: np.ndarray, d: np.ndarray | None) -> np.ndarray:
     return v - np.dot(v, d) / np.dot(d, d) * d
 
 
-def update_space_error(args) -> tuple[float, int]:
+def update_space_error(args, adamw_hooks) -> tuple[float, int]:
     """Largest relative distance between each applied Δθ and the direct projection of AdamW's proposed Δθ against
     the previous proposed one, and how many updates were projected."""
     state = setup(args, **QUIET)
-    adamw = getattr(state.optimizer, "optimizer", state.optimizer)  # the optimizer gac.wrap wraps: its own step
     before, proposed = [], []
-    adamw.register_step_pre_hook(lambda *a: before.append(flat(p.detach() for p in state.params)))
-    adamw.register_step_post_hook(lambda *a: proposed.append(flat(p.detach() for p in state.params)))
+    adamw_hooks(lambda theta, grad, adam, lr: before.append(flat(theta)),
+                lambda theta, adam: proposed.append(flat(theta)))
     for _ in range(args.steps):
         rl_step(state)
-    after = before[1:] + [flat(p.detach() for p in state.params)]  # θ changes only in the updates
+    after = before[1:] + [flat(state.theta)]  # θ changes only in the updates
     errors, previous, projections = [], None, 0
     for b, prop, a in zip(before, proposed, after, strict=True):
         delta = prop - b
@@ -149,31 +141,28 @@ def update_space_error(args) -> tuple[float, int]:
     return max(errors), projections
 
 
-def test_gac_update_space_projects_adamw_proposed_step(tiny_args):
+def test_gac_update_space_projects_adamw_proposed_step(tiny_args, adamw_hooks):
     args = tiny_args(method="gac", gac_space="update", staleness=2, max_grad_norm=1e9, snr_every=1000)
-    error, projections = update_space_error(args)
+    error, projections = update_space_error(args, adamw_hooks)
     assert projections >= 2 and error < 1e-4
 
 
-def test_update_space_check_catches_gac_left_out(tiny_args, monkeypatch):
-    adamw_alone = lambda params, args: (torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0), None)  # noqa: E731
-    monkeypatch.setattr(train_module, "build_optimizer", adamw_alone)
-    monkeypatch.setattr(train_module, "space_report", lambda state: ("keep", 1.0))
+def test_update_space_check_catches_gac_left_out(tiny_args, monkeypatch, adamw_hooks):
+    monkeypatch.setattr(controls, "gac_on_update", lambda batch, *a: (["keep"] * len(batch.runs), [1.0]))
     args = tiny_args(method="gac", gac_space="update", staleness=2, max_grad_norm=1e9, snr_every=1000)
-    assert update_space_error(args)[0] > 1e-2
+    assert update_space_error(args, adamw_hooks)[0] > 1e-2
 
 
-def momentum_space_error(args) -> tuple[float, int]:
+def momentum_space_error(args, adamw_hooks) -> tuple[float, int]:
     """Largest relative distance between AdamW's stored first moment after each step and the direct computation:
     m_t = β1·m'_{t−1} + (1 − β1)·g_t projected against the previous uncontrolled m_{t−1}."""
     state = setup(args, **QUIET)
-    params, grads, stored = state.params, [], []
-    state.optimizer.register_step_pre_hook(lambda *a: grads.append(flat(p.grad for p in params)))
-    state.optimizer.register_step_post_hook(
-        lambda opt, *a: stored.append(flat(opt.state[p]["exp_avg"] for p in params)))
+    grads, stored = [], []
+    adamw_hooks(lambda theta, grad, adam, lr: grads.append(flat(grad)),
+                lambda theta, adam: stored.append(flat(adam.exp_avg)))
     for _ in range(args.steps):
         rl_step(state)
-    beta1 = state.optimizer.param_groups[0]["betas"][0]
+    beta1 = state.adam.betas[0]
     errors, kept_moment, previous, projections = [], np.zeros_like(grads[0]), None, 0
     for g, m_stored in zip(grads, stored, strict=True):
         formed = beta1 * kept_moment + (1 - beta1) * g
@@ -184,13 +173,13 @@ def momentum_space_error(args) -> tuple[float, int]:
     return max(errors), projections
 
 
-def test_gac_momentum_space_controls_the_moment_adamw_keeps(tiny_args):
+def test_gac_momentum_space_controls_the_moment_adamw_keeps(tiny_args, adamw_hooks):
     args = tiny_args(method="gac", gac_space="momentum", staleness=2, max_grad_norm=1e9, snr_every=1000)
-    error, projections = momentum_space_error(args)
+    error, projections = momentum_space_error(args, adamw_hooks)
     assert projections >= 2 and error < 1e-4
 
 
-def test_momentum_space_check_catches_projecting_the_gradient_instead(tiny_args):
+def test_momentum_space_check_catches_projecting_the_gradient_instead(tiny_args, adamw_hooks):
     """The wrong placement: GAC on the raw gradient (the removed part comes back through AdamW's moment)."""
     args = tiny_args(method="gac", gac_space="gradient", staleness=2, max_grad_norm=1e9, snr_every=1000)
-    assert momentum_space_error(args)[0] > 1e-2
+    assert momentum_space_error(args, adamw_hooks)[0] > 1e-2

@@ -162,7 +162,7 @@ def test_model_folder_with_missing_or_truncated_weights_is_one_line(tiny_checkpo
 def test_a_methods_flags_given_with_another_method_are_refused(tmp_path, capsys, monkeypatch, flags, method):
     from sim.llm import train
 
-    monkeypatch.setattr(train, "load_models", lambda *a: pytest.fail("work started"))
+    monkeypatch.setattr(train, "setup_batch", lambda *a: pytest.fail("work started"))
     argv = ["--size", "tiny", "--method", method, *flags, "--out-dir", str(tmp_path / "out")]
     assert cli.main(argv) == 2
     err = one_line(capsys)

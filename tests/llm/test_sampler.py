@@ -97,14 +97,24 @@ def test_mixed_up_prefill_rows_are_caught(models, monkeypatch):
     assert max_error_against_full_forward(models["random"], grouped_prompts()) > 1e-3
 
 
-def test_training_records_are_the_same_with_either_sampler(tiny_args, monkeypatch):
+def test_training_records_are_the_same_with_either_sampler(tiny_args, tiny_checkpoint, monkeypatch):
+    """The trainer samples K runs at once through ``stacked.sample``; with each run sampled alone through the
+    HF forward and cache (``sample_reference`` on an HF model holding that run's row) the records are the same."""
+    from sim.llm import stacked
     from sim.llm import train as train_module
-    from sim.llm import warmstart as warmstart_module
 
     args = dict(method="tis", staleness=2, staleness_kind="random")
     fast = train_module.run_records(tiny_args(**args), log=lambda *a: None)["records"]
-    monkeypatch.setattr(train_module, "sample", sample_reference)
-    monkeypatch.setattr(warmstart_module, "sample", sample_reference)
+    model = load_model(tiny_checkpoint)
+
+    def one_run_at_a_time(layout, theta, prompts, max_new_tokens, generators=None, temperature=1.0, greedy=False,
+                          group=1):
+        out = [sample_reference(stacked.load_row(model, row), p, max_new_tokens,
+                                None if generators is None else generators[k], temperature, greedy)
+               for k, (row, p) in enumerate(zip(theta, prompts, strict=True))]
+        return tuple(torch.stack(parts) for parts in zip(*out, strict=True))
+
+    monkeypatch.setattr(stacked, "sample", one_run_at_a_time)
     reference = train_module.run_records(tiny_args(**args), log=lambda *a: None)["records"]
     # json writes NaN (the schema's "not measured") as NaN on both sides, so unmeasured columns compare equal.
     assert json.dumps(reference) == json.dumps(fast)

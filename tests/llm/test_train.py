@@ -21,33 +21,19 @@ def cos(a, b) -> float:
 
 
 class Capture:
-    """Gradients and parameters seen from outside the trainer: the raw gradient of every backward pass
-    (post-accumulate hooks, before GAC), the gradient handed to AdamW and θ before/after each AdamW step."""
+    """Gradients and parameters seen from outside the trainer: the raw gradient of every backward pass (a
+    post-accumulate hook on θ, before GAC), the gradient handed to AdamW and θ before/after each AdamW step."""
 
-    def __init__(self, state):
-        self.params = state.params
-        self.backwards, self.pending, self.stepped, self.before, self.after = [], {}, [], [], []
-        for i, p in enumerate(self.params):
-            p.register_post_accumulate_grad_hook(lambda p, i=i: self._grad(i, p))
-        state.optimizer.register_step_pre_hook(lambda *a: self._pre())
-        state.optimizer.register_step_post_hook(lambda *a: self.after.append(self._theta()))
+    def __init__(self, state, adamw_hooks):
+        self.backwards, self.stepped, self.before, self.after = [], [], [], []
+        state.theta.register_post_accumulate_grad_hook(lambda theta: self.backwards.append(self._flat(theta.grad)))
+        adamw_hooks(lambda theta, grad, adam, lr: (self.stepped.append(self._flat(grad)),
+                                                   self.before.append(self._flat(theta))),
+                    lambda theta, adam: self.after.append(self._flat(theta)))
 
     @staticmethod
-    def _flat(tensors):
-        return torch.cat([t.reshape(-1) for t in tensors]).double().numpy().copy()
-
-    def _grad(self, i, p):
-        self.pending[i] = p.grad.detach().clone()
-        if len(self.pending) == len(self.params):
-            self.backwards.append(self._flat(self.pending[j] for j in range(len(self.params))))
-            self.pending = {}
-
-    def _theta(self):
-        return self._flat(p.detach() for p in self.params)
-
-    def _pre(self):
-        self.stepped.append(self._flat(p.grad for p in self.params))
-        self.before.append(self._theta())
+    def _flat(rows):
+        return rows[0].detach().double().numpy().copy()  # the run's row (one run: K = 1)
 
 
 def stepped(state, seen: Capture) -> tuple[list, list]:
@@ -84,12 +70,12 @@ def test_every_method_runs_end_to_end(tiny_args, method, staleness):
                                       "code_fingerprint"}
 
 
-def test_every_cosine_equals_a_direct_computation(tiny_args):
+def test_every_cosine_equals_a_direct_computation(tiny_args, adamw_hooks):
     """cos_prev, cos_prev_step, cos_update, cos_applied and cos_halves against gradients and parameters
     captured from outside. Method gac (τ = 0) so applied ≠ raw; the probe runs at steps 0 and 2."""
     args = tiny_args(method="gac", staleness=2, snr_every=2)
     state = setup(args, **QUIET)
-    seen = Capture(state)
+    seen = Capture(state, adamw_hooks)
     records, backwards_at = stepped(state, seen)
     raw = [b[-2:] for b in backwards_at]  # the two updates of each step (after the probe's two backwards)
     assert [len(b) for b in backwards_at] == [4, 2, 4, 2]
@@ -168,10 +154,10 @@ def test_snr_probe_does_not_change_the_training_numbers(tiny_args):
     assert all(math.isfinite(r["cos_halves"]) for r in probed)
 
 
-def test_gac_step_reference_compares_with_the_previous_rl_steps_summed_gradient(tiny_args):
+def test_gac_step_reference_compares_with_the_previous_rl_steps_summed_gradient(tiny_args, adamw_hooks):
     args = tiny_args(method="gac", staleness=2, gac_reference="step", snr_every=1000)
     state = setup(args, **QUIET)
-    seen = Capture(state)
+    seen = Capture(state, adamw_hooks)
     records, backwards_at = stepped(state, seen)
     raw = [b[-2:] for b in backwards_at]
     applied = [seen.stepped[2 * t: 2 * t + 2] for t in range(args.steps)]
@@ -204,7 +190,7 @@ def test_summary_after_list_of_train(tiny_args):
     args = tiny_args(steps=2)
     state = setup(args, **QUIET)
     records = list(train(args, state, **QUIET))
-    assert [r["step"] for r in records] == [0, 1] and state.records == records
+    assert [r["step"] for r in records] == [0, 1] and state.runs[0].records == records
     assert summary(state)["diverged_at"] is None and 0 <= summary(state)["final_accuracy"] <= 1
 
 
@@ -222,7 +208,7 @@ def test_nonfinite_loss_names_the_step_and_is_not_checkpointed(tiny_args, tmp_pa
     with pytest.raises(NonFiniteError, match="step 3"):
         run_records(args, **QUIET)
     ckpt = checkpoint.load_checkpoint(tmp_path / "nan" / "checkpoint.pt")
-    assert ckpt["step"] == 2 and all(torch.isfinite(v).all() for v in ckpt["policy"].values())
+    assert ckpt["step"] == 2 and torch.isfinite(ckpt["theta"]).all()
     calls["n"] = 0
     marked = run_records(tiny_args(steps=6, snr_every=1000, on_nonfinite="mark", out_dir=str(tmp_path / "m")),
                          **QUIET)
@@ -246,7 +232,7 @@ def test_nonfinite_loss_names_the_step_and_is_not_checkpointed(tiny_args, tmp_pa
     (["--method", "gac", "--gac-reference", "rl"], "gac_reference must be one of"),
 ])
 def test_invalid_configuration_fails_with_one_line(argv, needle, capsys, monkeypatch):
-    monkeypatch.setattr(train_module, "load_models", lambda *a: pytest.fail("work started"))
+    monkeypatch.setattr(train_module, "setup_batch", lambda *a: pytest.fail("work started"))
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1
@@ -255,7 +241,7 @@ def test_invalid_configuration_fails_with_one_line(argv, needle, capsys, monkeyp
 @pytest.mark.parametrize("text", ['{"vocab_size": ', '[1, 2]', '{"model_type": "qwen3"}'])
 def test_model_folder_with_a_junk_config_fails_with_one_line(tmp_path, capsys, monkeypatch, text):
     (tmp_path / "config.json").write_text(text)
-    monkeypatch.setattr(train_module, "load_models", lambda *a: pytest.fail("work started"))
+    monkeypatch.setattr(train_module, "setup_batch", lambda *a: pytest.fail("work started"))
     assert main(["--model", str(tmp_path), "--out-dir", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert f"--model {tmp_path}" in err and len(err.splitlines()) == 1
