@@ -7,9 +7,8 @@ steps) / (the same minus the time spent in GAC's apply()).
 `python -m benchmarks.llm_speed --sampler` instead compares the fast sampler with the HF-forward one
 (tokens/s side by side) and both with this CPU's FLOP ceiling (a matmul timed in the same run).
 `python -m benchmarks.llm_speed --parts` runs quick-profile RL steps (experiments/llm.py) and reports the
-share of each part of a step, RL steps/s with the trainer's cosines computed before (``gac.alignment`` on
-float64 copies, rescaled) and after (plain float64 sums of cached copies), alternately, with the records
-of both checked equal to the bit, and the step's distance from the FLOP ceiling.
+share of each part of a step, RL steps/s (records of the rounds checked equal to the bit), and the step's
+distance from the FLOP ceiling.
 `python -m benchmarks.llm_speed --batched 8` trains K = 1, 2, 4, 8 runs of the quick profile's shape batched in one
 process (``sim.llm.batched``; K = 1 is how one run per process trains) for the small and the tiny model, each K in
 its own fresh process, alternately, and prints run·steps per CPU-second, the ratio to K = 1 next to its target,
@@ -31,39 +30,37 @@ from unittest import mock
 
 import torch
 
-import gac
 from experiments.llm import sweep
 from experiments.tuning import LLM_TUNING
-from sim.llm import batched, probes, stacked
-from sim.llm import train as train_module
+from sim.llm import batched, controls, probes, stacked
 from sim.llm.model import build_model, parameter_count, sample, sample_reference
 from sim.llm.task import AdditionTask
 from sim.llm.train import Args, setup, train
 from sim.record import same_records
 
 
-def timed_gac(state) -> list[float]:
-    """Wrap the run's GAC controller so each apply() adds its seconds to the returned list's only entry."""
-    spent, apply = [0.0], state.controller.apply
+def timed_gac() -> tuple[list[float], contextlib.AbstractContextManager]:
+    """([seconds spent in GAC], a patch of the trainer's gradient-space GAC that adds each call's seconds to it)."""
+    spent, apply = [0.0], controls.apply_gac
 
-    def timed():
+    def timed(*args, **kwargs):
         start = time.perf_counter()
-        report = apply()
+        out = apply(*args, **kwargs)
         spent[0] += time.perf_counter() - start
-        return report
+        return out
 
-    state.controller.apply = timed
-    return spent
+    return spent, mock.patch.object(controls, "apply_gac", timed)
 
 
 def rollout_tokens_per_s(state, repeats: int = 3) -> float:
-    """Tokens/s of the sampler on batches of one RL step's shape (the behaviour policy, its own generator)."""
+    """Tokens/s of the sampler on batches of one RL step's shape (the run's policy, its own generator)."""
     args, generator = state.args, torch.Generator().manual_seed(1)
     operands = state.task.sample_operands(args.prompts_per_step, generator).repeat_interleave(args.group_size, 0)
-    prompts = state.task.prompts(operands).to(args.device)
+    prompts = state.task.prompts(operands).to(args.device)[None]
     tokens, start = 0, time.perf_counter()
     for _ in range(repeats):
-        _, _, mask = sample(state.policy, prompts, state.task.answer_len, generator, args.temperature)
+        _, _, mask = stacked.sample(state.layout, state.theta.detach(), prompts, state.task.answer_len, [generator],
+                                    args.temperature, group=args.group_size)
         tokens += int(mask.sum())
     return tokens / (time.perf_counter() - start)
 
@@ -73,11 +70,12 @@ def measure(size: str, steps: int, device: str, staleness: int = 8, **overrides)
         args = Args(method="gac", staleness=staleness, steps=steps, size=size, device=device, progress=False,
                     eval_every=10_000, snr_every=10_000, out_dir=tmp, **overrides)
         state = setup(args, log=lambda *a: None)
-        gac_s = timed_gac(state)
-        start = time.perf_counter()
-        for _ in train(args, state):
-            pass
-        step_s = time.perf_counter() - start
+        gac_s, patch = timed_gac()
+        with patch:
+            start = time.perf_counter()
+            for _ in train(args, state):
+                pass
+            step_s = time.perf_counter() - start
         tokens_per_s = rollout_tokens_per_s(state)
     # eval_every and snr_every beyond the run: only step 0 evaluates and probes (included in step_s).
     return {"size": size, "device": device, "steps": steps, "samples_per_step": args.prompts_per_step *
@@ -139,13 +137,13 @@ def sampler_speed(size: str, batch: int = 128, group: int = 8, digits: int = 2, 
     return row
 
 
-PARTS = {"eval": ((train_module, "heldout_accuracy"),), "snr_probe": ((probes, "snr_probe"),),
-         "sampling": ((train_module, "sample"),), "logprob_forward": ((train_module, "token_logprobs"),),
-         "cosine": ((train_module, "as_float64"), (probes, "as_float64"), (probes, "cosine")),
-         "gac_apply": ((train_module, "apply_gac"),)}
-"""Parts of an RL step: the (module, function) names of sim.llm.train and sim.llm.probes timed as each (a call
-inside another part counts in the outer one, e.g. the SNR probe's forwards and backwards in snr_probe).
-``backward`` is Tensor.backward."""
+PARTS = {"eval": ((batched, "heldout_accuracy"),), "snr_probe": ((probes, "snr_probe"),),
+         "sampling": ((stacked, "sample"),), "logprob_forward": ((stacked, "token_logprobs"),),
+         "cosine": ((batched, "as_float64"), (probes, "cosine64")), "gac_apply": ((controls, "apply_gac"),),
+         "adamw": ((batched, "adamw_step"),)}
+"""Parts of an RL step: the (module, function) names of the trainer's modules timed as each (a call inside another
+part counts in the outer one, e.g. the SNR probe's forwards and backwards in snr_probe). ``backward`` is
+Tensor.backward."""
 
 
 @contextlib.contextmanager
@@ -166,11 +164,13 @@ def timed_parts(model_params: int):
             finally:
                 spent[part] += time.process_time() - start
                 active.pop()
-            if part == "logprob_forward":  # (model, prompts, responses): every prompt and response token
-                tokens = args[1].numel() + args[2].numel()
-                spent["model_flops"] += 2 * model_params * tokens * (3 if torch.is_grad_enabled() else 1)
-            if part == "sampling":
-                spent["model_flops"] += 2 * model_params * forward_tokens(args[1], out[2], shared_prefill=True)
+            if part == "logprob_forward":  # (layout, θ, prompts, responses): every prompt and response token
+                tokens = args[2].numel() + args[3].numel()
+                grad = args[1].requires_grad and torch.is_grad_enabled()
+                spent["model_flops"] += 2 * model_params * tokens * (3 if grad else 1)
+            if part == "sampling":  # (layout, θ, prompts (K, n, L), ...): each run's prompts
+                spent["model_flops"] += 2 * model_params * sum(
+                    forward_tokens(p, m, shared_prefill=True) for p, m in zip(args[2], out[2], strict=True))
             return out
         return call
 
@@ -183,18 +183,6 @@ def timed_parts(model_params: int):
         yield spent
 
 
-@contextlib.contextmanager
-def cosine_before():
-    """The trainer's cosines as before this change: ``gac.alignment`` of two fresh float64 copies each time."""
-    def old_cosine(a, b):
-        return math.nan if b is None else float(gac.alignment(a.source.double(), b.source.double()))
-
-    plain = lambda x, known=None: probes.Float64Vector(x, x, x)  # noqa: E731
-    with mock.patch.object(train_module, "as_float64", plain), mock.patch.object(probes, "as_float64", plain), \
-            mock.patch.object(probes, "cosine", old_cosine):
-        yield
-
-
 def quick_args(method: str, steps: int) -> Args:
     """The quick profile's run of ``method`` at high staleness and the main step size, seed 0, ``steps`` steps."""
     runs = [r.args for r in sweep("quick") if r.args.method == method and r.args.seed == 0]
@@ -205,39 +193,32 @@ def quick_args(method: str, steps: int) -> Args:
 def run_steps(args: Args, parts: bool = False) -> tuple[float, list, dict]:
     """(process CPU seconds of the RL steps, their records, the parts' seconds if ``parts``) of one fresh run."""
     state = setup(args, log=lambda *a: None)
-    with timed_parts(parameter_count(state.policy)) if parts else contextlib.nullcontext({}) as spent:
+    with timed_parts(state.layout.size) if parts else contextlib.nullcontext({}) as spent:
         start = time.process_time()
         for _ in train(args, state):
             pass
         seconds = time.process_time() - start
-    return seconds, state.records, spent
+    return seconds, state.runs[0].records, spent
 
 
 def step_parts(method: str, steps: int, rounds: int) -> dict:
-    """Shares of a quick-profile RL step's parts and RL steps/s, with the old and new cosines alternately (best
-    of ``rounds`` each; the shares and FLOPs are those of each best run)."""
+    """Shares of a quick-profile RL step's parts and RL steps/s (best of ``rounds``; records checked equal between
+    rounds), and the step's model FLOPs over the matmul ceiling."""
     args = quick_args(method, steps)
-    best, identical, reference = {"before": (math.inf, {})}, True, None
-    best["after"] = best["before"]
+    best, identical, reference = (math.inf, {}), True, None
     for _ in range(rounds):
-        for name in best:
-            with cosine_before() if name == "before" else contextlib.nullcontext():
-                seconds, records, spent = run_steps(args, parts=True)
-            reference = records if reference is None else reference
-            identical = identical and same_records(reference, records)
-            best[name] = min(best[name], (seconds, spent), key=lambda pair: pair[0])
-    rate, row = matmul_flops_per_s(), {"method": method, "staleness": args.staleness, "steps": steps,
-                                       "size": args.size, "samples_per_step": args.prompts_per_step * args.group_size,
-                                       "eval_every": args.eval_every, "snr_every": args.snr_every}
-    for name, (seconds, spent) in best.items():
-        flops = spent.pop("model_flops")
-        shares = {part: round(spent[part] / seconds, 3) for part in spent}
-        row[f"shares_{name}"] = {**shares, "other": round(1 - sum(shares.values()), 3)}
-        row[f"rl_steps_per_s_{name}"] = steps / seconds
-        row[f"flop_fraction_{name}"] = flops / seconds / rate
-        row["model_gflop_per_step"] = flops / steps / 1e9  # the same model passes with either cosine
-    return {**row, "after_over_before": row["rl_steps_per_s_after"] / row["rl_steps_per_s_before"],
-            "records_identical": identical, "matmul_gflops": rate / 1e9}
+        seconds, records, spent = run_steps(args, parts=True)
+        reference = records if reference is None else reference
+        identical = identical and same_records(reference, records)
+        best = min(best, (seconds, spent), key=lambda pair: pair[0])
+    seconds, spent = best
+    rate, flops = matmul_flops_per_s(), spent.pop("model_flops")
+    shares = {part: round(spent[part] / seconds, 3) for part in spent}
+    return {"method": method, "staleness": args.staleness, "steps": steps, "size": args.size,
+            "samples_per_step": args.prompts_per_step * args.group_size, "eval_every": args.eval_every,
+            "snr_every": args.snr_every, "shares": {**shares, "other": round(1 - sum(shares.values()), 3)},
+            "rl_steps_per_s": steps / seconds, "flop_fraction": flops / seconds / rate,
+            "model_gflop_per_step": flops / steps / 1e9, "records_identical": identical, "matmul_gflops": rate / 1e9}
 
 
 BATCH_TARGETS = {"small": 3.0, "tiny": 2.0}
