@@ -325,7 +325,7 @@ def main(argv=None) -> None:
     parser.add_argument("--sampler", action="store_true", help="old vs new sampler at tiny, small, cpu instead")
     parser.add_argument("--group", type=int, default=8, help="--sampler: samples per distinct prompt")
     parser.add_argument("--parts", action="store_true", help="quick-profile step parts, cosine before/after")
-    parser.add_argument("--methods", nargs="+", default=["none", "gac"], help="--parts: methods of the sweep")
+    parser.add_argument("--methods", nargs="+", default=["naive", "gac"], help="--parts: methods of the sweep")
     parser.add_argument("--rounds", type=int, default=3, help="--parts, --batched: alternations (best of)")
     parser.add_argument("--batched", type=int, default=0, metavar="K",
                         help="runs·steps per CPU-second of 1, 2, 4, ... K batched runs (small and tiny)")

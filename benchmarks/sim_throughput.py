@@ -1,6 +1,6 @@
 """Vectorized noisy quadratic (sim.quadratic) vs a straightforward per-run numpy loop, same grid, one process.
 
-Grid: methods {none, lr_scale, gac (project, τ = 0)} × staleness {0, 1, 2, 4, 8, 16} × step sizes × seeds,
+Grid: methods {naive, lr_scale, gac (project, τ = 0)} × staleness {0, 1, 2, 4, 8, 16} × step sizes × seeds,
 d = 100. The loop does the same arithmetic per run (history list, stale gradient, GAC projection with
 the previous raw gradient, cosine, loss); the vectorized run does one tensor update per step for all runs.
 Both include their own noise generation. Prints runs·steps per second for each and the speed-up, and one
@@ -22,7 +22,7 @@ from sim.grid import setting
 from sim.quadratic import QuadraticProblem, run_quadratic
 
 STALENESS = (0, 1, 2, 4, 8, 16)
-METHODS = ("none", "lr_scale", "gac")
+METHODS = ("naive", "lr_scale", "gac")
 TARGET_SPEEDUP = 10.0  # vectorized vs the per-run numpy loop, at least
 TARGET_COPY_PASSES = 10.0  # one vectorized step, in copies of the runs × d tensor, at most
 
@@ -32,7 +32,7 @@ def grid(lrs: list[float]) -> list:
 
 
 def loop_numpy(problem: QuadraticProblem, settings, steps: int, seeds: int, seed: int = 0) -> np.ndarray:
-    """One run at a time: the arithmetic of sim.quadratic for none / lr_scale / gac(project, τ=0)."""
+    """One run at a time: the arithmetic of sim.quadratic for naive / lr_scale / gac(project, τ=0)."""
     lam = problem.curvatures().numpy()
     rng = np.random.default_rng(seed)
     finals = []

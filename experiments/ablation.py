@@ -35,14 +35,14 @@ GAC_VARIANTS = {
     "gac_project_adaptive": {"threshold_rule": "ema"},
     "gac_cap_adaptive": {"mode": "cap", "threshold_rule": "ema"},
 }
-PEERS = {"quadratic": ("none", "lr_scale", "dc"), "bandit_gaussian": ("none", "lr_scale", "tis", "m2po", "bapo")}
+PEERS = {"quadratic": ("naive", "lr_scale", "dc"), "bandit_gaussian": ("naive", "lr_scale", "tis", "m2po", "bapo")}
 SIMS = ("quadratic", "bandit_gaussian", "quadratic_adam")
 """The ``sim`` values of the table, in plotting order."""
 
 
 def ablation_settings(lr: float, peers: tuple[str, ...]) -> list:
     """Sync, then at each s the peers and every GAC_VARIANTS entry (SGD)."""
-    out = [setting("none", 0, lr)]
+    out = [setting("naive", 0, lr)]
     for s in STALENESS:
         out += [setting(m, s, lr) for m in peers]
         out += [setting("gac", s, lr, label=label, **params) for label, params in GAC_VARIANTS.items()]
@@ -51,9 +51,9 @@ def ablation_settings(lr: float, peers: tuple[str, ...]) -> list:
 
 def adam_settings() -> list:
     """Sync and naive Adam, and GAC on the raw gradient vs on the Adam update, at each s."""
-    out = [setting("none", 0, ADAM_LR, optimizer="adam", label="sync_adam")]
+    out = [setting("naive", 0, ADAM_LR, optimizer="adam", label="sync_adam")]
     for s in STALENESS:
-        out.append(setting("none", s, ADAM_LR, optimizer="adam", label="none_adam"))
+        out.append(setting("naive", s, ADAM_LR, optimizer="adam", label="naive_adam"))
         for space in ("gradient", "update"):
             for label, params in (("project_t0", {"threshold": 0.0}), ("cap_t0.5", {"mode": "cap", "threshold": 0.5}),
                                   ("project_adaptive", {"threshold_rule": "ema"})):

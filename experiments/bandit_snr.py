@@ -21,7 +21,7 @@ PROBLEMS = (("bandit_gaussian", toy.GAUSSIAN, toy.GAUSSIAN_LR), ("bandit_karmed"
 
 def snr_settings(lr: float) -> list:
     """Naive async at every s of STALENESS, then every FIXES method at s = 8 and 16."""
-    return [setting("none", s, lr) for s in STALENESS] + [setting(m, s, lr) for s in (8, 16) for m in FIXES]
+    return [setting("naive", s, lr) for s in STALENESS] + [setting(m, s, lr) for s in (8, 16) for m in FIXES]
 
 
 def run_table(profile: str) -> list[dict]:

@@ -18,7 +18,7 @@ PROFILES = {"smoke": (SMOKE_SETTINGS, 10, 30, 4),
 
 def mode_name(row: dict) -> str:
     """Legend name: the mode as in ``check_bound``'s settings, with GAC's threshold τ in parentheses."""
-    return row["mode"] if row["mode"] == "none" else f"{row['mode']} ({row['threshold']})"
+    return "naive" if row["mode"] == "none" else f"{row['mode']} ({row['threshold']})"
 
 
 def run_rows(profile: str) -> list[dict]:

@@ -31,10 +31,10 @@ STATIONARY = dataclasses.replace(toy.QUADRATIC, init_scale=0.01)
 def series() -> list[tuple[str, object, list]]:
     """(series name, color key, settings over STALENESS) for every step-size rule."""
     lam = toy.QUADRATIC.curvature_max
-    out = [(f"η·λ_max = {r}·a*(s)", r, [setting("none", s, r * float(a_star(s)) / lam) for s in STALENESS])
+    out = [(f"η·λ_max = {r}·a*(s)", r, [setting("naive", s, r * float(a_star(s)) / lam) for s in STALENESS])
            for r in BOUNDARY_FRACTIONS]
     out.append((f"η·λ_max = {FIXED_ETA_LAMBDA}", "fixed",
-                [setting("none", s, FIXED_ETA_LAMBDA / lam) for s in STALENESS]))
+                [setting("naive", s, FIXED_ETA_LAMBDA / lam) for s in STALENESS]))
     return out
 
 
@@ -91,7 +91,7 @@ def quadratic_rows(profile: str, device: str = "cpu") -> list[dict]:
 def bandit_rows(profile: str) -> list[dict]:
     """Mean cosine after warm-up of the Gaussian-policy bandit (toy settings), one row per s."""
     p = toy.profile_of(profile)
-    settings = [setting("none", s, toy.GAUSSIAN_LR) for s in STALENESS]
+    settings = [setting("naive", s, toy.GAUSSIAN_LR) for s in STALENESS]
     result = run_bandit(toy.GAUSSIAN, settings, p.bandit_steps, p.seeds, seed=0, groups=toy.BANDIT_GROUPS,
                         group_size=toy.BANDIT_GROUP_SIZE, record_every=p.bandit_steps, progress=True)
     warmup = p.bandit_steps // 5

@@ -5,7 +5,7 @@ the cosine-vs-staleness line at the main step size, GAC at high staleness and th
 separate a staleness fix from damping (sync + GAC; naive async at a smaller step size, which the
 grid holds), the peers TIS, M2PO and BAPO, and naive async with the clip ratio taken against the behaviour
 policy (``ratio_to="behaviour"``, the CLI default). The sweep's naive/GAC runs use ``ratio_to="proximal"``:
-the learner recomputes the old log-probs, i.e. stale data used as if fresh (the registry's "none"),
+the learner recomputes the old log-probs, i.e. stale data used as if fresh (the registry's "naive"),
 which TIS then corrects. GAC also runs at the small step size, where naive async's cosine is highest.
 Every run goes through ``experiments.cache.cached``, so the figures share them; missing runs are
 computed in a process pool. The ``*_rows`` functions return per-step records (the ``sim.schema``
@@ -84,16 +84,16 @@ def sweep(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Run]
     high, main = p["high_staleness"], p["main_lr"]
     for lr, stalenesses in p["grid"].items():
         for s in stalenesses:
-            add("regime", "none", s, lr)
+            add("regime", "naive", s, lr)
     for s in p["line_staleness"]:
-        add("cosine", "none", s, main)
-    for method in ("none", "gac", "tis", "m2po", "bapo"):
+        add("cosine", "naive", s, main)
+    for method in ("naive", "gac", "tis", "m2po", "bapo"):
         add("methods", method, high, main)
-    add("methods", "none", 0, main)
+    add("methods", "naive", 0, main)
     add("control_sync_gac", "gac", 0, main)
     for lr in p["small_lrs"]:
-        add("control_small_step", "none", high, lr)
-    add("behaviour_ratio", "none", high, main, ratio_to="behaviour")
+        add("control_small_step", "naive", high, lr)
+    add("behaviour_ratio", "naive", high, main, ratio_to="behaviour")
     for lr in p.get("gac_small_lrs", ()):
         add("gac_small_step", "gac", high, lr)
     for lr in p.get("sync_gac_small_lrs", ()):
@@ -343,7 +343,7 @@ def divergence_runs(runs: list[Run]) -> list[Run]:
 def llm_divergence_rows(results: list[tuple[Run, dict]]) -> list[dict]:
     """fig3 LLM panel: per-step records of sync, naive async and async+GAC at high staleness (main step size)."""
     rows = _rows(results, "methods")
-    return [r for r in rows if r["method"] in ("sync", "none", "gac") and r["ratio_to"] == "proximal"]
+    return [r for r in rows if r["method"] in ("sync", "naive", "gac") and r["ratio_to"] == "proximal"]
 
 
 def summary_rows(results) -> list[dict]:

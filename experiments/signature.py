@@ -85,7 +85,7 @@ def sweep(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Run]
     p = check_profile(profile, device, dry_run)
     seeds = p["seeds"][:1] if dry_run else p["seeds"]
     shrink = dry_run_args if dry_run else (lambda args: args)
-    return [Run(shrink(config_args(config, p["base"], device, method="none", staleness=s, seed=seed)), (config,))
+    return [Run(shrink(config_args(config, p["base"], device, method="naive", staleness=s, seed=seed)), (config,))
             for config, stalenesses in p["cells"].items() for s in stalenesses for seed in seeds]
 
 
@@ -170,8 +170,8 @@ GAC_TABLE = dict(config="updates=2", staleness=16, steps=300, seeds=(0, 1, 2), e
 """The GAC table's configuration: 2 updates per RL step (behaviour ratio, no grad clip, 3 digits, lr 3e-4), the
 one with the largest async − sync gap in both cosine and accuracy in the pilot map (see paper_figs/README.md)."""
 GAC_ARMS = {  # name -> (method, staleness, Args changes); in priority order (the first ones run first)
-    "sync": ("none", 0, {}),
-    "naive": ("none", GAC_TABLE["staleness"], {}),
+    "sync": ("naive", 0, {}),
+    "naive": ("naive", GAC_TABLE["staleness"], {}),
     "gac τ=0 update": ("gac", GAC_TABLE["staleness"], dict(gac=gac_config(threshold=0.0), gac_reference="update")),
     "gac τ=0 step": ("gac", GAC_TABLE["staleness"], dict(gac=gac_config(threshold=0.0), gac_reference="step")),
     "tis": ("tis", GAC_TABLE["staleness"], {}),
@@ -198,7 +198,7 @@ def small_step_run(gac_rows: list[dict], device: str = "cpu") -> list[Run]:
     scale = np.mean([r["parallel_scale_mean"] for r in gac_rows if r["config"] == "gac τ=0 update"])
     lr = float(f"{BASE['lr'] * scale:.2g}")
     t = GAC_TABLE
-    return [Run(config_args(t["config"], None, device, method="none", staleness=t["staleness"], seed=seed,
+    return [Run(config_args(t["config"], None, device, method="naive", staleness=t["staleness"], seed=seed,
                             steps=t["steps"], eval_every=t["eval_every"], lr=lr), (f"naive lr={lr:g}",))
             for seed in t["seeds"]]
 

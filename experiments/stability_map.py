@@ -12,6 +12,7 @@ from experiments import toy
 from experiments.cache import cached_runs
 from sim.grid import setting
 from sim.quadratic import run_quadratic
+from sim.stabilizers import NAIVE, SYNC
 from theory.stability import stability_boundary_closed_form
 
 STALENESS = (0, 1, 2, 3, 4, 6, 8, 12, 16)
@@ -28,7 +29,7 @@ def run_map(profile: str, device: str = "cpu") -> list[dict]:
     seeds = {"smoke": 1, "quick": 2}.get(profile, 8)
     etas = step_sizes(profile)
     lam = toy.QUADRATIC.curvature_max
-    settings = [setting(method, s, eta / lam) for method in ("none", "gac") for s in STALENESS for eta in etas]
+    settings = [setting(method, s, eta / lam) for method in (NAIVE, "gac") for s in STALENESS for eta in etas]
     result = run_quadratic(toy.QUADRATIC, settings, steps, seeds, record_every=steps, progress=True, device=device)
     rows = []
     for row in result.summary_rows():
@@ -46,7 +47,7 @@ def map_rows(profile: str, device: str = "cpu") -> list[dict]:
 
 def agreement(rows: list[dict]) -> dict:
     """For naive async: how often the empirical outcome matches the theory boundary (per run)."""
-    naive = [r for r in rows if r["method"] == "none"]
+    naive = runs_of(rows, NAIVE)
     unstable = [r for r in naive if r["theory_unstable"]]
     stable = [r for r in naive if not r["theory_unstable"]]
     return {"theory_unstable_runs": len(unstable), "diverged_of_those": sum(r["diverged"] for r in unstable),
@@ -56,11 +57,16 @@ def agreement(rows: list[dict]) -> dict:
                                                 if r["method"] == "gac" and r["theory_unstable"])}
 
 
+def runs_of(rows: list[dict], method: str) -> list[dict]:
+    """The rows of ``method`` at every staleness (naive's rows at s = 0 are named sync)."""
+    names = (NAIVE, SYNC) if method == NAIVE else (method,)
+    return [r for r in rows if r["method"] in names]
+
+
 def diverged_fraction(rows: list[dict], method: str, etas: list[float]) -> torch.Tensor:
     """(len(STALENESS), len(etas)) share of ``method``'s seeds that diverged in each cell."""
     seeds = len({r["seed"] for r in rows})
     grid = torch.zeros(len(STALENESS), len(etas))
-    for r in rows:
-        if r["method"] == method:
-            grid[STALENESS.index(r["staleness"]), etas.index(r["eta_lambda_max"])] += float(r["diverged"]) / seeds
+    for r in runs_of(rows, method):
+        grid[STALENESS.index(r["staleness"]), etas.index(r["eta_lambda_max"])] += float(r["diverged"]) / seeds
     return grid

@@ -52,7 +52,7 @@ def profile_of(name: str) -> Profile:
 
 def async_settings(lr: float) -> list[Setting]:
     """Naive async at every staleness of STALENESS (s = 0 is sync)."""
-    return [setting("none", s, lr) for s in STALENESS]
+    return [setting("naive", s, lr) for s in STALENESS]
 
 
 def with_run_summary(result: GridResult) -> list[dict]:
@@ -90,7 +90,7 @@ DIVERGENCE_STALENESS = 16
 def divergence_settings(lr: float) -> list[Setting]:
     """fig3: sync, naive async and async + GAC (the registry's default configuration) at DIVERGENCE_STALENESS."""
     s = DIVERGENCE_STALENESS
-    return [setting("none", 0, lr), setting("none", s, lr), setting("gac", s, lr)]
+    return [setting("naive", 0, lr), setting("naive", s, lr), setting("gac", s, lr)]
 
 
 def divergence_rows(sim: str, profile: str, device: str = "cpu") -> list[dict]:

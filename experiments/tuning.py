@@ -23,12 +23,12 @@ from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.llm.train import Args
 from sim.quadratic import run_quadratic
-from sim.stabilizers import STABILIZERS, STALE_DATA, STALE_GRADIENT, get_stabilizer
+from sim.stabilizers import NAIVE, STABILIZERS, STALE_DATA, STALE_GRADIENT, SYNC, get_stabilizer
 
 COLUMNS = ("method", "staleness", "lr", "seed", "final_gap")
 """Input columns. ``final_gap`` >= 0, lower is better: the final loss (quadratic), the reward gap
 J* − J (bandits) or the accuracy gap to the best accuracy (LLM); NaN or inf marks a diverged run."""
-METHODS = ("sync", *STABILIZERS)
+METHODS = (SYNC, *STABILIZERS)
 MIN_LRS = 4
 
 
@@ -182,8 +182,8 @@ class TuningGrid:
         return list(range(self.tuning_seeds, self.tuning_seeds + self.reporting_seeds))
 
     def cells(self) -> list[tuple[str, int, float]]:
-        """(registry method, staleness, lr) of every setting; sync is ("none", 0, lr)."""
-        return [("none", 0, lr) for lr in self.lrs] + [
+        """(registry method, staleness, lr) of every setting; sync is (NAIVE, 0, lr)."""
+        return [(NAIVE, 0, lr) for lr in self.lrs] + [
             (m, s, lr) for m in self.methods for s in self.staleness for lr in self.lrs]
 
 
@@ -196,10 +196,10 @@ TOY_STALENESS = (1, 2, 4, 8, 16)
 TOY_GRIDS = {
     # η·λ_max from 0.019 to 2.4 (λ_max = 1): the issue's η = 0.15 and η·λ_max = 1.2 are on it, and lr_scale's
     # best (η/(1+s) near sync's best 0.075, so η near 1.2 at s = 16) lies inside.
-    "quadratic": lambda seeds: TuningGrid(STALE_GRADIENT, ("none", "gac", "lr_scale", "dc"), TOY_STALENESS,
+    "quadratic": lambda seeds: TuningGrid(STALE_GRADIENT, (NAIVE, "gac", "lr_scale", "dc"), TOY_STALENESS,
                                           log_grid(toy.QUADRATIC_LR, 8), seeds, seeds),
     # 0.00625 to 0.8: a first grid from 0.025 had most methods' best at its lowest value.
-    "bandit_gaussian": lambda seeds: TuningGrid(STALE_DATA, ("none", "gac", "lr_scale", "tis", "m2po", "bapo"),
+    "bandit_gaussian": lambda seeds: TuningGrid(STALE_DATA, (NAIVE, "gac", "lr_scale", "tis", "m2po", "bapo"),
                                                 TOY_STALENESS, log_grid(toy.GAUSSIAN_LR / 2, 8), seeds, seeds),
 }
 
@@ -208,10 +208,6 @@ def toy_grid(sim: str, profile: str) -> TuningGrid:
     if sim not in TOY_GRIDS:
         raise ValueError(f"no tuning grid for {sim!r}; choose from {', '.join(TOY_GRIDS)}")
     return TOY_GRIDS[sim](toy.profile_of(profile).seeds)
-
-
-def _run_label(method: str, staleness: int) -> str:
-    return "sync" if staleness == 0 else method
 
 
 def toy_rows(sim: str, profile: str, device: str = "cpu", grid: TuningGrid | None = None) -> list[dict]:
@@ -229,7 +225,7 @@ def toy_rows(sim: str, profile: str, device: str = "cpu", grid: TuningGrid | Non
         result = run_bandit(toy.GAUSSIAN, settings, p.bandit_steps, seeds, groups=toy.BANDIT_GROUPS,
                             group_size=toy.BANDIT_GROUP_SIZE, record_every=p.bandit_steps)
         gap = lambda final, optimum=result.meta["optimal_reward"]: optimum - final  # −inf reward → inf gap
-    return [{"method": _run_label(r["method"], r["staleness"]), "staleness": r["staleness"], "lr": r["lr"],
+    return [{"method": r["method"], "staleness": r["staleness"], "lr": r["lr"],
              "seed": r["seed"], "final_gap": gap(r["final_objective"])} for r in result.summary_rows()]
 
 
@@ -244,7 +240,7 @@ def toy_table(sim: str, profile: str, device: str = "cpu", grid: TuningGrid | No
 # The LLM's tuned comparison is the expensive part: short runs of the tiny model on one-digit addition
 # (quick: 7 settings × 4 step sizes × 3 seeds = 84 runs of 40 RL steps, a few seconds each on one core).
 # A first quick grid 3e-4..1e-2 had sync itself collapse to 0 accuracy from 3e-3 on; hence 3e-5..1e-3.
-LLM_METHODS = ("none", "gac", "lr_scale", "tis", "m2po", "bapo")
+LLM_METHODS = (NAIVE, "gac", "lr_scale", "tis", "m2po", "bapo")
 LLM_TUNING = {
     "quick": dict(base=dict(size="tiny", digits=1, steps=40, prompts_per_step=8, group_size=8, minibatches=2,
                             eval_every=40, eval_problems=100, snr_every=40, ratio_to="proximal"),

@@ -52,7 +52,7 @@ def gac_arm(space: str, method: str = "gac") -> Arm:
 
 ARMS: dict[str, Arm] = {
     "sync": Arm("sync"),
-    "naive": Arm("none"),
+    "naive": Arm("naive"),
     "gac gradient": gac_arm("gradient"),
     "gac update": gac_arm("update"),
     "gac momentum": gac_arm("momentum"),
@@ -114,7 +114,7 @@ def arm_args(profile: Profile, arm: Arm, lr: float, warm: int, seed: int, stalen
              device: str = "cpu"):
     """The Args of one verdict run (the signature configuration with the profile's horizon)."""
     s = profile.staleness if staleness is None else staleness
-    method = "none" if arm.method == "sync" else arm.method
+    method = "naive" if arm.method == "sync" else arm.method
     return config_args(SIGNATURE, dict(profile.base), device, method=method, staleness=0 if arm.method == "sync" else s,
                        seed=seed, warm_seed=warm, lr=lr, steps=profile.steps, eval_every=profile.eval_every,
                        **arm.args_changes())

@@ -40,8 +40,8 @@ ROBUST_FACTOR = 1.1
 """The robust range: grid step sizes whose mean final gap is within 10 % of the arm's best."""
 
 ARMS: dict[str, tuple[str, dict]] = {
-    "sync": ("none", {}),
-    "naive": ("none", {}),
+    "sync": ("naive", {}),
+    "naive": ("naive", {}),
     **{f"gac_{space}": ("gac", {"space": space}) for space in GAC_SPACES},
     "braking": ("braking", {}),
     "tis": ("tis", {}),

@@ -48,7 +48,7 @@ STYLE = {
 # One color per method name (as named in sim/stabilizers.py), the same in every figure.
 METHOD_COLORS = {
     "sync": "#000000",
-    "none": "#d62728",
+    "naive": "#d62728",
     "gac": "#1f77b4",
     "lr_scale": "#ff7f0e",
     "dc": "#9467bd",

@@ -23,6 +23,7 @@ from experiments.cache import Unit, unit
 from experiments.llm import Run, dry_run_args, run_unit
 from paper_figs.common import Results, apply_style, method_color, save_figure
 from sim.record import write_records
+from sim.stabilizers import NO_CONTROL
 
 NAME = "fig10_verdict"
 
@@ -30,9 +31,9 @@ NAME = "fig10_verdict"
 def arm_color(row: dict) -> str:
     """Color by direction control, else objective, else step control (one family color each)."""
     for axis in ("direction_control", "objective_fn", "step_control"):
-        if row[axis] != "none":
+        if row[axis] != NO_CONTROL:
             return {"kl_target": "#17becf", "braking": "#bcbd22"}.get(row[axis], method_color(row[axis]))
-    return method_color("sync" if row["staleness"] == 0 else "none")
+    return method_color("sync" if row["staleness"] == 0 else "naive")
 
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:

@@ -32,7 +32,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     etas = sorted({r["eta_lambda_max"] for r in rows})
     apply_style()
     fig, axes = plt.subplots(1, 2, figsize=(6.6, 2.8), sharey=True)
-    for ax, method, title in zip(axes, ("none", "gac"), ("naive async (none)", "async + GAC (default)"),
+    for ax, method, title in zip(axes, ("naive", "gac"), ("naive async", "async + GAC (default)"),
                                  strict=True):
         grid = diverged_fraction(rows, method, etas)
         ax.pcolormesh(etas, range(len(STALENESS)), grid.numpy(), cmap="Reds", vmin=0, vmax=1, shading="nearest")

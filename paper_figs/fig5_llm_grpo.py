@@ -36,14 +36,14 @@ def _markdown(table: list[dict]) -> str:
 def plot_reward_curves(ax_curve, ax_small, records: list[dict], p: dict) -> None:
     """(a) reward over steps at the main and the smallest step size."""
     high, main_lr, small_lr = p["high_staleness"], p["main_lr"], p["small_lrs"][0]
-    shown = [("sync", 0, main_lr, "-", "proximal"), ("none", high, main_lr, "-", "proximal"),
+    shown = [("sync", 0, main_lr, "-", "proximal"), ("naive", high, main_lr, "-", "proximal"),
              ("gac", high, main_lr, "-", "proximal"), ("tis", high, main_lr, "-", "proximal"),
              ("m2po", high, main_lr, "-", "proximal"), ("bapo", high, main_lr, "-", "proximal"),
              ("gac", 0, main_lr, "--", "proximal"),
-             ("none", high, main_lr, "-.", "behaviour")]
+             ("naive", high, main_lr, "-.", "behaviour")]
     tiny_lr = p["small_lrs"][-1]
-    shown_small = [("sync", 0, tiny_lr, "-", "proximal"), ("none", high, tiny_lr, "-", "proximal"),
-                   ("gac", high, tiny_lr, "-", "proximal"), ("none", high, small_lr, ":", "proximal")]
+    shown_small = [("sync", 0, tiny_lr, "-", "proximal"), ("naive", high, tiny_lr, "-", "proximal"),
+                   ("gac", high, tiny_lr, "-", "proximal"), ("naive", high, small_lr, ":", "proximal")]
     for ax, lines, lr_title in ((ax_curve, shown, main_lr), (ax_small, shown_small, tiny_lr)):
         for method, s, lr, style, ratio_to in lines:
             steps, mean, _ = seed_mean(records, "objective", method=method, staleness=s, lr=lr, ratio_to=ratio_to)
@@ -80,7 +80,7 @@ def plot_accuracy_bars(ax_table, table: list[dict], runs: list[dict], p: dict) -
 
 def plot_regime_maps(fig, ax_map, ax_cosmap, table: list[dict]) -> None:
     """(c, d) naive async over step size × staleness: Δ held-out accuracy and mean cosine."""
-    grid = [r for r in table if r["method"] in ("sync", "none") and r["ratio_to"] == "proximal"]
+    grid = [r for r in table if r["method"] in ("sync", "naive") and r["ratio_to"] == "proximal"]
     lrs = sorted({r["lr"] for r in grid})
     stal = sorted({r["staleness"] for r in grid})
     for ax, key, vmax, title in ((ax_map, "delta_mean", 0.4, "naive async: Δ held-out accuracy (final − start)"),
@@ -105,7 +105,7 @@ def plot_cosine_vs_outcome(ax_cos, runs: list[dict]) -> float:
     for r in runs:
         ax_cos.scatter(r["cos_prev_first_half"], r["delta_accuracy"], color=method_color(r["method"]),
                        s=8 + r["staleness"], marker="x" if r["diverged"] else "o", alpha=0.7)
-    async_runs = [r for r in runs if r["method"] == "none" and r["ratio_to"] == "proximal"]
+    async_runs = [r for r in runs if r["method"] == "naive" and r["ratio_to"] == "proximal"]
     rho = spearmanr([r["cos_prev_first_half"] for r in async_runs], [r["delta_accuracy"] for r in async_runs],
                     nan_policy="omit").statistic
     ax_cos.set(xlabel="mean cos(g_k, g_{k-1}), first half of the run", ylabel="Δ held-out accuracy",

@@ -20,7 +20,7 @@ from paper_figs.common import Results, apply_style, method_color, save_figure
 from sim.record import write_records
 
 NAME = "fig7_bound"
-MODE_STYLE = {"none": method_color("none"), "project (0.0)": method_color("gac"), "project (0.5)": "#17becf",
+MODE_STYLE = {"naive": method_color("naive"), "project (0.0)": method_color("gac"), "project (0.5)": "#17becf",
               "cap (0.3)": "#ff7f0e"}
 
 

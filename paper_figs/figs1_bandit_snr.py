@@ -34,7 +34,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     for k, (sim, _, _) in enumerate(PROBLEMS):
         for j, (groups, size) in enumerate(SNR[profile]):
             naive = [r for r in table if r["sim"] == sim and r["groups"] == groups and r["group_size"] == size
-                     and r["label"] in ("sync", "none")]
+                     and r["label"] in ("sync", "naive")]
             xs = [r["staleness"] for r in naive]
             axes[0][k].plot(xs, [r["mean_cos_prev"] for r in naive], "o-", color=shades[j],
                             label=f"B={groups}, G={size}")
@@ -51,7 +51,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     axes[1][0].legend(fontsize=6)
     paths += save_figure(fig, out_dir, NAME)
     for r in table:
-        if r["label"] in ("sync", "none") or r["staleness"] == 8:
+        if r["label"] in ("sync", "naive") or r["staleness"] == 8:
             print(f"  {r['sim']:<18} B={r['groups']:>2} G={r['group_size']:>2} {r['label']:<8} s={r['staleness']:>2} "
                   f"cos {r['mean_cos_prev']:+.2f} gap {r['median_gap']:.3g}")
     return paths

@@ -34,7 +34,7 @@ NO_GAC = -1  # regime code of rows without a GAC decision
 class Setting:
     """One point of the grid: method (registry name) with its parameters, staleness, step size, optimizer."""
 
-    method: str = "none"
+    method: str = stabilizers.NAIVE
     """Method name from ``sim.stabilizers``: registry names joined by + (one per axis), e.g. "gac", "gac+tis"."""
     staleness: int = 0
     """s (fixed) or s_max (random); sync is s = 0."""
@@ -47,7 +47,8 @@ class Setting:
     params: tuple[tuple[str, Any], ...] = ()
     """Method parameters as sorted (name, value) pairs (see ``setting``)."""
     label: str | None = None
-    """Name in figures and records' ``label`` column; default: "sync" for s = 0 "none", else the method."""
+    """Name in figures and records' ``label`` column when the method alone does not tell the run apart (e.g. its
+    parameters); default: the records' method (``run_method``)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.staleness, bool) or not isinstance(self.staleness, int) or self.staleness < 0:
@@ -82,7 +83,7 @@ class Setting:
     def method_params(self) -> dict:
         """Every part's parameters in one dict (the registry's parameter names differ between entries)."""
         merged: dict = {}
-        for part in self.combination.parts or ("none",):
+        for part in self.combination.parts or (stabilizers.NAIVE,):
             merged.update(self.part_params(part))
         unknown = sorted(set(dict(self.params)) - set(merged))
         if unknown:
@@ -90,13 +91,17 @@ class Setting:
         return merged
 
     @property
+    def run_method(self) -> str:
+        """The records' ``method``: the canonical method name, ``sync`` for naive at s = 0."""
+        return stabilizers.record_method(self.combination, self.staleness)
+
+    @property
     def name(self) -> str:
-        if self.label is not None:
-            return self.label
-        return "sync" if self.method == "none" and self.staleness == 0 else self.method
+        """The records' ``label``: ``label`` if given, else ``run_method``."""
+        return self.run_method if self.label is None else self.label
 
 
-def setting(method: str = "none", staleness: int = 0, lr: float = 0.1, *, staleness_kind: str = "fixed",
+def setting(method: str = stabilizers.NAIVE, staleness: int = 0, lr: float = 0.1, *, staleness_kind: str = "fixed",
             optimizer: str = "sgd", label: str | None = None, **params) -> Setting:
     """Build a ``Setting``; keyword ``params`` are the method's parameters (checked against the registry)."""
     return Setting(method, staleness, lr, staleness_kind, optimizer, tuple(sorted(params.items())), label)
@@ -331,7 +336,7 @@ class GridResult:
                 names = self.regime_names(t["regime"][:, r], si)
                 for j, step in enumerate(self.steps.tolist()):
                     values = {name: float(t[name][j, r]) for name in traced}
-                    rows.append(make_row(self.sim, step=step, seed=k, method=s.method, staleness=s.staleness,
+                    rows.append(make_row(self.sim, step=step, seed=k, method=s.run_method, staleness=s.staleness,
                                          label=s.name, regime=names[j], diverged=bool(t["diverged"][j, r]), **values))
         return rows
 
@@ -341,7 +346,7 @@ class GridResult:
         for si, s in enumerate(self.settings):
             for k in range(self.seeds):
                 r = self.row_of(si, k)
-                row = {"sim": self.sim, "label": s.name, "method": s.method, "staleness": s.staleness,
+                row = {"sim": self.sim, "label": s.name, "method": s.run_method, "staleness": s.staleness,
                        "staleness_kind": s.staleness_kind, "lr": s.lr, "optimizer": s.optimizer, "seed": k,
                        "params": ";".join(f"{a}={b}" for a, b in s.params)}
                 row.update({name: _scalar(v[r]) for name, v in self.summary.items()})

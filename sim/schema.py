@@ -13,7 +13,8 @@ CORE: dict[str, str] = {
     "sim": "which simulator made the row: quadratic | bandit_gaussian | bandit_softmax | bandit_contextual | llm",
     "step": "step index t (RL step for the LLM, optimizer step for the toys)",
     "seed": "seed of the run (its index in a vectorized grid)",
-    "method": "stabilizer name from sim/stabilizers.py (none = naive async; sync = none at s = 0)",
+    "method": "what was run: the canonical method name of sim/stabilizers.py (naive = no stabilizer, gac, tis+gac, "
+              "...), sync for naive at s = 0 (sim.stabilizers.record_method)",
     "staleness": "staleness s: the data (or gradient) of step t comes from the parameters of step t − s",
     "objective": "loss (quadratic) or mean reward (bandits, LLM) at step t",
     "grad_norm": "‖g_t‖ of the raw gradient (after backward, before GAC and clipping)",
@@ -30,7 +31,8 @@ CORE: dict[str, str] = {
 """The fixed columns, in order: every row of every simulator has them."""
 
 EXTRAS: dict[str, str] = {
-    "label": "the run's display name (method plus its distinguishing parameters)",
+    "label": "the run's name in figures and tables: its method, or a name that adds the parameters that tell runs "
+             "of one method apart (gac_cap_t0.5, naive_adam); equal to method when nothing else differs",
     "lr": "step size in force at step t",
     "diverged": "True from the run's first non-finite or exploding step on (a diverged run is kept, never dropped)",
     "kl_behaviour": "KL(π_behaviour ‖ π_θ) on the step's samples: how far the learner has drifted from the data",
@@ -48,9 +50,10 @@ EXTRAS: dict[str, str] = {
     "behaviour_version": "parameter version that sampled the step's rollouts (LLM)",
     "ratio_to": "clip-ratio denominator: behaviour (π_b) or proximal (π_θ at the step's start) (LLM)",
     "step_norm": "‖Δθ‖ of the applied parameter update (mean over the step's updates; 0 for a skipped one)",
-    "objective_fn": "the method's objective axis: none (the clipped ratio / stale gradient) | tis | m2po | bapo | dc",
-    "direction_control": "the method's direction-control axis: none | gac | braking",
-    "step_control": "the method's step-control axis: none (constant) | lr_scale | kl_target",
+    "objective_fn": "the method's choice on the objective axis: none (the clipped ratio / stale gradient as if fresh) "
+                    "| tis | m2po | bapo | dc",
+    "direction_control": "the method's choice on the direction-control axis: none | gac | braking",
+    "step_control": "the method's choice on the step-control axis: none (constant η) | lr_scale | kl_target",
 }
 """Columns a simulator adds after the core ones; which ones each simulator has is in SIM_EXTRAS."""
 

@@ -2,17 +2,17 @@
 
 A stabilizer is one choice on each of three axes (:class:`Combination`):
 
-- objective (what gradient the data gives): ``none`` (the plain clipped ratio / stale gradient), ``tis``,
+- objective (what gradient the data gives): none (the plain clipped ratio / stale gradient), ``tis``,
   ``m2po``, ``bapo`` (stale-data model), ``dc`` (stale-gradient model);
 - direction control (what is done to the gradient's direction): none, ``gac`` (Gradient Alignment Control via
   the ``gac`` library, in gradient, update or momentum space), ``braking`` (Adaptive Braking);
 - step control (the step size): constant, ``lr_scale`` (η/(1+s)), ``kl_target`` (η follows the measured KL to
   the behaviour policy toward a target; stale-data model only).
 
-A method name is its choices joined by ``+`` (``gac+tis``, ``kl_target+gac``; order does not matter), ``none``
-being naive async (every axis at its default). Each entry names the paper it follows and, where it has
-parameters, the frozen config dataclass that holds them. Simulators call the functions below; they never
-re-implement a method.
+A method name is its choices joined by ``+`` (``gac+tis``, ``kl_target+gac``; order does not matter), ``naive``
+being every axis at its default (naive async; records call it ``sync`` at s = 0, see :func:`record_method`). Each
+entry names the paper it follows and, where it has parameters, the frozen config dataclass that holds them.
+Simulators call the functions below; they never re-implement a method.
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ import torch
 import gac
 
 STALE_GRADIENT, STALE_DATA = "stale-gradient", "stale-data"
+NAIVE, SYNC = "naive", "sync"
+NO_CONTROL = "none"
+"""An axis' value when the method chooses nothing on it (records' objective_fn / direction_control / step_control)."""
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ def _entry(name, models, paper, summary, config, axis=OBJECTIVE) -> Stabilizer:
 
 
 STABILIZERS: dict[str, Stabilizer] = {s.name: s for s in [
-    Stabilizer("none", (STALE_GRADIENT, STALE_DATA), "—",
+    Stabilizer(NAIVE, (STALE_GRADIENT, STALE_DATA), "—",
                "naive async: use the stale gradient / stale data as if it were fresh"),
     Stabilizer("gac", (STALE_GRADIENT, STALE_DATA),
                "Xu et al., GAC: Stabilizing Asynchronous RL Training for LLMs via Gradient Alignment Control, "
@@ -206,20 +209,20 @@ def get_stabilizer(name: str, model: str | None = None) -> Stabilizer:
 
 @dataclass(frozen=True)
 class Combination:
-    """A stabilizer as one choice per axis (registry names; ``none`` = the axis' default)."""
+    """A stabilizer as one choice per axis (registry names; ``NO_CONTROL`` = nothing chosen on that axis)."""
 
-    objective: str = "none"
-    direction: str = "none"
-    step: str = "none"
+    objective: str = NO_CONTROL
+    direction: str = NO_CONTROL
+    step: str = NO_CONTROL
 
     @property
     def parts(self) -> tuple[str, ...]:
-        return tuple(p for p in (self.objective, self.direction, self.step) if p != "none")
+        return tuple(p for p in (self.objective, self.direction, self.step) if p != NO_CONTROL)
 
     @property
     def name(self) -> str:
-        """The canonical method name: the chosen parts in axis order joined by ``+`` (``none`` if none)."""
-        return "+".join(self.parts) or "none"
+        """The canonical method name: the chosen parts in axis order joined by ``+`` (``naive`` if none)."""
+        return "+".join(self.parts) or NAIVE
 
 
 def parse_method(name: str, model: str | None = None) -> Combination:
@@ -232,17 +235,22 @@ def parse_method(name: str, model: str | None = None) -> Combination:
     chosen: dict[str, str] = {}
     for part in name.split("+"):
         entry = get_stabilizer(part.strip(), model)
-        if entry.name == "none":
+        if entry.name == NAIVE:
             continue
         if entry.axis in chosen:
             raise ValueError(f"method {name!r} chooses two {entry.axis} controls ({chosen[entry.axis]}, "
                              f"{entry.name}); combine at most one per axis")
         chosen[entry.axis] = entry.name
-    if name.strip() != "none" and not chosen:
+    if name.strip() != NAIVE and not chosen:
         raise ValueError(f"method {name!r} names nothing")
-    if "none" in [p.strip() for p in name.split("+")] and chosen:
-        raise ValueError(f"method {name!r}: 'none' is naive async and cannot be combined")
+    if NAIVE in [p.strip() for p in name.split("+")] and chosen:
+        raise ValueError(f"method {name!r}: 'naive' chooses nothing and cannot be combined")
     return Combination(**chosen)
+
+
+def record_method(combination: Combination, staleness: int) -> str:
+    """The records' ``method``: the combination's canonical name, ``sync`` for naive at s = 0 (synchronous RL)."""
+    return SYNC if combination.name == NAIVE and staleness == 0 else combination.name
 
 
 def method_params(name: str, **overrides) -> dict:

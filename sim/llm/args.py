@@ -25,6 +25,7 @@ from sim.stabilizers import (
     TISConfig,
     gac_config,
     parse_method,
+    record_method,
 )
 from sim.staleness import KINDS, Staleness
 
@@ -33,9 +34,9 @@ GAC_REFERENCES = ("update", "step")
 
 @dataclass
 class Args:
-    method: str = "none"
+    method: str = "naive"
     """method from sim/stabilizers.py: one choice per axis joined by + (objective tis/m2po/bapo, direction gac/braking,
-    step lr_scale/kl_target; e.g. gac+tis), none = naive async, or sync (= none at s=0)"""
+    step lr_scale/kl_target; e.g. gac+tis), naive (no stabilizer), or sync (= naive at s=0)"""
     staleness: int = 0
     """staleness s: rollouts of step t come from the policy of step t − s (max s when kind is random)"""
     staleness_kind: str = "fixed"
@@ -61,7 +62,7 @@ class Args:
     clip_eps: float = 0.2
     """ε of the clipped ratio"""
     ratio_to: str = "behaviour"
-    """clip-ratio denominator (none/gac/lr_scale): behaviour = π_b; proximal = π_θ at the step's start (as if fresh)"""
+    """clip-ratio denominator (naive/gac/lr_scale): behaviour = π_b; proximal = π_θ at the step's start (as if fresh)"""
     kl_coef: float = 0.0
     """β of the KL penalty to the reference (warm-start) policy; 0 disables it"""
     temperature: float = 1.0
@@ -120,7 +121,7 @@ class Args:
         if self.method != "sync":
             parse_method(self.method, STALE_DATA)
         if self.method == "sync" and self.staleness != 0:
-            raise ValueError(f"method sync means staleness 0, got --staleness {self.staleness}; use --method none")
+            raise ValueError(f"method sync means staleness 0, got --staleness {self.staleness}; use --method naive")
         Staleness(self.staleness, self.staleness_kind)
         if self.staleness_kind not in KINDS:
             raise ValueError(f"staleness_kind must be one of {KINDS}")
@@ -171,13 +172,13 @@ class Args:
 
     @property
     def registry_method(self) -> str:
-        """The canonical registry name of the run's combination (none for sync)."""
+        """The canonical registry name of the run's combination (naive for sync)."""
         return self.axes.name
 
     @property
     def label(self) -> str:
         """The record's method name: sync for naive at s = 0, else the registry name."""
-        return "sync" if self.registry_method == "none" and self.staleness == 0 else self.registry_method
+        return record_method(self.axes, self.staleness)
 
     def method_params(self) -> dict:
         """The parameters of the run's objective (its config group as a dict; {} for one without)."""

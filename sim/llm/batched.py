@@ -27,7 +27,6 @@ from sim.llm.rows import AdamWRows, adamw_step, clip_rows, gac_thresholds
 from sim.llm.task import AdditionTask
 from sim.llm.warmstart import WarmStartConfig, load_warm_start
 from sim.schema import NO_REGIME, make_row
-from sim.stabilizers import method_params
 from sim.staleness import Staleness, VersionRing
 
 if TYPE_CHECKING:
@@ -196,7 +195,7 @@ def minibatch_losses(batch: BatchState, data: dict, idx: torch.Tensor) -> tuple[
             continue
         a = run.args
         loss, s = grpo.policy_loss(objective, logp[k], old[k], advantages[k], mask[k], a.clip_eps,
-                                   method_params(objective, **a.method_params()), None if prox is None else prox[k])
+                                   a.method_params(), None if prox is None else prox[k])
         if a.kl_coef > 0:
             loss = loss + a.kl_coef * grpo.kl_k3(logp[k], ref_logp[k], mask[k])
         losses.append(loss)

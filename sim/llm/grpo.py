@@ -4,7 +4,7 @@ Notation per response token: log π_θ (current policy, with gradient), log π_b
 sampled it, s steps old under asynchrony), A (its response's group-normalised advantage).
 The loss is token-level: a sum over every valid token of the minibatch divided by their count.
 
-- ``none`` / ``gac`` / ``lr_scale`` / sync: the clipped GRPO/PPO surrogate with r = π_θ / π_b,
+- naive / ``gac`` / ``lr_scale`` / sync: the clipped GRPO/PPO surrogate with r = π_θ / π_b,
   −min(r·A, clip(r, 1−ε, 1+ε)·A). GAC acts on the gradient afterwards, not here.
 - ``tis``: decoupled ratio: clip on π_θ / π_prox (π_prox = the current policy at the start of the
   step), times the truncated importance weight min(π_prox / π_b, C) (``stabilizers.tis_weights``).

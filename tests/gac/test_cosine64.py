@@ -43,7 +43,7 @@ def test_trainer_probe_grid_and_alignment_agree_bit_for_bit():
     """The same vectors through the trainer's probe, the toy grid's cos_prev and gac.alignment: one set of bits."""
     pairs = [(a.double(), b.double()) for a, b in vector_pairs(torch.float32) if a.numel() == 5]
     previous, current = torch.stack([b for _, b in pairs]), torch.stack([a for a, _ in pairs])
-    updater = GridUpdater([setting("none", 0, 0.1)], seeds=len(pairs), dim=5)
+    updater = GridUpdater([setting("naive", 0, 0.1)], seeds=len(pairs), dim=5)
     updater.update(torch.zeros_like(previous), previous, torch.zeros_like(previous), torch.zeros(len(pairs)),
                    torch.ones(len(pairs), dtype=torch.bool))
     _, info = updater.update(torch.zeros_like(current), current, torch.zeros_like(current), torch.zeros(len(pairs)),

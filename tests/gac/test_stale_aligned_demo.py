@@ -8,7 +8,7 @@ FLAT = QuadraticProblem(dim=200, condition_number=100, curvature_max=0.5, noise=
 
 
 def test_stale_gradients_align_and_diverge_gac_stays_finite():
-    settings = [setting("none", 0, 1.0), setting("none", 8, 1.0), setting("gac", 8, 1.0, threshold=0.0)]
+    settings = [setting("naive", 0, 1.0), setting("naive", 8, 1.0), setting("gac", 8, 1.0, threshold=0.0)]
     grid = run_quadratic(FLAT, settings, steps=300, seeds=4)
     cos, loss, diverged = grid.traces["cos_prev"], grid.traces["objective"], grid.summary["diverged"]
     sync, stale, controlled = (grid.rows_of(i) for i in range(3))

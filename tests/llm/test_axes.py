@@ -109,7 +109,8 @@ def test_gac_with_tis_uses_the_tis_loss_and_projects_its_gradient(tiny_args):
 def test_method_names_compose_and_bad_combinations_fail_before_work(tiny_args):
     assert tiny_args(method="gac+tis").registry_method == "tis+gac"
     for bad, message in [("gac+braking", "two direction"), ("tis+bapo", "two objective"), ("dc", "does not apply"),
-                         ("none+gac", "cannot be combined"), ("gac+wat", "unknown method")]:
+                         ("naive+gac", "cannot be combined"), ("none", "unknown method"),
+                         ("gac+wat", "unknown method")]:
         with pytest.raises(ValueError, match=message):
             tiny_args(method=bad).validate()
 

@@ -18,7 +18,7 @@ def test_sweep_feeds_fig1_fig3_fig5(tiny_checkpoint, tmp_path, monkeypatch):
     cosine_rows = llm.llm_cosine_rows_with_run_means(results)
     assert {r["staleness"] for r in cosine_rows} == {0, 2} and {r["sim"] for r in cosine_rows} == {"llm"}
     divergence_rows = llm.llm_divergence_rows(results)
-    assert {r["method"] for r in divergence_rows} == {"sync", "none", "gac"}
+    assert {r["method"] for r in divergence_rows} == {"sync", "naive", "gac"}
     cached_files = sorted((tmp_path / "cache").glob("llm_grpo-*.json"))
     assert len(cached_files) == len(runs)
     driver.make_figure("fig5_llm_grpo", "test", tmp_path / "out")  # reads the cache

@@ -28,5 +28,5 @@ def test_fig8_writes_figure_and_tables(tiny_checkpoint, tmp_path, monkeypatch):
         assert rows["winner"].sum() == 1
         assert rows[rows["winner"]]["mean"].iloc[0] == rows["mean"].min()
     robust = pd.read_csv(tmp_path / f"{fig8_tuned.NAME}_quadratic_s16.csv")
-    assert set(robust["method"]) == {"sync", "none", "gac", "lr_scale", "dc"}
+    assert set(robust["method"]) == {"sync", "naive", "gac", "lr_scale", "dc"}
     assert all(math.isnan(r) or r >= 1 for r in table["robust_range"])

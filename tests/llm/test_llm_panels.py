@@ -25,7 +25,7 @@ def test_llm_panels_of_fig1_and_fig3(tiny_checkpoint, tmp_path, monkeypatch):
     assert all(-1.0 <= float(row["mean_cos_prev_before_divergence"]) <= 1.0 for row in table)
     driver.make_figure("fig3_divergence", "test", tmp_path, units=sweep_runs("fig3_divergence"))
     with open(tmp_path / "fig3_divergence_summary.csv") as handle:
-        assert {row["label"] for row in csv.DictReader(handle)} == {"sync", "none", "gac"}
+        assert {row["label"] for row in csv.DictReader(handle)} == {"sync", "naive", "gac"}
     with open(tmp_path / "fig3_divergence.csv") as handle:
         assert {row["sim"] for row in csv.DictReader(handle)} == {"llm"}
     assert (tmp_path / "fig1_cosine.png").stat().st_size > 0 and (tmp_path / "fig3_divergence.png").exists()

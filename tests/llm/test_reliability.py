@@ -157,7 +157,7 @@ def test_model_folder_with_missing_or_truncated_weights_is_one_line(tiny_checkpo
     assert ("no weights there" if damage == "missing" else "weights cannot be loaded") in err
 
 
-@pytest.mark.parametrize("flags,method", [(["--gac.threshold", "0.3"], "none"), (["--gac-reference", "step"], "tis"),
+@pytest.mark.parametrize("flags,method", [(["--gac.threshold", "0.3"], "naive"), (["--gac-reference", "step"], "tis"),
                                           (["--tis.tis-cap=4"], "gac"), (["--bapo.rho-0", "0.5"], "sync")])
 def test_a_methods_flags_given_with_another_method_are_refused(tmp_path, capsys, monkeypatch, flags, method):
     from sim.llm import train

@@ -155,10 +155,10 @@ def test_every_gac_table_arm_builds_its_trainer_args():
 def test_drift_correlation_leaves_out_sync_and_tis():
     from experiments.signature import drift_correlation
 
-    rows = [dict(staleness=16, method="none", kl_behaviour_mean=k, final_accuracy=a)
+    rows = [dict(staleness=16, method="naive", kl_behaviour_mean=k, final_accuracy=a)
             for k, a in [(0.1, 0.5), (0.2, 0.4), (0.3, 0.45), (0.4, 0.1)]]
     # Would turn the correlation positive if counted: sync (KL 0, low accuracy) and TIS (large KL, high accuracy).
-    rows += [dict(staleness=0, method="none", kl_behaviour_mean=0.0, final_accuracy=0.0),
+    rows += [dict(staleness=0, method="naive", kl_behaviour_mean=0.0, final_accuracy=0.0),
              dict(staleness=16, method="tis", kl_behaviour_mean=0.9, final_accuracy=0.9)]
     rho, n = drift_correlation(rows)
     assert n == 4

@@ -46,7 +46,7 @@ def stepped(state, seen: Capture) -> tuple[list, list]:
     return records, backwards_at
 
 
-@pytest.mark.parametrize("method,staleness", [("sync", 0), ("none", 2), ("gac", 2), ("tis", 2), ("m2po", 2),
+@pytest.mark.parametrize("method,staleness", [("sync", 0), ("naive", 2), ("gac", 2), ("tis", 2), ("m2po", 2),
                                               ("lr_scale", 2), ("gac", 0), ("bapo", 2)])
 def test_every_method_runs_end_to_end(tiny_args, method, staleness):
     result = run_records(tiny_args(method=method, staleness=staleness,
@@ -270,7 +270,7 @@ def checkpointed(tiny_checkpoint, tmp_path):
 
 
 @pytest.mark.parametrize("extra,needle", [
-    (["--method", "none"], "method (checkpoint 'gac', now 'none')"),
+    (["--method", "naive"], "method (checkpoint 'gac', now 'naive')"),
     (["--lr", "0.01"], "lr (checkpoint"),
     (["--threads", "2"], "threads (checkpoint 1, now 2)"),  # long sums' last bits depend on the thread count
     (["--steps", "3"], "would shrink the outputs"),

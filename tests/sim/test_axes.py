@@ -6,21 +6,29 @@ import pytest
 import torch
 
 from sim import stabilizers
-from sim.stabilizers import STALE_DATA, STALE_GRADIENT, Combination, parse_method
+from sim.stabilizers import STALE_DATA, STALE_GRADIENT, Combination, parse_method, record_method
 
 
 def test_names_compose_in_any_order_to_one_canonical_name():
     assert parse_method("gac+tis") == parse_method("tis+gac") == Combination("tis", "gac", "none")
     assert parse_method("kl_target+gac+bapo", STALE_DATA).name == "bapo+gac+kl_target"
-    assert parse_method("none").name == "none" and parse_method("none").parts == ()
+    assert parse_method("naive").name == "naive" and parse_method("naive").parts == ()
     assert parse_method("dc+braking+lr_scale", STALE_GRADIENT) == Combination("dc", "braking", "lr_scale")
     with pytest.raises(ValueError, match="stale-gradient"):
         parse_method("gac+kl_target", STALE_GRADIENT)  # no behaviour policy, no KL to it
 
 
+def test_the_records_method_is_the_canonical_name_and_sync_is_naive_at_staleness_zero():
+    assert record_method(parse_method("naive"), 0) == "sync" and record_method(parse_method("naive"), 4) == "naive"
+    assert record_method(parse_method("gac+tis"), 0) == record_method(parse_method("tis+gac"), 3) == "tis+gac"
+    for old in ("none", "naive+gac", "sync"):  # one name for naive async; sync is a record name, not a method
+        with pytest.raises(ValueError, match="unknown method|cannot be combined"):
+            parse_method(old)
+
+
 def test_every_registry_entry_sits_on_one_axis():
     axes = {name: entry.axis for name, entry in stabilizers.STABILIZERS.items()}
-    assert axes == {"none": "objective", "gac": "direction", "braking": "direction", "lr_scale": "step",
+    assert axes == {"naive": "objective", "gac": "direction", "braking": "direction", "lr_scale": "step",
                     "kl_target": "step", "dc": "objective", "tis": "objective", "m2po": "objective",
                     "bapo": "objective"}
 

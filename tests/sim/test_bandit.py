@@ -6,7 +6,7 @@ from sim import bandit
 from sim.bandit import GaussianBandit, SoftmaxBandit, run_bandit
 from sim.grid import GridUpdater, setting
 
-GRID = [setting("none", 0, 0.2), setting("none", 3, 0.2), setting("gac", 3, 0.2), setting("tis", 3, 0.2),
+GRID = [setting("naive", 0, 0.2), setting("naive", 3, 0.2), setting("gac", 3, 0.2), setting("tis", 3, 0.2),
         setting("m2po", 3, 0.2), setting("lr_scale", 3, 0.2, staleness_kind="random")]
 
 
@@ -23,7 +23,7 @@ def test_determinism_and_grid_equals_alone():
 def test_gaussian_group_baseline_gives_gradient_at_behaviour_policy():
     """With group-mean advantages Σ_group A = 0, so the (μ_b − μ_t) part of the score cancels exactly."""
     problem = GaussianBandit(dim=3)
-    updater = GridUpdater([setting("none", 2, 0.1)], 1, problem.dim)
+    updater = GridUpdater([setting("naive", 2, 0.1)], 1, problem.dim)
     weigh = bandit._SampleWeights(updater)
     mu, behaviour = torch.tensor([[0.3, -0.2, 0.5]], dtype=torch.float64), torch.tensor([[0.1, 0.0, 0.2]],
                                                                                           dtype=torch.float64)
@@ -52,7 +52,7 @@ def test_expected_rewards_match_monte_carlo():
 
 def test_full_importance_correction_at_sync_equals_none():
     problem = GaussianBandit(dim=3)
-    settings = [setting("none", 0, 0.2), setting("tis", 0, 0.2, tis_cap=1e9), setting("m2po", 0, 0.2)]
+    settings = [setting("naive", 0, 0.2), setting("tis", 0, 0.2, tis_cap=1e9), setting("m2po", 0, 0.2)]
     r = run_bandit(problem, settings, 20, seeds=2, groups=2, group_size=4)
     for i in (1, 2):  # at s = 0 the ratio is exactly 1: nothing truncated or masked
         assert torch.allclose(r.traces["objective"][:, r.rows_of(0)], r.traces["objective"][:, r.rows_of(i)])

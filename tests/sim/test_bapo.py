@@ -100,7 +100,7 @@ def test_bapo_on_gaussian_bandit_stays_finite_at_s8_and_learns():
 
 
 def test_bapo_on_softmax_bandit_learns_and_equals_none_without_staleness():
-    settings = [setting("bapo", 4, lr=0.5), setting("bapo", 0, lr=0.5), setting("none", 0, lr=0.5)]
+    settings = [setting("bapo", 4, lr=0.5), setting("bapo", 0, lr=0.5), setting("naive", 0, lr=0.5)]
     result = run_bandit(SoftmaxBandit(arms=5, contexts=3), settings, steps=40, seeds=2, seed=1)
     objective = result.traces["objective"]
     assert torch.isfinite(objective).all() and (objective[-1] > result.meta["initial_reward"]).all()
@@ -124,7 +124,7 @@ def test_bandit_weights_use_each_rows_bounds():
 def test_method_configs_frozen_validated_and_in_registry():
     assert stabilizers.method_config("tis", tis_cap=3.0) == stabilizers.TISConfig(tis_cap=3.0)
     assert stabilizers.method_params("bapo")["rho_0"] == 0.5
-    assert stabilizers.method_config("none") is None
+    assert stabilizers.method_config("naive") is None
     with pytest.raises(AttributeError):
         stabilizers.method_config("m2po").m2_threshold = 1.0  # frozen
     for name, bad in [("tis", {"tis_cap": 0.0}), ("m2po", {"m2_threshold": -1.0}), ("dc", {"dc_lambda": -0.1}),

@@ -24,13 +24,13 @@ def pairwise_auc(scores, labels) -> float:
 
 
 def llm_run(accuracy: dict, grad_norm: dict, steps: int, seed: int = 0, staleness: int = 16) -> list[dict]:
-    return [make_row("llm", step=t, seed=seed, method="none", label="none", staleness=staleness, lr=3e-4,
+    return [make_row("llm", step=t, seed=seed, method="naive", label="naive", staleness=staleness, lr=3e-4,
                      ratio_to="proximal", accuracy=accuracy.get(t), grad_norm=grad_norm.get(t, 1.0))
             for t in range(steps)]
 
 
-def quadratic_run(losses, label="none", staleness=16, diverged_from=None) -> list[dict]:
-    return [make_row("quadratic", step=5 * i, seed=0, method="none", label=label, staleness=staleness, lr=0.3,
+def quadratic_run(losses, label="naive", staleness=16, diverged_from=None) -> list[dict]:
+    return [make_row("quadratic", step=5 * i, seed=0, method="naive", label=label, staleness=staleness, lr=0.3,
                      objective=loss, diverged=diverged_from is not None and i >= diverged_from)
             for i, loss in enumerate(losses)]
 
@@ -118,9 +118,9 @@ def test_llm_collapse_is_half_the_running_best():
 
 def test_cos_excess_subtracts_the_latest_probes_snr_share():
     halves = {0: 0.5, 2: -0.2, 4: 0.9}
-    run = [make_row("llm", step=t, seed=0, method="none", label="none", staleness=4, cos_prev=0.6,
+    run = [make_row("llm", step=t, seed=0, method="naive", label="naive", staleness=4, cos_prev=0.6,
                     cos_halves=halves.get(t)) for t in range(6)]
-    run = [dict(make_row("llm", step=0, seed=0, method="none", staleness=4, cos_prev=0.1), step=-1)] + run
+    run = [dict(make_row("llm", step=0, seed=0, method="naive", staleness=4, cos_prev=0.1), step=-1)] + run
 
     def share(c):  # SNR/(1 + SNR) with SNR = c/(1 − c); no signal (SNR 0) where c <= 0
         snr = c / (1 - c) if c > 0 else 0.0

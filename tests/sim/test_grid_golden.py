@@ -1,9 +1,9 @@
 """Saved-trajectory test: the toy grids' traces and summaries must not change under speed work.
 
 ``tests/data/grid_golden.npz`` holds every trace and summary tensor of small quadratic and bandit grids
-covering each update path (none, GAC project / cap / skip / EMA threshold / EMA reference / per-row τ,
+covering each update path (naive, GAC project / cap / skip / EMA threshold / EMA reference / per-row τ,
 lr_scale, DC, SGD and Adam, gradient and update space, fixed and random staleness, divergence;
-bandits with none / gac / tis / m2po / bapo). Regenerate only for an intended change in the numbers:
+bandits with naive / gac / tis / m2po / bapo). Regenerate only for an intended change in the numbers:
 ``python -m tests.sim.test_grid_golden``.
 
 Bits are pinned only within one machine (the grids computed twice). The saved file, written on another machine,
@@ -33,18 +33,18 @@ GOLDEN = Path(__file__).resolve().parents[1] / "data" / "grid_golden.npz"
 RTOL = 1e-10
 
 QUADRATIC = [
-    setting("none", 0, 0.3), setting("none", 3, 0.3), setting("lr_scale", 3, 0.3), setting("dc", 2, 0.3),
+    setting("naive", 0, 0.3), setting("naive", 3, 0.3), setting("lr_scale", 3, 0.3), setting("dc", 2, 0.3),
     setting("gac", 3, 0.3), setting("gac", 3, 0.3, threshold=0.2), setting("gac", 3, 0.3, mode="cap", threshold=0.5),
     setting("gac", 5, 0.3, threshold=0.2, skip_threshold=0.5), setting("gac", 2, 0.3, threshold_rule="ema"),
-    setting("gac", 3, 0.3, reference="ema"), setting("none", 4, 0.3, staleness_kind="random"),
-    setting("gac", 4, 0.3, staleness_kind="random", mode="cap", threshold=0.3), setting("none", 0, 2.5),
-    setting("none", 2, 0.05, optimizer="adam"), setting("lr_scale", 2, 0.05, optimizer="adam"),
+    setting("gac", 3, 0.3, reference="ema"), setting("naive", 4, 0.3, staleness_kind="random"),
+    setting("gac", 4, 0.3, staleness_kind="random", mode="cap", threshold=0.3), setting("naive", 0, 2.5),
+    setting("naive", 2, 0.05, optimizer="adam"), setting("lr_scale", 2, 0.05, optimizer="adam"),
     setting("gac", 2, 0.05, optimizer="adam"), setting("gac", 2, 0.05, optimizer="adam", space="update"),
 ]
 BANDIT = [
-    setting("none", 0, 0.5), setting("none", 3, 0.5), setting("gac", 3, 0.5), setting("tis", 3, 0.5),
+    setting("naive", 0, 0.5), setting("naive", 3, 0.5), setting("gac", 3, 0.5), setting("tis", 3, 0.5),
     setting("m2po", 3, 0.5), setting("bapo", 3, 0.5), setting("gac", 4, 0.5, staleness_kind="random"),
-    setting("none", 2, 0.05, optimizer="adam"),
+    setting("naive", 2, 0.05, optimizer="adam"),
 ]
 
 

@@ -7,9 +7,9 @@ from sim.grid import setting
 from sim.quadratic import DIVERGENCE_FACTOR, NoiseStream, QuadraticProblem, run_quadratic
 
 PROBLEM = QuadraticProblem(dim=6, condition_number=10.0, noise=0.3)
-GRID = [setting("none", 0, 0.3), setting("none", 3, 0.3), setting("lr_scale", 3, 0.3),
+GRID = [setting("naive", 0, 0.3), setting("naive", 3, 0.3), setting("lr_scale", 3, 0.3),
         setting("dc", 2, 0.3), setting("gac", 3, 0.3), setting("gac", 3, 0.3, mode="cap", threshold=0.5),
-        setting("gac", 2, 0.3, threshold_rule="ema"), setting("none", 4, 0.3, staleness_kind="random"),
+        setting("gac", 2, 0.3, threshold_rule="ema"), setting("naive", 4, 0.3, staleness_kind="random"),
         setting("gac", 2, 0.05, optimizer="adam", space="update")]
 
 
@@ -57,7 +57,7 @@ def _loop_run(problem, staleness, lr, method, steps, seeds, seed, dc_lambda=0.04
 
 
 def test_grid_equals_plain_per_run_loop():
-    settings = [setting("none", 2, 0.3), setting("lr_scale", 3, 0.3), setting("dc", 2, 0.3), setting("gac", 3, 0.3)]
+    settings = [setting("naive", 2, 0.3), setting("lr_scale", 3, 0.3), setting("dc", 2, 0.3), setting("gac", 3, 0.3)]
     grid = run_quadratic(PROBLEM, settings, 25, seeds=2, seed=3)
     for i, s in enumerate(settings):
         loop = _loop_run(PROBLEM, s.staleness, s.lr, s.method, 25, 2, 3)
@@ -66,7 +66,7 @@ def test_grid_equals_plain_per_run_loop():
 
 def test_divergence_is_marked_and_frozen():
     problem = QuadraticProblem(dim=4, condition_number=2.0, noise=0.0)
-    result = run_quadratic(problem, [setting("none", 4, 1.0), setting("none", 0, 0.5)], 200, seeds=1)
+    result = run_quadratic(problem, [setting("naive", 4, 1.0), setting("naive", 0, 0.5)], 200, seeds=1)
     assert bool(result.summary["diverged"][0]) and not bool(result.summary["diverged"][1])
     step = int(result.summary["diverged_step"][0])
     assert result.traces["objective"][step, 0] > DIVERGENCE_FACTOR * 0.5 * problem.curvatures().sum()
@@ -90,7 +90,7 @@ def test_run_started_at_the_optimum_is_not_marked_diverged():
     from sim.quadratic import QuadraticProblem, run_quadratic
 
     problem = QuadraticProblem(dim=20, condition_number=10.0, noise=0.1, init_scale=0.0)
-    stable = run_quadratic(problem, [setting("none", 0, 0.3)], steps=50, seeds=2)
+    stable = run_quadratic(problem, [setting("naive", 0, 0.3)], steps=50, seeds=2)
     assert not any(stable.summary["diverged"].tolist())
-    unstable = run_quadratic(problem, [setting("none", 8, 1.0)], steps=400, seeds=2)  # a = 1 > a*(8)
+    unstable = run_quadratic(problem, [setting("naive", 8, 1.0)], steps=400, seeds=2)  # a = 1 > a*(8)
     assert all(unstable.summary["diverged"].tolist())

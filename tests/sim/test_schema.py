@@ -12,7 +12,7 @@ from sim.llm import batched, train
 from sim.quadratic import QuadraticProblem, run_quadratic
 from tests.llm.conftest import tiny_checkpoint  # noqa: F401  (fixture of the LLM case)
 
-GRID = [setting("none", 0, 0.1), setting("gac", 2, 0.1), setting("tis", 2, 0.1)]
+GRID = [setting("naive", 0, 0.1), setting("gac", 2, 0.1), setting("tis", 2, 0.1)]
 BANDITS = [GaussianBandit(dim=3), SoftmaxBandit(arms=4), SoftmaxBandit(arms=4, contexts=3, features="linear",
                                                                         feature_dim=2)]
 
@@ -25,11 +25,11 @@ def _check(rows, sim):
 
 
 def test_quadratic_rows_have_exactly_the_schema_columns():
-    rows = run_quadratic(QuadraticProblem(dim=4), [setting("none", 0, 0.1), setting("gac", 2, 0.1)], 12,
+    rows = run_quadratic(QuadraticProblem(dim=4), [setting("naive", 0, 0.1), setting("gac", 2, 0.1)], 12,
                          seeds=2).records()
     _check(rows, "quadratic")
     assert all(math.isnan(r["cos_halves"]) for r in rows)  # not measured by this simulator: NaN, not absent
-    assert {r["regime"] for r in rows if r["method"] == "none"} == {schema.NO_REGIME}
+    assert {r["regime"] for r in rows if r["method"] in ("sync", "naive")} == {schema.NO_REGIME}
 
 
 @pytest.mark.parametrize("problem", BANDITS, ids=["gaussian", "karmed", "contextual"])

@@ -82,7 +82,7 @@ def test_gac_config_from_registry_and_errors():
     with pytest.raises(ValueError):
         setting("gac", 4, 0.1, space="update")  # update space needs Adam
     with pytest.raises(ValueError):
-        setting("none", -1, 0.1)
+        setting("naive", -1, 0.1)
 
 
 def test_record_row_and_writers(tmp_path):

@@ -79,7 +79,7 @@ def hand_quadratic(staleness: int, lr: float, optimizer: str, direction: str, sp
 
 
 QUAD_CASES = [  # (optimizer, method, GAC space, lr)
-    ("sgd_momentum", "none", "gradient", 0.05),
+    ("sgd_momentum", "naive", "gradient", 0.05),
     ("sgd_momentum", "gac", "gradient", 0.05),
     ("sgd_momentum", "gac", "momentum", 0.05),
     ("sgd_momentum", "gac", "update", 0.05),
@@ -105,7 +105,7 @@ def test_quadratic_rows_equal_a_hand_written_loop(optimizer, method, space, lr):
 
 def test_heavy_ball_mutation_is_caught(monkeypatch):
     monkeypatch.setattr(grid, "SGD_MOMENTUM", 0.8)
-    assert not quad_matches("sgd_momentum", "none", "gradient", 0.05)
+    assert not quad_matches("sgd_momentum", "naive", "gradient", 0.05)
 
 
 @pytest.mark.parametrize("optimizer,space,wrong", [("sgd_momentum", "momentum", "update"),
@@ -174,8 +174,8 @@ def hand_bandit(method: str, staleness: int, lr: float, optimizer: str, updates:
 
 
 BANDIT_CASES = [  # (method, optimizer, updates per batch, clip ε, GAC space)
-    ("none", "adam", 2, 0.2, "gradient"),
-    ("none", "sgd_momentum", 2, None, "gradient"),
+    ("naive", "adam", 2, 0.2, "gradient"),
+    ("naive", "sgd_momentum", 2, None, "gradient"),
     ("tis", "sgd_momentum", 2, 0.2, "gradient"),
     ("tis", "sgd", 1, None, "gradient"),
     ("kl_target", "adam", 1, None, "gradient"),
@@ -204,7 +204,7 @@ def test_bandit_rows_equal_a_hand_written_loop(method, optimizer, updates, clip,
 
 def test_ratio_clip_mutation_is_caught(monkeypatch):
     monkeypatch.setattr(bandit, "bapo_unclipped", lambda ratio, adv, low, high: torch.ones_like(ratio, dtype=bool))
-    assert not bandit_matches("none", "adam", 2, 0.2, "gradient")
+    assert not bandit_matches("naive", "adam", 2, 0.2, "gradient")
 
 
 def test_updates_per_batch_mutation_is_caught(monkeypatch):
@@ -218,7 +218,7 @@ def test_updates_per_batch_mutation_is_caught(monkeypatch):
         return real(problem, tables, theta, proximal, first[id(proximal)], advantage, weigh)
 
     monkeypatch.setattr(bandit, "_stale_gradient", same_minibatch)
-    assert not bandit_matches("none", "sgd_momentum", 2, None, "gradient")
+    assert not bandit_matches("naive", "sgd_momentum", 2, None, "gradient")
 
 
 def test_tis_proximal_mutation_is_caught(monkeypatch):
@@ -237,7 +237,7 @@ def test_kl_target_mutation_is_caught(monkeypatch):
 
 
 def test_one_update_no_clip_is_the_default_run_bit_for_bit():
-    settings = [setting("none", 3, 0.1, optimizer="adam"), setting("tis", 2, 0.1)]
+    settings = [setting("naive", 3, 0.1, optimizer="adam"), setting("tis", 2, 0.1)]
     plain = run_bandit(GAUSS, settings, 20, seeds=2, seed=1, groups=GROUPS, group_size=GROUP_SIZE)
     explicit = run_bandit(GAUSS, settings, 20, seeds=2, seed=1, groups=GROUPS, group_size=GROUP_SIZE,
                           updates_per_batch=1, ratio_clip_eps=None)
@@ -252,8 +252,8 @@ def test_one_update_no_clip_is_the_default_run_bit_for_bit():
     (lambda: setting("gac+braking", 2, 0.1, optimizer="adam"), "two direction"),
     (lambda: setting("tis", 2, 0.1, braking_alpha=0.5), "no parameter"),
     (lambda: run_quadratic(QUAD, [setting("kl_target", 2, 0.1)], 5), "stale-gradient"),
-    (lambda: run_bandit(GAUSS, [setting("none", 2, 0.1)], 5, groups=3, updates_per_batch=2), "updates_per_batch"),
-    (lambda: run_bandit(GAUSS, [setting("none", 2, 0.1)], 5, ratio_clip_eps=1.5), "ratio_clip_eps"),
+    (lambda: run_bandit(GAUSS, [setting("naive", 2, 0.1)], 5, groups=3, updates_per_batch=2), "updates_per_batch"),
+    (lambda: run_bandit(GAUSS, [setting("naive", 2, 0.1)], 5, ratio_clip_eps=1.5), "ratio_clip_eps"),
 ])
 def test_bad_configuration_fails_in_one_line(build, match):
     with pytest.raises(ValueError, match=match) as err:

@@ -15,7 +15,7 @@ from sim.stabilizers import STALE_DATA
 LRS = [0.01, 0.03, 0.1, 0.3, 1.0]
 TUNE, REPORT = [0, 1, 2], [3, 4, 5]
 # Gap per step size (lower is better); inf = diverged. Seeds scale every gap by 1 + 0.02·(seed − 2.5).
-CURVES = {("none", 8): [0.8, 0.5, 0.3, math.inf, math.inf],
+CURVES = {("naive", 8): [0.8, 0.5, 0.3, math.inf, math.inf],
           ("bapo", 8): [0.4, 0.19, 0.1, 0.15, 0.25],
           ("sync", 0): [0.2, 0.05, 0.01, 0.02, math.inf]}
 # tis: tuning seeds prefer lr 0.3, reporting seeds lr 0.1 (the report must keep the tuning choice).
@@ -40,7 +40,7 @@ def _row(frame, method, s=8):
 
 def test_picks_on_tuning_seeds_and_reports_on_fresh_ones():
     reported = tuning.report(_table(), TUNE, REPORT)
-    assert _row(reported, "none")["lr"] == 0.1 and _row(reported, "bapo")["lr"] == 0.1
+    assert _row(reported, "naive")["lr"] == 0.1 and _row(reported, "bapo")["lr"] == 0.1
     assert _row(reported, "sync", 0)["lr"] == 0.1
     tis = _row(reported, "tis")
     assert tis["lr"] == 0.3  # chosen on tuning seeds, although lr 0.1 is better on the reporting seeds
@@ -53,12 +53,12 @@ def test_picks_on_tuning_seeds_and_reports_on_fresh_ones():
 def test_robust_range_by_hand():
     ranges = tuning.robust_range(_table(), TUNE)
     # none: best 0.3 at lr 0.1; within 2×: lr 0.03 (0.5) and 0.1 → 0.1 / 0.03. Diverged lrs never count.
-    assert _row(ranges, "none")["robust_range"] == pytest.approx(0.1 / 0.03)
+    assert _row(ranges, "naive")["robust_range"] == pytest.approx(0.1 / 0.03)
     # bapo: best 0.1; within 0.2: lr 0.03 (0.19), 0.1, 0.3 (0.15); lr 1.0 (0.25) is out → 0.3 / 0.03 = 10.
     assert _row(ranges, "bapo")["robust_range"] == pytest.approx(10.0)
     assert _row(ranges, "sync", 0)["robust_range"] == pytest.approx(0.3 / 0.1)
     # finite ranges: none finite on lr 0.01..0.1, sync on 0.01..0.3, bapo everywhere
-    assert _row(ranges, "none")["finite_range"] == pytest.approx(10.0)
+    assert _row(ranges, "naive")["finite_range"] == pytest.approx(10.0)
     assert _row(ranges, "sync", 0)["finite_range"] == pytest.approx(30.0)
     assert _row(ranges, "bapo")["finite_range"] == pytest.approx(100.0)
 
@@ -101,12 +101,12 @@ def test_bad_seeds_and_factor():
 
 
 # -- the grids and the runs ------------------------------------------------------------------------------
-GOOD = dict(model=STALE_DATA, methods=("none", "bapo"), staleness=(4,), lrs=(0.01, 0.02, 0.04, 0.08),
+GOOD = dict(model=STALE_DATA, methods=("naive", "bapo"), staleness=(4,), lrs=(0.01, 0.02, 0.04, 0.08),
             tuning_seeds=1, reporting_seeds=1)
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"methods": ("none", "ppo")}, "unknown method 'ppo'"),
+    ({"methods": ("naive", "ppo")}, "unknown method 'ppo'"),
     ({"methods": ()}, "no methods"),
     ({"lrs": ()}, ">= 4 distinct step sizes"),
     ({"lrs": (0.1, 0.1, 0.2, 0.3)}, ">= 4 distinct step sizes"),
@@ -126,7 +126,7 @@ def test_log_grid_and_default_grids():
     assert tuning.log_grid(0.3, 4) == pytest.approx((0.075, 0.15, 0.3, 0.6))
     quad = tuning.toy_grid("quadratic", "quick")
     assert 0.15 in quad.lrs and 1.2 in quad.lrs and "dc" in quad.methods and "tis" not in quad.methods
-    assert set(tuning.llm_grid("quick").methods) == {"none", "gac", "lr_scale", "tis", "m2po", "bapo"}
+    assert set(tuning.llm_grid("quick").methods) == {"naive", "gac", "lr_scale", "tis", "m2po", "bapo"}
     assert set(quad.tuning).isdisjoint(quad.reporting)
 
 
@@ -134,7 +134,7 @@ def test_toy_table_gap_equals_a_run_of_that_setting_alone(tmp_path, monkeypatch)
     monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path)
     grid = tuning.TuningGrid(**{**GOOD, "lrs": (0.05, 0.1, 0.2, 50.0)})
     table = tuning.toy_table("bandit_gaussian", "smoke", grid=grid)
-    assert len(table) == (4 + 2 * 4) * 2 and set(table["method"]) == {"sync", "none", "bapo"}
+    assert len(table) == (4 + 2 * 4) * 2 and set(table["method"]) == {"sync", "naive", "bapo"}
     assert set(table[table["method"] == "sync"]["staleness"]) == {0}
     steps = toy.profile_of("smoke").bandit_steps
     alone = run_bandit(toy.GAUSSIAN, [setting("bapo", 4, 0.1)], steps, 2, groups=toy.BANDIT_GROUPS,
@@ -149,9 +149,9 @@ def test_per_step_size_ratio_by_hand():
     table = _table()
     out = tuning.per_step_size(table, 8, TUNE).set_index(["method", "lr"])
     scale = np.mean([1 + 0.02 * (s - 2.5) for s in TUNE])
-    assert out.loc[("none", 0.03), "ratio_to_sync"] == pytest.approx(0.5 / 0.05)
-    assert out.loc[("none", 0.03), "final_gap"] == pytest.approx(0.5 * scale)
-    assert math.isinf(out.loc[("none", 0.3), "final_gap"]) and out.loc[("none", 0.3), "diverged"] == 3
+    assert out.loc[("naive", 0.03), "ratio_to_sync"] == pytest.approx(0.5 / 0.05)
+    assert out.loc[("naive", 0.03), "final_gap"] == pytest.approx(0.5 * scale)
+    assert math.isinf(out.loc[("naive", 0.3), "final_gap"]) and out.loc[("naive", 0.3), "diverged"] == 3
 
 
 def test_llm_table_maps_accuracy_and_divergence(monkeypatch):
