@@ -17,7 +17,7 @@ from gac.control import (
     KEEP,
     SKIP,
     AlignmentStats,
-    Controlled,
+    ControlResult,
     Decision,
     NonFiniteGradientError,
     alignment,
@@ -34,7 +34,7 @@ from gac.state import GACState, UpdateReport, init, update
 from gac.tracker import GACReport, GradientAlignmentControl
 
 __all__ = [
-    "ACT", "KEEP", "SKIP", "AlignmentStats", "Controlled", "Decision", "EMAThreshold", "GACConfig",
+    "ACT", "KEEP", "SKIP", "AlignmentStats", "ControlResult", "Decision", "EMAThreshold", "GACConfig",
     "GACOptimizer", "GACReport", "GACState", "GradientAlignmentControl", "NonFiniteGradientError", "ThresholdRule",
     "UpdateReport", "init", "update",
     "alignment", "alignment_stats", "apply_decision", "cap_scale", "control", "decide", "regime_name",

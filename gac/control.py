@@ -47,7 +47,7 @@ class Decision(NamedTuple):
     norm_after: torch.Tensor
 
 
-class Controlled(NamedTuple):
+class ControlResult(NamedTuple):
     """Result of ``control``: the new gradient and, per leading index, cosine, regime and γ."""
 
     grad: torch.Tensor
@@ -172,8 +172,8 @@ def check_gradient(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig, where: str)
                                      f"(GACConfig(nonfinite='skip') skips such steps and restarts the reference)")
 
 
-def controlled(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
-               threshold: torch.Tensor | float) -> tuple[torch.Tensor, Decision]:
+def decide_and_apply(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
+                     threshold: torch.Tensor | float) -> tuple[torch.Tensor, Decision]:
     """(g', decision) for checked g, d of shape (..., P), P ≥ 1; the one implementation of the step.
 
     Norms in the decision are in the input's units. Rows whose g or d is not finite are skipped (g' = 0)
@@ -196,7 +196,7 @@ def controlled(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
 
 
 def control(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
-            threshold: torch.Tensor | float | None = None) -> Controlled:
+            threshold: torch.Tensor | float | None = None) -> ControlResult:
     """Apply GAC to gradient(s) g against reference direction(s) d, both of shape (..., P). Pure.
 
     Returns the new gradient g' (same shape as g, a 0-dim g counts as P = 1) and, per leading index,
@@ -213,9 +213,9 @@ def control(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
             raise ValueError("control with an adaptive threshold rule needs threshold=τ; use gac.update, "
                              "which keeps the rule's statistics in GACState")
         threshold = cfg.threshold
-    new, decision = controlled(g.reshape(1) if g.dim() == 0 else g, d.reshape(1) if d.dim() == 0 else d,
-                               cfg, threshold)
-    return Controlled(new.reshape(g.shape), decision.cosine, decision.regime, decision.parallel_scale)
+    new, decision = decide_and_apply(g.reshape(1) if g.dim() == 0 else g, d.reshape(1) if d.dim() == 0 else d,
+                                     cfg, threshold)
+    return ControlResult(new.reshape(g.shape), decision.cosine, decision.regime, decision.parallel_scale)
 
 
 def update_reference(d: torch.Tensor, g: torch.Tensor, cfg: GACConfig) -> torch.Tensor:
@@ -226,7 +226,7 @@ def update_reference(d: torch.Tensor, g: torch.Tensor, cfg: GACConfig) -> torch.
 
 
 __all__ = [
-    "KEEP", "ACT", "SKIP", "AlignmentStats", "Decision", "Controlled", "alignment", "alignment_stats",
+    "KEEP", "ACT", "SKIP", "AlignmentStats", "Decision", "ControlResult", "alignment", "alignment_stats",
     "cosine_from_stats", "cap_scale", "pow2_scale", "decide", "apply_decision", "control", "update_reference",
-    "regime_name", "NonFiniteGradientError", "check_gradient", "controlled",
+    "regime_name", "NonFiniteGradientError", "check_gradient", "decide_and_apply",
 ]

@@ -234,7 +234,7 @@ class GACOptimizer(torch.optim.Optimizer):
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Load a state of ``state_dict`` (also of gac 0.1/0.2, whose "gac" entry held the counters).
+        """Load a state of ``state_dict``.
 
         A state without GAC entries (a plain optimizer's) starts GAC anew: no reference, step 0.
         """
@@ -242,20 +242,16 @@ class GACOptimizer(torch.optim.Optimizer):
         counters = None
         for entry in state_dict["state"].values():
             counters = entry.pop(COUNTERS_KEY, None) or counters
-        legacy = state_dict.pop("gac", None)
-        legacy_skipped = state_dict.pop("gac_skipped_steps", 0)
         if counters is not None:
             self._check_space(counters)
         self._check_saved_references(state_dict)
-        if legacy is not None and legacy.get("reference") is not None:
-            self.gac._check_reference_shapes(legacy["reference"])
-        gac_state = self._gac_state(counters, legacy)
+        gac_state = self._gac_state(counters)
         self.gac._loaded_threshold_stats(gac_state)  # a config mismatch fails here, before anything is loaded
         self.optimizer.load_state_dict(state_dict)
         self.state = self.gac.param_state = self.optimizer.state  # load_state_dict made a new dict
         self.gac._last_g_sq = None  # the references were replaced
         self.param_groups = self.optimizer.param_groups
-        self.skipped_steps = int(counters["skipped_steps"]) if counters is not None else int(legacy_skipped)
+        self.skipped_steps = int(counters["skipped_steps"]) if counters is not None else 0
         self.gac.load_state_dict(gac_state)
         dtype = self.cfg.reference_dtype
         if dtype is not None:  # torch casts loaded state to the parameter's dtype; keep the reference's
@@ -263,8 +259,8 @@ class GACOptimizer(torch.optim.Optimizer):
                 if REFERENCE_KEY in param_state:
                     param_state[REFERENCE_KEY] = param_state[REFERENCE_KEY].to(dtype)
 
-    def _gac_state(self, counters: dict | None, legacy: dict | None) -> dict:
-        """The tracker's state_dict from the saved counters (or a legacy "gac" entry, or nothing: fresh)."""
+    def _gac_state(self, counters: dict | None) -> dict:
+        """The tracker's state_dict from the saved counters (none saved: fresh)."""
         if counters is not None:
             fresh = self.gac.threshold_stats
             stats = [torch.tensor(v, dtype=f.dtype) for v, f in zip(counters["threshold_stats"], fresh, strict=False)]
@@ -272,8 +268,6 @@ class GACOptimizer(torch.optim.Optimizer):
                 stats = [torch.tensor(v) for v in counters["threshold_stats"]]  # rejected with the config's message
             return {"step": counters["step"], "skipped_nonfinite": counters["skipped_nonfinite"],
                     "threshold_stats": stats}
-        if legacy is not None:
-            return legacy
         return {"step": 0, "skipped_nonfinite": 0, "threshold_stats": list(init_threshold_stats(self.cfg))}
 
     def _check_space(self, counters: dict) -> None:
@@ -291,7 +285,7 @@ class GACOptimizer(torch.optim.Optimizer):
         counters = found[0]
         self._check_space(counters)
         self.skipped_steps = int(counters["skipped_steps"])
-        self.gac.load_state_dict(self._gac_state(counters, None))
+        self.gac.load_state_dict(self._gac_state(counters))
         dtype = self.cfg.reference_dtype
         for param_state in self.state.values():
             if dtype is not None and REFERENCE_KEY in param_state:

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 
 from gac.config import GACConfig, check_threshold
-from gac.control import check_gradient, controlled, update_reference
+from gac.control import check_gradient, decide_and_apply, update_reference
 
 
 class GACState(NamedTuple):
@@ -86,7 +86,7 @@ def update(g: torch.Tensor, state: GACState, cfg: GACConfig,
     if threshold is not None:
         threshold = check_threshold(threshold, "update: threshold")
     tau = current_threshold(cfg, state.threshold_stats) if threshold is None else threshold
-    new, decision = controlled(g, state.reference, cfg, tau)
+    new, decision = decide_and_apply(g, state.reference, cfg, tau)
     g_finite, d_finite = torch.isfinite(g).all(-1), torch.isfinite(state.reference).all(-1)
     finite = g_finite & d_finite
     reference = update_reference(state.reference, g, cfg).to(cfg.reference_dtype or state.reference.dtype)

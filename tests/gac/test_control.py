@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import gac
 from gac import ACT, KEEP, SKIP
-from gac.control import controlled, pow2_scale
+from gac.control import decide_and_apply, pow2_scale
 
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True)
 settings.load_profile("ci")
@@ -198,7 +198,7 @@ def test_eps_is_an_absolute_norm_level():
 def test_decision_norms_are_the_norms_of_g_and_the_new_gradient(gd, tau, mode):
     g, d = gd
     cfg = gac.GACConfig(threshold=tau, mode=mode, skip_threshold=0.97)
-    new, decision = controlled(g, d, cfg, tau)
+    new, decision = decide_and_apply(g, d, cfg, tau)
     assert torch.allclose(decision.norm_before, g.norm(dim=-1), rtol=1e-12)
     assert torch.allclose(decision.norm_after, new.norm(dim=-1), rtol=1e-9, atol=1e-12 * float(g.abs().max()))
     acting = decision.regime == ACT

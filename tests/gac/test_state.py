@@ -219,51 +219,6 @@ def test_wrap_keeps_the_reference_in_optimizer_state():
     assert all(r is not None for r in raw)
 
 
-def legacy_wrap_state(opt) -> dict:
-    """The state_dict format of gac 0.1 (main before GACState): the references in the "gac" entry as a
-    list, the threshold rule's statistics as {"mean", "count"}, nothing GAC's in the per-parameter state."""
-    inner = copy.deepcopy(opt.optimizer.state_dict())
-    references = []
-    for entry in inner["state"].values():
-        references.append(entry.pop("gac_reference"))
-    mean, count = (t.item() for t in opt.gac.threshold_stats)
-    return {**inner, "gac": {"step": opt.gac.step, "skipped_nonfinite": opt.gac.skipped_nonfinite,
-                             "reference": references, "threshold_rule": {"mean": mean, "count": count}},
-            "gac_skipped_steps": opt.skipped_steps}
-
-
-def test_legacy_state_dict_loads_and_resumes_bit_identically():
-    cfg = gac.GACConfig(threshold=RULE, mode="cap")
-    data = batches(8)
-
-    def run(opt, model, steps):
-        cosines = []
-        for batch in [data[i] for i in steps]:
-            opt.zero_grad()
-            loss_fn(model, batch).backward()
-            opt.step()
-            cosines.append(opt.last_report.cosine)
-        return cosines
-
-    model = tiny_model()
-    straight = gac.wrap(torch.optim.AdamW(model.parameters(), lr=0.05), cfg)
-    expected = run(straight, model, range(8))
-    model = tiny_model()
-    first = gac.wrap(torch.optim.AdamW(model.parameters(), lr=0.05), cfg)
-    run(first, model, range(4))
-    legacy, weights = legacy_wrap_state(first), copy.deepcopy(model.state_dict())
-    resumed_model = tiny_model()
-    resumed_model.load_state_dict(weights)
-    resumed = gac.wrap(torch.optim.AdamW(resumed_model.parameters(), lr=0.05), cfg)
-    resumed.load_state_dict(legacy)
-    assert resumed.gac.step == 4 and int(resumed.gac.threshold_stats[1]) == 4
-    assert run(resumed, resumed_model, range(4, 8)) == expected[4:]
-    # the tracker's own legacy format (gac 0.1 GradientAlignmentControl.state_dict) loads too
-    tracker = gac.GradientAlignmentControl(tiny_model().parameters(), cfg)
-    tracker.load_state_dict(legacy["gac"])
-    assert all(torch.equal(a, b) for a, b in zip(tracker.reference, legacy["gac"]["reference"], strict=True))
-
-
 def test_legacy_rule_state_with_a_fixed_threshold_config_says_what_to_do():
     tracker = gac.GradientAlignmentControl(tiny_model().parameters(), gac.GACConfig(threshold=0.2))
     legacy = {"step": 3, "skipped_nonfinite": 0, "reference": [None] * 4, "threshold_rule": {"mean": 0.4, "count": 3}}
