@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import statistics
 
+import pandas as pd
+
 from experiments import toy
 from experiments.cache import cached_runs
 from sim.bandit import run_bandit
@@ -64,23 +66,19 @@ def adam_settings() -> list:
 
 def score(summary_rows: list[dict], sim: str, sync_label: str, higher_is_better: bool, optimum: float) -> list[dict]:
     """Per (label, staleness): median final objective over seeds, diverged count, ratio to sync."""
-    groups: dict[tuple[str, int], list[dict]] = {}
-    for row in summary_rows:
-        groups.setdefault((row["label"], row["staleness"]), []).append(row)
-    sync_final = statistics.median([r["final_objective"] for r in groups[(sync_label, 0)]])
+    runs = pd.DataFrame(summary_rows).groupby(["label", "staleness"], sort=False)
+    sync_final = statistics.median(runs.get_group((sync_label, 0))["final_objective"].tolist())
     table = []
-    for (label, staleness), rows in groups.items():
-        final = statistics.median([r["final_objective"] for r in rows])
-        if higher_is_better:
-            ratio = (optimum - final) / (optimum - sync_final)
-        else:
-            ratio = final / sync_final
-        table.append({"sim": sim, "label": label, "staleness": staleness, "final_objective": final,
+    for _, group in runs:
+        final = statistics.median(group["final_objective"].tolist())
+        ratio = (optimum - final) / (optimum - sync_final) if higher_is_better else final / sync_final
+        mean = lambda column, group=group: sum(group[column].tolist()) / len(group)  # Python's sums: same bits
+        first = summary_rows[group.index[0]]
+        table.append({"sim": sim, "label": first["label"], "staleness": first["staleness"], "final_objective": final,
                       "sync_final": sync_final, "ratio_to_sync": ratio if math.isfinite(ratio) else float("inf"),
-                      "diverged": sum(bool(r["diverged"]) for r in rows), "seeds": len(rows),
-                      "mean_cos_prev": sum(r["mean_cos_prev"] for r in rows) / len(rows),
-                      "act_fraction": sum(r["act_fraction"] for r in rows) / len(rows),
-                      "skip_fraction": sum(r["skip_fraction"] for r in rows) / len(rows)})
+                      "diverged": int(group["diverged"].astype(bool).sum()), "seeds": len(group),
+                      "mean_cos_prev": mean("mean_cos_prev"), "act_fraction": mean("act_fraction"),
+                      "skip_fraction": mean("skip_fraction")})
     return table
 
 

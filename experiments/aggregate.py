@@ -1,6 +1,7 @@
 """Aggregation of record rows over seeds and steps, for the figures: medians and means per step, moving averages.
 
-Pure functions of lists of record rows (dicts); NaN marks a value that was not measured and is ignored.
+Pure functions of lists of record rows (dicts), read into pandas DataFrames to group them; NaN marks a value that
+was not measured and is ignored.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
 
 def measured(value) -> bool:
@@ -20,40 +22,39 @@ def select(rows: list[dict], **match) -> list[dict]:
     return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
 
 
+def frame(rows: list[dict], **match) -> pd.DataFrame:
+    """The rows matching ``match`` as a DataFrame (records' None read as NaN, the schema's "not measured")."""
+    return pd.DataFrame(select(rows, **match)).fillna(value=np.nan)
+
+
 def seed_median(rows: list[dict], key: str, **match) -> tuple[list[int], list[float]]:
     """Steps and the median over seeds of ``key`` among rows matching ``match`` (NaN-aware).
 
     With an even number of seeds the median is the midpoint of the two middle values.
     """
-    by_step: dict[int, list[float]] = {}
-    for row in select(rows, **match):
-        by_step.setdefault(row["step"], []).append(row[key])
-    steps = sorted(by_step)
-    values = [_nanmedian(by_step[s]) for s in steps]
-    return steps, values
-
-
-def _nanmedian(values: list[float]) -> float:
-    finite = np.asarray(values, dtype=float)
-    finite = finite[~np.isnan(finite)]
-    return float(np.median(finite)) if len(finite) else float("nan")
+    table = frame(rows, **match)
+    if table.empty:
+        return [], []
+    medians = table[key].astype(float).groupby(table["step"]).median()  # skips NaN; NaN where all are
+    return medians.index.tolist(), medians.tolist()
 
 
 def seed_mean(rows: list[dict], key: str, **match) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(steps, mean over seeds, std over seeds) of ``key`` among rows matching ``match``.
+    """(steps, mean over seeds, sample std over seeds (ddof = 1; NaN where one seed is left)) of ``key`` among rows
+    matching ``match``.
 
     Rows where ``key`` was not measured (None or NaN) and rows of a diverged run (``diverged`` True) are left out.
     """
-    sel = [r for r in select(rows, **match) if measured(r.get(key)) and not r.get("diverged")]
-    if not sel:
+    table = frame(rows, **match)
+    if table.empty or key not in table:
         return np.array([]), np.array([]), np.array([])
-    steps = np.array(sorted({r["step"] for r in sel}))
-    seeds = sorted({r["seed"] for r in sel})
-    table = np.full((len(seeds), len(steps)), np.nan)
-    index = {s: i for i, s in enumerate(steps)}
-    for r in sel:
-        table[seeds.index(r["seed"]), index[r["step"]]] = float(r[key])
-    return steps, np.nanmean(table, 0), np.nanstd(table, 0)
+    diverged = table["diverged"].astype(bool) if "diverged" in table else False
+    kept = table[table[key].notna() & ~diverged]
+    if kept.empty:
+        return np.array([]), np.array([]), np.array([])
+    by_seed = kept.pivot_table(index="seed", columns="step", values=key, aggfunc="last")  # seeds × steps
+    # numpy's mean (pairwise sums), not pandas' (compensated sums): the figures' numbers stay the same bits
+    return by_seed.columns.to_numpy(), np.nanmean(by_seed.to_numpy(dtype=float), 0), by_seed.std(ddof=1).to_numpy()
 
 
 def seed_std(values) -> float:
@@ -90,4 +91,4 @@ def centered_mean(values, window: int = 9) -> np.ndarray:
     return np.where(den > 0, num / np.maximum(den, 1), np.nan)
 
 
-__all__ = ["measured", "select", "seed_median", "seed_mean", "seed_std", "trailing_mean", "centered_mean"]
+__all__ = ["measured", "select", "frame", "seed_median", "seed_mean", "seed_std", "trailing_mean", "centered_mean"]

@@ -11,6 +11,7 @@ import dataclasses
 import numpy as np
 
 from experiments import toy
+from experiments.aggregate import seed_std
 from experiments.cache import cached_runs
 from sim.bandit import run_bandit
 from sim.grid import setting
@@ -47,7 +48,7 @@ def _stats(values: np.ndarray) -> dict:
     finite = values[np.isfinite(values)]
     if finite.size == 0:
         return {"sim_mean": float("nan"), "sim_std": float("nan"), "sim_min": float("nan"), "sim_max": float("nan")}
-    return {"sim_mean": float(finite.mean()), "sim_std": float(finite.std()), "sim_min": float(finite.min()),
+    return {"sim_mean": float(finite.mean()), "sim_std": seed_std(finite), "sim_min": float(finite.min()),
             "sim_max": float(finite.max())}
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from experiments import cache
 from experiments.aggregate import measured, seed_std
@@ -370,17 +371,13 @@ def summary_rows(results) -> list[dict]:
 
 
 def aggregate(rows: list[dict], keys=("method", "staleness", "lr", "ratio_to")) -> list[dict]:
-    """Mean and spread (std over seeds, and min..max) of final accuracy per setting."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+    """Mean and spread (sample std over seeds, and min..max) of final accuracy per setting."""
     out = []
-    for key, rs in groups.items():
-        final = np.array([r["final_accuracy"] for r in rs])
-        delta = np.array([r["delta_accuracy"] for r in rs])
-        out.append({**dict(zip(keys, key, strict=True)), "seeds": len(rs), "final_mean": float(final.mean()),
+    for _, runs in pd.DataFrame(rows).groupby(list(keys), sort=False):
+        # numpy's means (pairwise sums), not pandas' (compensated sums): the table keeps its bits
+        final, delta, cosine = (runs[c].to_numpy() for c in ("final_accuracy", "delta_accuracy", "cos_prev_mean"))
+        out.append({**{k: rows[runs.index[0]][k] for k in keys}, "seeds": len(runs), "final_mean": float(final.mean()),
                     "final_std": seed_std(final), "final_min": float(final.min()), "final_max": float(final.max()),
-                    "delta_mean": float(delta.mean()),
-                    "cos_prev_mean": float(np.mean([r["cos_prev_mean"] for r in rs])),
-                    "diverged": int(sum(r["diverged"] for r in rs)), "roles": rs[0]["roles"]})
+                    "delta_mean": float(delta.mean()), "cos_prev_mean": float(cosine.mean()),
+                    "diverged": int(runs["diverged"].sum()), "roles": runs["roles"].iloc[0]})
     return out
