@@ -251,7 +251,7 @@ def llm_rows(results) -> list[dict]:
     for item, result in results:
         a = item.args
         rows += [dict(r, lr=a.lr) for r in result["records"]]
-        final = make_row("llm", step=a.steps, seed=a.seed, method=a.registry_method, label=a.label,
+        final = make_row("llm", step=a.steps, seed=a.seed, method=a.run_method, label=a.run_method,
                          staleness=a.staleness, lr=a.lr, ratio_to=a.ratio_to,
                          accuracy=result["summary"]["final_accuracy"],
                          diverged=any(r.get("diverged") for r in result["records"]))

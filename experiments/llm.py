@@ -274,7 +274,7 @@ def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int |
             return
         done += 1
         a = task.args[0].spec.args
-        log(f"[{name} {done}/{total}] {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
+        log(f"[{name} {done}/{total}] {a.run_method} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
             f"{result['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.0f} s elapsed)")
 
     results.update(run_tasks(tasks, jobs, report))
@@ -296,9 +296,9 @@ def _rows(results, role: str) -> list[dict]:
         rows += [dict(r, final_eval=False) for r in res["records"]]
         a = item.args
         if not any(r.get("diverged") for r in res["records"]):
-            rows.append({"sim": "llm", "step": a.steps, "seed": a.seed, "method": a.label, "staleness": a.staleness,
-                         "lr": a.lr, "ratio_to": a.ratio_to, "accuracy": res["summary"]["final_accuracy"],
-                         "diverged": False, "final_eval": True})
+            rows.append({"sim": "llm", "step": a.steps, "seed": a.seed, "method": a.run_method,
+                         "staleness": a.staleness, "lr": a.lr, "ratio_to": a.ratio_to,
+                         "accuracy": res["summary"]["final_accuracy"], "diverged": False, "final_eval": True})
     return rows
 
 
@@ -356,7 +356,7 @@ def summary_rows(results) -> list[dict]:
         start_acc = next((r["accuracy"] for r in ok if measured(r.get("accuracy"))), math.nan)
         half = [r["cos_prev"] for r in ok[: max(1, len(ok) // 2)] if measured(r.get("cos_prev"))]
         rows.append({
-            "method": a.label, "staleness": a.staleness, "lr": a.lr, "ratio_to": a.ratio_to, "seed": a.seed,
+            "method": a.run_method, "staleness": a.staleness, "lr": a.lr, "ratio_to": a.ratio_to, "seed": a.seed,
             "roles": "+".join(item.roles),
             "start_accuracy": start_acc, "final_accuracy": res["summary"]["final_accuracy"],
             "delta_accuracy": res["summary"]["final_accuracy"] - start_acc,

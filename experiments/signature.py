@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
 
 import numpy as np
+import tyro
 from scipy.stats import bootstrap, spearmanr
 
 from experiments import cache
@@ -134,7 +138,7 @@ def run_row(item: Run, result: dict, device: str = "cpu") -> dict:
     late = [r for r in ok if r["step"] >= a.steps // 10]
     halves = _mean(late, "cos_halves")
     snr_h = halves / (1 - halves) if halves == halves and 0 < halves < 1 else math.nan
-    row = {"config": item.roles[0], "method": a.label, "staleness": a.staleness, "seed": a.seed, "lr": a.lr,
+    row = {"config": item.roles[0], "method": a.run_method, "staleness": a.staleness, "seed": a.seed, "lr": a.lr,
            "steps": a.steps, "device": device, **{g: _mean(late, g) for g in GRANULARITIES},
            "cos_halves": halves, "snr_halves": snr_h, "snr_reference_cos": snr_reference(snr_h)}
     quarter = max(1, a.steps // 4)
@@ -257,24 +261,31 @@ def cached_only(runs: list[Run]) -> list[tuple[Run, dict]]:
     return [(run, result) for run, result in found if result is not None]
 
 
-def main(argv=None) -> int:
-    """``python -m experiments.signature gac-table OUT.csv [--cached] [ARM ...]``: run the GAC table (cached) and
-    write it; ``--cached`` computes nothing and tabulates the runs already in the cache."""
-    from pathlib import Path
+@dataclass(frozen=True)
+class GacTableArgs:
+    """Run the GAC table (cached) and write it, its runs beside it."""
 
+    command: tyro.conf.Positional[Literal["gac-table"]]
+    out: tyro.conf.Positional[Path]
+    """table CSV (OUT_runs.csv beside it)"""
+    arms: tuple[str, ...] = ()
+    """arms of ``GAC_ARMS`` to run (default: all)"""
+    cached: bool = False
+    """compute nothing: tabulate the runs already in the cache"""
+
+
+def main(argv=None) -> int:
+    """``python -m experiments.signature gac-table OUT.csv [--arms ARM ...] [--cached]``."""
     from sim.record import write_records
 
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) < 2 or argv[0] != "gac-table":
-        print("usage: python -m experiments.signature gac-table OUT.csv [--cached] [ARM ...]", file=sys.stderr)
-        return 2
-    only_cached = "--cached" in argv
-    arms = tuple(a for a in argv[2:] if a != "--cached") or tuple(GAC_ARMS)
+    args = tyro.cli(GacTableArgs, args=argv, prog="python -m experiments.signature")
+    arms = args.arms or tuple(GAC_ARMS)
     unknown = [a for a in arms if a not in GAC_ARMS]
     if unknown:
         print(f"error: unknown arm(s) {unknown}; choose from {list(GAC_ARMS)}", file=sys.stderr)
         return 2
-    out = Path(argv[1])
+    out, only_cached = args.out, args.cached
+
     def computed(runs):
         return results_of(runs, log=lambda *a: print(*a, flush=True), name="gac table")
 

@@ -14,14 +14,15 @@ reporting or the controls, so a long run can be committed in parts.
 
 from __future__ import annotations
 
-import argparse
 import math
 import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
+import tyro
 
 from experiments.llm import Run, dry_run_args, results_of
 from experiments.signature import config_args
@@ -137,7 +138,7 @@ def run_row(arm_name: str, role: str, item: Run, result: dict) -> dict:
         values = [r[key] for r in records if r[key] == r[key]]
         return float(np.mean(values)) if values else math.nan
 
-    return {"arm": arm_name, "role": role, "method": a.label, "objective_fn": axes.objective,
+    return {"arm": arm_name, "role": role, "method": a.run_method, "objective_fn": axes.objective,
             "direction_control": axes.direction, "step_control": axes.step, "gac_space": a.gac_space
             if axes.direction == "gac" else "", "staleness": a.staleness, "warm_seed": a.warm_seed, "seed": a.seed,
             "lr": a.lr, "steps": a.steps, "final_accuracy": result["summary"]["final_accuracy"],
@@ -416,19 +417,28 @@ def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: 
     return {"tuning": tuning_rows, "runs": rows, "table": verdict_table(rows, tuning_rows)}
 
 
+@dataclass(frozen=True)
+class VerdictArgs:
+    """The LLM verdict: every arm at its own step size over warm starts; writes the table, runs and tuning."""
+
+    profile: Literal["quick", "full", "gpu"] = "quick"
+    """the run sizes (``PROFILES``)"""
+    out: Path = Path("docs/data/verdict_llm.csv")
+    """table CSV (runs, tuning and controls beside it)"""
+    stage: Literal["tuning", "reporting", "controls", "all"] = "all"
+    """stop after this stage (tuning, reporting, the controls, or all incl. the milder one)"""
+    device: str = "cpu"
+    """cpu, cuda or cuda:N"""
+
+
 def main(argv=None) -> int:
     from sim.record import write_records
 
-    parser = argparse.ArgumentParser(prog="python -m experiments.verdict", description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="quick", choices=sorted(PROFILES))
-    parser.add_argument("--out", default="docs/data/verdict_llm.csv", help="table CSV (runs and tuning beside it)")
-    parser.add_argument("--stage", default="all", choices=("tuning", "reporting", "controls", "all"),
-                        help="stop after this stage (tuning, reporting, the controls, or all incl. the milder one)")
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args(argv)
-    out = Path(args.out)
+    args = tyro.cli(VerdictArgs, args=argv, prog="python -m experiments.verdict")
+    out = args.out
     if out.suffix != ".csv":
-        parser.error(f"--out must name a .csv file, got {out}")
+        print(f"error: --out must name a .csv file, got {out}", file=sys.stderr)
+        raise SystemExit(2)
     result = verdict(args.profile, args.device, lambda *a: print(*a, flush=True), args.stage)
     if result["tuning"]:
         write_records(result["tuning"], out.with_name(out.stem + "_tuning.csv"))

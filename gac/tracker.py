@@ -119,7 +119,7 @@ class GradientAlignmentControl:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Load a state of ``state_dict``, or of gac 0.1 (its "threshold_rule" entry); shapes are checked."""
+        """Load a state of ``state_dict``; shapes are checked."""
         stats = self._loaded_threshold_stats(state)
         references = state.get("reference")
         if references is not None:
@@ -140,14 +140,7 @@ class GradientAlignmentControl:
 
     def _loaded_threshold_stats(self, state: dict) -> tuple[torch.Tensor, ...]:
         fresh = init_threshold_stats(self.cfg)
-        if "threshold_stats" in state:
-            saved = tuple(torch.as_tensor(t) for t in state["threshold_stats"])
-        elif state.get("threshold_rule") is not None:  # gac 0.1: the rule's {"mean", "count"}
-            legacy = state["threshold_rule"]
-            saved = (torch.tensor(float(legacy["mean"]), dtype=torch.float64),
-                     torch.tensor(int(legacy["count"]), dtype=torch.int64))
-        else:
-            saved = ()
+        saved = tuple(torch.as_tensor(t) for t in state.get("threshold_stats", ()))
         if len(saved) != len(fresh) or any(s.shape != f.shape for s, f in zip(saved, fresh, strict=False)):
             raise ValueError(f"GAC state's threshold statistics ({len(saved)} tensors) do not fit "
                              f"threshold={self.cfg.threshold!r}; load it with the GACConfig it was saved with")

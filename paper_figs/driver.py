@@ -114,8 +114,8 @@ def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path 
             what = item.kind
             if item.kind == "llm_grpo":
                 a = item.spec.args
-                what = (f"{a.size} {a.digits}-digit {a.label} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
-                        f"{result['summary']['final_accuracy']:.3f}")
+                what = (f"{a.size} {a.digits}-digit {a.run_method} s={a.staleness} lr={a.lr:g} seed={a.seed}: "
+                        f"final acc {result['summary']['final_accuracy']:.3f}")
             log(f"[paper_figs unit {count['done']}/{len(missing) - sum(n.startswith('warm start') for n in missing)}]"
                 f" {what} ({elapsed:.0f} s elapsed)", flush=True)
         elif task.name.startswith("figure "):

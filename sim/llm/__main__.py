@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         reason = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[0]
         print(f"error: {err.filename or out_dir}: {reason}; {os_error_hint(err, out_dir)}", file=sys.stderr)
         return 4
-    print(f"[train] {args.label} s={args.staleness}: final held-out accuracy {result['summary']['final_accuracy']:.3f}"
-          f" -> {out_dir}/records.csv")
+    print(f"[train] {args.run_method} s={args.staleness}: final held-out accuracy "
+          f"{result['summary']['final_accuracy']:.3f} -> {out_dir}/records.csv")
     return 0
 
 

@@ -1,7 +1,7 @@
 """The trainer's configuration: ``Args`` (every field one CLI flag of ``python -m sim.llm``) and its checks.
 
 ``Args.validate()`` refuses a bad setting in one line before any work; the properties derive the run's
-stabilizer axes and its record label from ``--method``.
+stabilizer axes and its records' method from ``--method``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-import gac
+from gac import GACConfig
 from sim.llm.model import SIZES, check_model_dir
 from sim.record import check_output_dir
 from sim.stabilizers import (
@@ -69,7 +69,7 @@ class Args:
     """sampling temperature of the rollouts"""
     max_grad_norm: float = 1.0
     """clip_grad_norm_ after GAC"""
-    gac: gac.GACConfig = field(default_factory=gac_config)
+    gac: GACConfig = field(default_factory=gac_config)
     """method gac: its parameters (--gac.threshold, --gac.mode, ...)"""
     gac_reference: str = "update"
     """GAC reference: update = the previous optimizer update's raw gradient; step = the previous RL step's sum"""
@@ -171,13 +171,8 @@ class Args:
         return Combination() if self.method == "sync" else parse_method(self.method, STALE_DATA)
 
     @property
-    def registry_method(self) -> str:
-        """The canonical registry name of the run's combination (naive for sync)."""
-        return self.axes.name
-
-    @property
-    def label(self) -> str:
-        """The record's method name: sync for naive at s = 0, else the registry name."""
+    def run_method(self) -> str:
+        """The records' ``method`` (and ``label``): the canonical method name, sync for naive at s = 0."""
         return record_method(self.axes, self.staleness)
 
     def method_params(self) -> dict:

@@ -216,13 +216,13 @@ def backward(batch: BatchState, losses: list) -> torch.Tensor:
 def stop_run(batch: BatchState, k: int, message: str, log) -> None:
     """A run's loss or gradient is not finite: raise (on_nonfinite=raise) or stop that run alone (mark)."""
     run = batch.runs[k]
-    where = f"{message}" if len(batch.runs) == 1 else f"{message} (run {k}: {run.args.label} seed {run.args.seed})"
+    where = f"{message}" if len(batch.runs) == 1 else f"{message} (run {k}: {run.args.run_method} seed {run.args.seed})"
     if run.args.on_nonfinite == "raise":
         raise NonFiniteError(where)
-    log(f"[train] {run.args.label} s={run.args.staleness} seed={run.args.seed}: {where}; run stopped")
+    log(f"[train] {run.args.run_method} s={run.args.staleness} seed={run.args.seed}: {where}; run stopped")
     run.diverged_at = batch.step
-    run.records.append(make_row("llm", step=batch.step, seed=run.args.seed, method=run.args.label,
-                                label=run.args.label, staleness=run.args.staleness, diverged=True))
+    run.records.append(make_row("llm", step=batch.step, seed=run.args.seed, method=run.args.run_method,
+                                label=run.args.run_method, staleness=run.args.staleness, diverged=True))
 
 
 def optimizer_update(batch: BatchState, data: dict, idx: torch.Tensor, where: str,
@@ -325,7 +325,7 @@ def rl_step_batch(batch: BatchState, log=print) -> list[dict | None]:
             continue
         a, mine = run.args, [u[k] for u in updates]
         record = make_row(
-            "llm", step=step, seed=a.seed, method=a.label, label=a.label, staleness=a.staleness,
+            "llm", step=step, seed=a.seed, method=a.run_method, label=a.run_method, staleness=a.staleness,
             objective=float(data["reward"][k].mean()), grad_norm=mean_of(mine, "grad_norm"),
             cos_prev=mean_of(mine, "cos_prev"), cos_prev_step=cos_prev_step[k],
             cos_update=mean_of(mine, "cos_update"), cos_halves=cos_halves[k],
@@ -366,7 +366,7 @@ def train_batch(runs_args: list[Args], log=print) -> list[dict]:
         rl_step_batch(batch, log)
     accuracy = final_accuracy(batch)
     return [{"records": run.records,
-             "summary": {"args": asdict(run.args), "label": run.args.label, "warm_start": run.warm_info,
+             "summary": {"args": asdict(run.args), "method": run.args.run_method, "warm_start": run.warm_info,
                          "final_accuracy": accuracy[k], "diverged_at": run.diverged_at,
                          "code_fingerprint": trainer_fingerprint()}}
             for k, run in enumerate(batch.runs)]

@@ -89,7 +89,7 @@ def train(args: Args, state: TrainState | None = None, log=print) -> Iterator[di
             prepare_out_dir(args)  # a fresh run: refuse (or, with --overwrite, clear) another run's outputs
         from tqdm.auto import tqdm
         bar = tqdm(range(state.step, args.steps), disable=not args.progress, initial=state.step, total=args.steps,
-                   desc=f"{args.label} s={args.staleness}", leave=False)
+                   desc=f"{args.run_method} s={args.staleness}", leave=False)
         for _ in bar:
             record = rl_step(state, log)
             if record["diverged"]:
@@ -106,7 +106,7 @@ def summary(state: TrainState) -> dict:
     """The run's summary: its args, label, warm start, final held-out accuracy, first diverged step, and the
     fingerprint of the code that ran it (gac/, sim/)."""
     run = state.runs[0]
-    return {"args": asdict(run.args), "label": run.args.label, "warm_start": run.warm_info,
+    return {"args": asdict(run.args), "method": run.args.run_method, "warm_start": run.warm_info,
             "final_accuracy": heldout_accuracy(state)[0], "diverged_at": run.diverged_at,
             "code_fingerprint": trainer_fingerprint()}
 

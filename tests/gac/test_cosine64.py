@@ -89,7 +89,7 @@ def test_tracker_trainer_and_grid_cosines_agree_bit_for_bit():
     pairs = [(a, b) for a, b in vector_pairs(torch.float32) if a.numel() == 5]
     trainer = [probes.cosine(as_float64(a), as_float64(b)) for a, b in pairs]
     previous, current = torch.stack([b for _, b in pairs]).double(), torch.stack([a for a, _ in pairs]).double()
-    updater = GridUpdater([setting("none", 0, 0.1)], seeds=len(pairs), dim=5)
+    updater = GridUpdater([setting("naive", 0, 0.1)], seeds=len(pairs), dim=5)
     for grad in (previous, current):
         _, info = updater.update(torch.zeros_like(grad), grad, torch.zeros_like(grad), torch.zeros(len(pairs)),
                                  torch.ones(len(pairs), dtype=torch.bool))

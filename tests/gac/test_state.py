@@ -1,4 +1,4 @@
-"""gac.update / GACState (pure, batched, one threshold implementation), saved-state compatibility and
+"""gac.update / GACState (pure, batched, one threshold implementation), saved-state checks and
 the reliability checks of the config and the control (bad values, edge shapes, extreme floats)."""
 
 import copy
@@ -219,8 +219,9 @@ def test_wrap_keeps_the_reference_in_optimizer_state():
     assert all(r is not None for r in raw)
 
 
-def test_legacy_rule_state_with_a_fixed_threshold_config_says_what_to_do():
+def test_rule_state_loaded_with_a_fixed_threshold_config_says_what_to_do():
     tracker = gac.GradientAlignmentControl(tiny_model().parameters(), gac.GACConfig(threshold=0.2))
-    legacy = {"step": 3, "skipped_nonfinite": 0, "reference": [None] * 4, "threshold_rule": {"mean": 0.4, "count": 3}}
+    saved = {"step": 3, "skipped_nonfinite": 0, "reference": [None] * 4,
+             "threshold_stats": [torch.tensor(0.4, dtype=torch.float64), torch.tensor(3)]}  # an adaptive rule's
     with pytest.raises(ValueError, match="load it with the GACConfig it was saved with"):
-        tracker.load_state_dict(legacy)
+        tracker.load_state_dict(saved)

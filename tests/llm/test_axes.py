@@ -107,7 +107,7 @@ def test_gac_with_tis_uses_the_tis_loss_and_projects_its_gradient(tiny_args):
 
 
 def test_method_names_compose_and_bad_combinations_fail_before_work(tiny_args):
-    assert tiny_args(method="gac+tis").registry_method == "tis+gac"
+    assert tiny_args(method="gac+tis").run_method == "tis+gac" and tiny_args(method="naive").run_method == "sync"
     for bad, message in [("gac+braking", "two direction"), ("tis+bapo", "two objective"), ("dc", "does not apply"),
                          ("naive+gac", "cannot be combined"), ("none", "unknown method"),
                          ("gac+wat", "unknown method")]:

@@ -40,7 +40,7 @@ def test_parallel_sweep_equals_serial(tiny_checkpoint, tmp_path, monkeypatch):
     for jobs in (1, 2):
         monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / f"cache{jobs}")
         results = llm.sweep_results("test", log=lambda *a: None, jobs=jobs)
-        outcomes.append([(item.args.label, item.args.staleness, item.args.seed, res["records"])
+        outcomes.append([(item.args.run_method, item.args.staleness, item.args.seed, res["records"])
                          for item, res in results])
         assert len(list((tmp_path / f"cache{jobs}").glob("llm_grpo-*.json"))) == len(results)  # workers used it
     assert json.dumps(outcomes[0]) == json.dumps(outcomes[1])  # records hold NaN (never equal to itself)

@@ -66,7 +66,7 @@ def test_every_method_runs_end_to_end(tiny_args, method, staleness):
                    for r in records)
         assert any(r["clip_high"] > 1.2 + eps for r in records)  # the bounds did move
     assert 0.0 <= result["summary"]["final_accuracy"] <= 1.0
-    assert set(result["summary"]) == {"args", "label", "warm_start", "final_accuracy", "diverged_at",
+    assert set(result["summary"]) == {"args", "method", "warm_start", "final_accuracy", "diverged_at",
                                       "code_fingerprint"}
 
 
