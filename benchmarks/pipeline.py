@@ -5,7 +5,7 @@ Runs ``python -m paper_figs NAMES --profile quick`` in a child process with a fr
 timed). Prints the wall time next to its target, and the CPU time of the whole process tree over (wall time ×
 cores): 1.0 means no core ever waited, which is the most a scheduler can give on this machine.
 Run: ``python -m benchmarks.pipeline [--figures all|first-release] [--keep DIR] [NAME ...]`` from the repository root
-(about 15 min for all figures on 2 cores; 11 for the first release's eight).
+(about 15 min for all figures on 2 cores; 11 for ``first-release``: fig1–fig7 and figs1).
 """
 
 from __future__ import annotations

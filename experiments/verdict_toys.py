@@ -7,12 +7,14 @@ protocol, ``experiments.tuning``), with Adam and heavy-ball SGD, at one update p
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
 
 import pandas as pd
+import tyro
 
 from experiments import toy, tuning
 from experiments.cache import cached_runs
@@ -57,7 +59,7 @@ SIM_ARMS = {"bandit_gaussian": (*ARMS, *COMBINATIONS),
 SIM_STRUCTURES = {"bandit_gaussian": ("one_update", "llm"), "quadratic": ("one_update",)}
 
 LR_GRID = tuple(2.0 ** k for k in range(-12, 4))
-"""Step sizes 2^-12 … 2^3 (points 2× apart), the same for every arm, optimizer and sim: a first grid up to 2^-2 had
+"""Step sizes 2^-12 … 2^3 (points 2× apart), the same for every arm, optimizer and sim: a grid up to 2^-2 puts
 GAC in update and momentum space at its top edge (their projected steps are short), none below 2^-9; ``best_at_edge``
 flags any arm whose best is still at an edge."""
 
@@ -210,18 +212,24 @@ def toy_verdict_rows(profile: str = "quick") -> list[dict]:
     return [{c: row[c] for c in COLUMNS} for row in rows]
 
 
+@dataclass(frozen=True)
+class VerdictToysArgs:
+    """The toys' verdict: every arm at its own step size; writes the table."""
+
+    out: Path
+    """CSV to write (atomically), in an existing folder"""
+    profile: Literal["quick", "full"] = "quick"
+    """the run sizes (``PROFILES``)"""
+
+
 def main(argv=None) -> int:
     """``python -m experiments.verdict_toys --profile quick|full --out PATH.csv``"""
-    from pathlib import Path
-
     from sim.record import write_records
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="quick", choices=[k for k in PROFILES if k != "smoke"])
-    parser.add_argument("--out", required=True, type=Path, help="CSV to write (atomically)")
-    args = parser.parse_args(argv)
+    args = tyro.cli(VerdictToysArgs, args=argv, prog="python -m experiments.verdict_toys")
     if args.out.suffix != ".csv" or not args.out.parent.is_dir():
-        parser.error(f"--out must be a .csv in an existing folder, got {args.out}")
+        print(f"error: --out must be a .csv in an existing folder, got {args.out}", file=sys.stderr)
+        raise SystemExit(2)
     rows = toy_verdict_rows(args.profile)
     write_records(rows, args.out, COLUMNS)
     edges = [f"{r['sim']}/{r['optimizer']}/{r['structure']}/s={r['staleness']}/{r['arm']}" for r in rows
