@@ -230,10 +230,10 @@ def batch_args(size: str, runs: int, steps: int) -> list:
     as a tuning grid's would: small as the quick sweep (2-digit sums, 16 prompts × 8, eval and SNR probe at step 0),
     tiny as fig8's tuning grid (1-digit sums, 8 prompts × 8, s = 8)."""
     if size == "tiny":
-        base = Args(**LLM_TUNING["quick"]["base"], method="none", staleness=8, lr=3e-4)
+        base = Args(**LLM_TUNING["quick"]["base"], method="naive", staleness=8, lr=3e-4)
         base = replace(base, steps=steps, eval_every=20, snr_every=10)
     else:
-        base = replace(quick_args("none", steps), size=size)
+        base = replace(quick_args("naive", steps), size=size)
     base = replace(base, progress=False, threads=1)
     return [replace(base, seed=k, lr=base.lr * (1 + 0.25 * (k % 4))) for k in range(runs)]
 

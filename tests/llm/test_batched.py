@@ -136,7 +136,7 @@ def batch_args(tiny_args, **common):
     return runs
 
 
-CASES = {"none": dict(method="none", staleness=2), "tis": dict(method="tis", staleness=2),
+CASES = {"naive": dict(method="naive", staleness=2), "tis": dict(method="tis", staleness=2),
          "gac": dict(method="gac", staleness=2, gac=gac_config(threshold=0.0)),
          "gac_momentum": dict(method="gac", staleness=2, gac_space="momentum", gac=gac_config(threshold=0.0)),
          "braking+kl_target": dict(method="braking+kl_target", staleness=2)}
@@ -167,7 +167,7 @@ def _mixed_norm_clip(grad, sizes, max_norm):
 def test_equivalence_check_catches_runs_that_mix(tiny_args, monkeypatch, mutation):
     """Mutations that mix runs — clipping by a norm over all runs, every run drawing from the first run's
     generator — make the batched records differ from the runs alone, so the test above can fail."""
-    runs = batch_args(tiny_args, **CASES["none"])
+    runs = batch_args(tiny_args, **CASES["naive"])
     runs = [replace(a, max_grad_norm=0.05) for a in runs]  # the clip acts, so a wrong norm shows
     alone = [batched.train_batch([a], log=lambda *x: None)[0]["records"] for a in runs]
     if mutation == "mixed_clip_norm":
