@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from gac.state import GACState
 from sim.fingerprint import changed_files, code_fingerprint, source_hashes
 from sim.record import atomic_write_bytes, current_umask, exclusive_lock
 
@@ -34,7 +35,8 @@ RUN_FILES = ("records.csv", "summary.json", "checkpoint.pt", "checkpoint.pt.sha2
 def checkpoint_payload(state: TrainState) -> dict:
     """Everything a resume needs: θ, AdamW's and GAC's state, each run's ring, generator and records, the probes'
     previous vectors, and the code and args that wrote it."""
-    return {"theta": state.theta.detach(), "adam": state.adam.state_dict(), "gac": state.gac_state,
+    gac_state = None if state.gac_state is None else tuple(state.gac_state)  # plain tuple: weights_only reads it
+    return {"theta": state.theta.detach(), "adam": state.adam.state_dict(), "gac": gac_state,
             "space_reference": state.space_reference, "step_grad_reference": state.step_grad_reference,
             "prev": {name: rows.state_dict() for name, rows in state.prev.items()},
             "runs": [{"ring": run.ring.state_dict(), "generator": run.generator.get_state(), "records": run.records,
@@ -135,7 +137,9 @@ def restore(state: TrainState, checkpoint: dict) -> None:
     with torch.no_grad():
         state.theta.copy_(checkpoint["theta"])
     state.adam = AdamWRows.from_state_dict(checkpoint["adam"])
-    state.gac_state, state.space_reference = checkpoint["gac"], checkpoint["space_reference"]
+    saved_gac = checkpoint["gac"]  # a plain tuple, so that torch.load's weights_only default reads the file
+    state.gac_state = None if saved_gac is None else GACState(*saved_gac)
+    state.space_reference = checkpoint["space_reference"]
     state.step_grad_reference = checkpoint["step_grad_reference"]
     state.prev = {name: PrevRows.from_state_dict(rows) for name, rows in checkpoint["prev"].items()}
     for run, saved in zip(state.runs, checkpoint["runs"], strict=True):
