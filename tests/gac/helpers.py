@@ -39,3 +39,22 @@ def spawn_gloo(worker, args_for, nprocs: int = 2, attempts: int = 2) -> None:
         except mp.ProcessExitedException as error:
             if error.signal_name != "SIGABRT" or attempt == attempts - 1:
                 raise
+
+
+def count_all_reduce():
+    """Patch ``torch.distributed.all_reduce`` to record each call's element count: (the list it fills, a function
+    that puts the real one back)."""
+    import torch.distributed as dist
+
+    calls, real = [], dist.all_reduce
+
+    def counting(tensor, *args, **kwargs):
+        calls.append(tensor.numel())
+        return real(tensor, *args, **kwargs)
+
+    dist.all_reduce = counting
+
+    def restore() -> None:
+        dist.all_reduce = real
+
+    return calls, restore

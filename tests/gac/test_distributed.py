@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 import gac
-from tests.gac.helpers import spawn_gloo
+from tests.gac.helpers import count_all_reduce, spawn_gloo
 
 WORLD = 2
 STEPS = 8
@@ -32,14 +32,7 @@ def shard_bounds(rank: int) -> tuple[int, int]:
 
 def worker(rank: int, init_file: str, cfg: gac.GACConfig, result_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
-    calls = []
-    real_all_reduce = dist.all_reduce
-
-    def counting_all_reduce(tensor, *args, **kwargs):
-        calls.append(tensor.numel())
-        return real_all_reduce(tensor, *args, **kwargs)
-
-    dist.all_reduce = counting_all_reduce
+    calls, restore_all_reduce = count_all_reduce()
     try:
         lo, hi = shard_bounds(rank)
         # Two parameter tensors per rank, as a model's shard would have.
@@ -53,9 +46,10 @@ def worker(rank: int, init_file: str, cfg: gac.GACConfig, result_dir: str) -> No
             out.append((report.cosine, report.regime, report.parallel_scale, report.grad_norm_before,
                         torch.cat([params[0].grad, params[1].grad])))
         torch.save({"reports": out, "calls": calls}, os.path.join(result_dir, f"rank{rank}.pt"))
-        real_all_reduce(torch.zeros(1))  # a last collective, outside the count, so teardown finds no rank behind
+        restore_all_reduce()
+        dist.all_reduce(torch.zeros(1))  # a last collective, outside the count, so teardown finds no rank behind
     finally:
-        dist.all_reduce = real_all_reduce
+        restore_all_reduce()
         dist.destroy_process_group()
 
 

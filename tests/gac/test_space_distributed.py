@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 import gac
-from tests.gac.helpers import spawn_gloo
+from tests.gac.helpers import count_all_reduce, spawn_gloo
 from tests.gac.test_space import DIM, STEPS, gradient, make_optimizer, problem, run_wrapped
 
 WORLD = 2
@@ -21,14 +21,7 @@ CUT = 7  # rank 0 holds θ[:7] (as two tensors), rank 1 θ[7:]
 
 def worker(rank: int, init_file: str, space: str, optimizer: str, cfg: gac.GACConfig, result_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
-    calls = []
-    real_all_reduce = dist.all_reduce
-
-    def counting_all_reduce(tensor, *args, **kwargs):
-        calls.append(tensor.numel())
-        return real_all_reduce(tensor, *args, **kwargs)
-
-    dist.all_reduce = counting_all_reduce
+    calls, restore_all_reduce = count_all_reduce()
     try:
         lo, hi = (0, CUT) if rank == 0 else (CUT, DIM)
         shard = problem()[3][lo:hi]
@@ -43,9 +36,10 @@ def worker(rank: int, init_file: str, space: str, optimizer: str, cfg: gac.GACCo
             regimes.append(opt.last_report.regime)
         torch.save({"theta": torch.cat([p.detach() for p in params]), "regimes": regimes, "calls": calls},
                    os.path.join(result_dir, f"rank{rank}.pt"))
-        real_all_reduce(torch.zeros(1))  # a last collective, outside the count, so teardown finds no rank behind
+        restore_all_reduce()
+        dist.all_reduce(torch.zeros(1))  # a last collective, outside the count, so teardown finds no rank behind
     finally:
-        dist.all_reduce = real_all_reduce
+        restore_all_reduce()
         dist.destroy_process_group()
 
 
