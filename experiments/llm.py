@@ -181,9 +181,9 @@ MEASURED_PEAK_GIB = {"tiny": 0.48, "small": 0.58, "cpu": 0.68, "gpu": 4.49}
 on the GPU, so the host figure is an upper bound there; GPU memory per worker is not measured."""
 WORKER_MEMORY = {"tiny": 0.75 * GIB, "small": 1 * GIB, "cpu": 1 * GIB, "gpu": 6 * GIB}
 """Memory a worker may take, by model size: MEASURED_PEAK_GIB with about a third to a half more for room. It holds
-for a task of ``batch_limit`` runs too: on the CPU only tiny runs are batched, and 8 tiny runs in one process peak
-at 8 × 80 = 640 MiB (``benchmarks.llm_speed --batched 8``: peak RSS per run 615 / 308 / 155 / 80 MiB at K = 1 / 2 /
-4 / 8), under 0.75 GiB."""
+for a task of ``batch_limit`` runs too: on the CPU only tiny runs are batched, and a worker training 8 of fig8's tiny
+runs (40 steps) peaked at 635 MiB against 607 MiB for one run (ru_maxrss, fresh process with ``experiments.tuning``
+imported, 2026-12-01), under 0.75 GiB."""
 CUDA_WORKERS = 4
 """Most worker processes that share one CUDA device: each trains a batch of up to CUDA_BATCH_RUNS runs, so a few
 processes keep the device busy while one samples on the host; more would add CUDA contexts, not throughput (a
