@@ -9,6 +9,7 @@ always recomputes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -134,13 +135,21 @@ def unit(kind: str, fn: Callable[..., Any], *args, spec: Any = None, cost: float
     return Unit(kind, key, fn, args, spec=kind if spec is None else spec, cost=cost)
 
 
-def compute_unit(item: Unit, folder: str | Path) -> Any:
-    """Compute ``item`` with torch on one thread and store its result in the cache folder ``folder`` (a task: runs
-    in a worker process, so the folder is an argument, never a global set there). One thread: the units run side
-    by side, one per core; a GRPO run sets its own count from its arguments."""
+@contextlib.contextmanager
+def one_thread():
+    """torch on one thread inside the block (the units run side by side, one per core); the count restored after."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return store(item.kind, item.key, item.fn(*item.args), Path(folder))
+        yield
     finally:
         torch.set_num_threads(previous)
+
+
+def compute_unit(item: Unit, folder: str | Path) -> Any:
+    """Compute ``item`` with torch on one thread and store its result in the cache folder ``folder`` (a task: runs
+    in a worker process, so the folder is an argument, never a global set there). A GRPO run sets its own thread
+    count from its arguments."""
+    with one_thread():
+        result = item.fn(*item.args)
+    return store(item.kind, item.key, result, Path(folder))

@@ -29,6 +29,7 @@ import pandas as pd
 from experiments import cache
 from experiments.aggregate import measured, seed_std
 from experiments.pool import Task, run_tasks
+from sim.llm.batched import batch_key, train_batch
 from sim.llm.train import Args, prepare_warm_start, run_records, warm_start_config
 
 # What each profile runs. quick: the "small" 0.6M model, fits about 15 minutes on 2 CPU cores.
@@ -127,10 +128,11 @@ def run_key(args: Args) -> dict:
 
 
 def compute_run(args: Args) -> dict:
-    """One run's {"records", "summary"}: the one place that computes what the cache stores for a GRPO run."""
+    """One run's {"records", "summary"}: what the cache stores for a GRPO run (``compute_batch`` stores the same
+    for several runs trained together)."""
     start = time.perf_counter()
     result = run_records(args, log=lambda *a: None)
-    result["summary"]["wall_s"] = time.perf_counter() - start
+    result["summary"].update(wall_s=time.perf_counter() - start, batch_runs=1)
     return result
 
 
@@ -152,10 +154,18 @@ def run_unit(run: Run) -> cache.Unit:
                       after=() if after is None else (after,), cost=estimated_seconds(run.args))
 
 
+@dataclass(frozen=True)
+class WarmStart:
+    """What a warm-start task stands for (its ``Task.spec``): the warm start of runs like ``args``."""
+
+    args: Args
+
+
 def warm_start_task(args: Args) -> Task:
     """The task that trains (or finds) the warm start of ``args``, named by ``warm_start_name``."""
     config = warm_start_config(args)
-    return Task(warm_start_name(args), _warm_start, (args,), WARM_START_SECONDS.get(config.size, 40.0))
+    return Task(warm_start_name(args), _warm_start, (args,), WARM_START_SECONDS.get(config.size, 40.0),
+                spec=WarmStart(args))
 
 
 def _warm_start(args: Args) -> None:
@@ -170,7 +180,14 @@ MEASURED_PEAK_GIB = {"tiny": 0.48, "small": 0.58, "cpu": 0.68, "gpu": 4.49}
 (25M parameters) 2-digit 64 × 16, the gpu profile's batch, one step on the CPU. On a CUDA device the tensors live
 on the GPU, so the host figure is an upper bound there; GPU memory per worker is not measured."""
 WORKER_MEMORY = {"tiny": 0.75 * GIB, "small": 1 * GIB, "cpu": 1 * GIB, "gpu": 6 * GIB}
-"""Memory a worker may take, by model size: MEASURED_PEAK_GIB with about a third to a half more for room."""
+"""Memory a worker may take, by model size: MEASURED_PEAK_GIB with about a third to a half more for room. It holds
+for a task of ``batch_limit`` runs too: on the CPU only tiny runs are batched, and a worker training 8 of fig8's tiny
+runs (40 steps) peaked at 635 MiB against 607 MiB for one run (ru_maxrss, fresh process with ``experiments.tuning``
+imported, 2026-12-01), under 0.75 GiB."""
+CUDA_WORKERS = 4
+"""Most worker processes that share one CUDA device: each trains a batch of up to CUDA_BATCH_RUNS runs, so a few
+processes keep the device busy while one samples on the host; more would add CUDA contexts, not throughput (a
+judgement, not measured on a device)."""
 
 
 def available_memory() -> int:
@@ -187,20 +204,23 @@ def available_memory() -> int:
         return 1 << 40  # unknown: let the core count decide
 
 
-def default_jobs(size: str = "small", jobs: int | None = None) -> int:
+def default_jobs(size: str = "small", jobs: int | None = None, device: str = "cpu") -> int:
     """Worker processes that compute at once: ``max(1, min(cores, available memory // WORKER_MEMORY[size]))``,
-    ``size`` being the largest model the runs use. Each worker runs one unit on one thread, so one per core keeps
-    the cores busy, and the memory bound keeps them out of swap: 2 on a 2-core laptop; 16 on a 16-core, 128 GiB
-    workstation for every size (gpu: 128 GiB / 6 GiB = 21 > 16); 5 there if only 30 GiB are free for gpu-size runs.
+    ``size`` being the largest model the runs use. Each worker runs one task (a unit, or a batch of tiny runs) on
+    one thread, so one per core keeps the cores busy, and the memory bound keeps them out of swap: 2 on a 2-core
+    laptop; 16 on a 16-core, 128 GiB workstation for every size (gpu: 128 GiB / 6 GiB = 21 > 16); 5 there if only
+    30 GiB are free for gpu-size runs.
 
-    The same rule on every device (a GPU run's workers share the GPU; its host memory decides as on the CPU).
+    On a CUDA ``device`` the workers share the GPU, each with a batch of runs: at most CUDA_WORKERS of them (the
+    host's cores and memory bound them as on the CPU).
+
     ``jobs`` (``--jobs``), else ``GAC_LAB_JOBS`` (read, never set), overrides it up to that limit: more is warned
     about and capped; a value that is not a whole number ≥ 1 is a one-line ValueError. Every run is seeded on its
     own, so the results do not depend on the count.
     """
     cores, memory = os.cpu_count() or 1, available_memory()
     per_worker = WORKER_MEMORY.get(size, max(WORKER_MEMORY.values()))
-    limit = max(1, min(cores, memory // per_worker))
+    limit = max(1, min(cores, memory // per_worker, CUDA_WORKERS if device.startswith("cuda") else cores))
     if jobs is None:
         text = os.environ.get("GAC_LAB_JOBS", "").strip()
         if not text:
@@ -214,9 +234,10 @@ def default_jobs(size: str = "small", jobs: int | None = None) -> int:
             raise ValueError(f"--jobs must be a whole number of worker processes >= 1, got {jobs}")
         source = f"--jobs {jobs}"
     if jobs > limit:
+        on_device = f", {CUDA_WORKERS} workers per CUDA device" if device.startswith("cuda") else ""
         warnings.warn(f"{source} is more than this machine runs at once ({cores} cores, {memory / GIB:.1f} GiB "
-                      f"available at {per_worker / GIB:.1f} GiB per {size} worker); using {limit}", RuntimeWarning,
-                      stacklevel=2)
+                      f"available at {per_worker / GIB:.1f} GiB per {size} worker{on_device}); using {limit}",
+                      RuntimeWarning, stacklevel=2)
         return limit
     return jobs
 
@@ -233,6 +254,85 @@ def estimated_seconds(args: Args) -> float:
     return args.steps * STEP_SECONDS.get(args.size, 1.0) * (args.digits + 1) / 3
 
 
+CPU_BATCH_RUNS = {"tiny": 8}
+"""Most runs of one model size that a task trains together on the CPU (sizes not listed: one run per task)."""
+CUDA_BATCH_RUNS = 16
+"""Most runs that a task trains together on a CUDA device, every size."""
+
+
+def batch_limit(args: Args) -> int:
+    """How many runs like ``args`` (equal ``sim.llm.batched.batch_key``) one task trains together.
+
+    Measured by ``python -m benchmarks.llm_speed --batched 8`` (benchmarks/README.md, 2026-12-01, 2-core CPU, one
+    thread per process): K runs in one process do tiny 1.48 / 2.03 / 2.51× the run·steps per CPU-second of one run
+    at K = 2 / 4 / 8, small 0.98 / 1.05 / 1.05×. So on the CPU the tiny model's runs go 8 to a task, and every
+    other size one run per task: batching would gain nothing, and more, shorter tasks keep both cores busy to the
+    end. On a CUDA device one process fills the device better with more runs (16 is a judgement, not measured on a
+    device).
+    """
+    if args.device.startswith("cuda"):
+        return CUDA_BATCH_RUNS
+    return CPU_BATCH_RUNS.get(args.size, 1)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """GRPO units trained together by one task (its ``Task.spec``): equal ``batch_key``, at most ``batch_limit``."""
+
+    units: tuple[cache.Unit, ...]
+
+    @property
+    def name(self) -> str:
+        """The task's name: unique, since a unit belongs to one batch."""
+        return f"batch of {len(self.units)} from {self.units[0].name}"
+
+
+def batches(units: list[cache.Unit]) -> list[tuple[cache.Unit, ...]]:
+    """GRPO ``units`` grouped into the batches that one task each trains: equal ``batch_key`` (model size, task
+    and sample shapes, kind of method; seed, step size, staleness and the method's numbers may differ), at most
+    ``batch_limit`` runs, every unit once; batches in the order of their first unit, units in the order given."""
+    groups: dict[tuple, list[cache.Unit]] = {}
+    for u in units:
+        groups.setdefault(batch_key(u.spec.args), []).append(u)
+    out = []
+    for group in groups.values():
+        limit = batch_limit(group[0].spec.args)
+        out += [tuple(group[i:i + limit]) for i in range(0, len(group), limit)]
+    position = {id(u): i for i, u in enumerate(units)}
+    return sorted(out, key=lambda batch: position[id(batch[0])])
+
+
+def compute_batch(units: tuple[cache.Unit, ...], folder: str | Path) -> dict[str, dict]:
+    """Train the GRPO runs of ``units`` together (``train_batch``) and store each run's result under its own key in
+    the cache ``folder``; {unit name: result} (a task: runs in a worker process).
+
+    Each result is what ``compute_run`` gives for that run alone (the records bit for bit on one machine:
+    tests/llm/test_batched.py, tests/llm/test_batch_tasks.py), except ``wall_s``, the run's share of the batch's
+    wall time, and ``batch_runs``, the number of runs trained together. Nothing is stored until every run is done.
+    """
+    with cache.one_thread():
+        start = time.perf_counter()
+        results = train_batch([u.spec.args for u in units], log=lambda *a: None)
+        share = (time.perf_counter() - start) / len(units)
+    for result in results:
+        result["summary"].update(wall_s=share, batch_runs=len(units))
+    return {u.name: cache.store(u.kind, u.key, result, Path(folder)) for u, result in zip(units, results, strict=True)}
+
+
+def units_of(task: Task) -> tuple[cache.Unit, ...]:
+    """The units whose results ``task`` computes: its unit, its batch's units, or none (a warm start, a figure)."""
+    if isinstance(task.spec, cache.Unit):
+        return (task.spec,)
+    return task.spec.units if isinstance(task.spec, Batch) else ()
+
+
+def unit_results(task: Task, result: Any) -> list[tuple[cache.Unit, Any]]:
+    """(unit, its result) for every unit that ``task`` computed, given the task's ``result``."""
+    if isinstance(task.spec, Batch):
+        return [(u, result[u.name]) for u in task.spec.units]
+    return [(u, result) for u in units_of(task)]
+
+
 def run_name(args: Args) -> str:
     """The task name of a run: its unit's name (runs with the same key are one task)."""
     return run_unit(Run(args, ())).name
@@ -241,19 +341,27 @@ def run_name(args: Args) -> str:
 def unit_tasks(units: list[cache.Unit], folder: Path, force: bool = False) -> tuple[dict[str, Any], list[Task]]:
     """(the cached results of ``units`` by unit name, read once each; the tasks that compute the others).
 
-    One task per distinct missing unit, and one per warm start those units wait for (so parallel workers only
-    load it, and two warm starts train side by side). ``force`` reads nothing: every unit is computed.
+    The missing GRPO runs go to one task per batch (``batches``; a batch of one is the run's own task), each after
+    every warm start its runs wait for; every other missing unit is one task; and one task per warm start (so
+    parallel workers only load it, and two warm starts train side by side). ``units_of(task)`` tells which units a
+    task computes. ``force`` reads nothing: every unit is computed.
     """
     distinct = {u.name: u for u in units}
     results = {} if force else {name: u.lookup(folder) for name, u in distinct.items()}
     results = {name: r for name, r in results.items() if r is not None}
+    missing = [u for name, u in distinct.items() if name not in results]
+    batch_of = {u.name: batch for batch in batches([u for u in missing if u.kind == "llm_grpo"]) for u in batch}
     tasks: dict[str, Task] = {}
-    for name, u in distinct.items():
-        if name in results:
-            continue
+    for u in missing:
         for after in u.after:  # a GRPO run's warm start
             tasks.setdefault(after, warm_start_task(u.spec.args))
-        tasks[name] = Task(name, cache.compute_unit, (u, str(folder)), u.cost, u.after)
+        batch = batch_of.get(u.name, (u,))
+        if len(batch) == 1:
+            tasks[u.name] = Task(u.name, cache.compute_unit, (u, str(folder)), u.cost, u.after, spec=u)
+        elif batch[0] is u:
+            spec = Batch(batch)
+            tasks[spec.name] = Task(spec.name, compute_batch, (batch, str(folder)), sum(b.cost for b in batch),
+                                    tuple(dict.fromkeys(w for b in batch for w in b.after)), spec=spec)
     return results, list(tasks.values())
 
 
@@ -264,20 +372,20 @@ def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int |
     ``python -m paper_figs``, which computes every figure's runs in one graph."""
     units = [run_unit(r) for r in runs]
     size = max((r.args.size for r in runs), key=lambda s: WORKER_MEMORY.get(s, 0), default="small")
-    jobs = default_jobs(size) if jobs is None else jobs
+    jobs = default_jobs(size, device=device) if jobs is None else jobs
     results, tasks = unit_tasks(units, cache.CACHE_DIR)
     start, done, total = time.perf_counter(), len(results), len({u.name for u in units})
 
     def report(task: Task, result) -> None:
         nonlocal done
-        if task.name.startswith("warm start"):
-            return
-        done += 1
-        a = task.args[0].spec.args
-        log(f"[{name} {done}/{total}] {a.run_method} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
-            f"{result['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.0f} s elapsed)")
+        for u, value in unit_results(task, result):
+            results[u.name] = value
+            done += 1
+            a = u.spec.args
+            log(f"[{name} {done}/{total}] {a.run_method} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
+                f"{value['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.0f} s elapsed)")
 
-    results.update(run_tasks(tasks, jobs, report))
+    run_tasks(tasks, jobs, report)
     return [(r, results[u.name]) for r, u in zip(runs, units, strict=True)]
 
 

@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     declared = declare(args)
     try:
-        jobs = default_jobs(largest_size([u for units in declared.values() for u in units]), args.jobs)
+        jobs = default_jobs(largest_size([u for units in declared.values() for u in units]), args.jobs, args.device)
     except ValueError as err:
         _fail(str(err))
     try:

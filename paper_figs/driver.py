@@ -3,8 +3,9 @@
 
 Every figure module declares ``runs(profile, device, dry_run) -> list[Unit]`` and a pure ``plot(results, out)``.
 The driver reads each distinct unit's cache entry once, computes the missing ones on the worker processes (a unit
-shared by several figures is one task; a run waits for its warm start; longest chain first), and calls each
-figure's ``plot`` here, in this process, with its results as soon as its units are done. Folders and ``--force``
+shared by several figures is computed once; GRPO runs of one shape share a batch task, ``experiments.llm.batches``;
+a run waits for its warm start; longest chain first), and calls each figure's ``plot`` here, in this process, with
+its results as soon as the tasks holding its units are done. Folders and ``--force``
 travel as arguments; the same graph runs on every device, with that device's job count.
 """
 
@@ -81,6 +82,13 @@ def plot_figure(name: str, results: Results, out: Path, plot: Callable[[Results,
         shutil.rmtree(staging, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class Figure:
+    """What a figure's task stands for (its ``Task.spec``): figure ``name``, plotted here once its units are done."""
+
+    name: str
+
+
 def largest_size(units: list[Unit]) -> str:
     """The largest GRPO model size among ``units`` ("small" when there is none): it sets the memory per worker."""
     sizes = [u.spec.args.size for u in units if u.kind == "llm_grpo"]
@@ -95,33 +103,35 @@ def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path 
     folder = cache.CACHE_DIR if folder is None else Path(folder)
     figures = figures or {}
     values, tasks = llm.unit_tasks(units, folder, force)
-    missing = {t.name for t in tasks}
+    holder = {u.name: t.name for t in tasks for u in llm.units_of(t)}  # a missing unit -> the task computing it
     for name, (mine, draw) in figures.items():
         tasks.append(Task(f"figure {name}", _draw, (draw, mine, values), PLOT_SECONDS,
-                          tuple(dict.fromkeys(u.name for u in mine if u.name in missing)), here=True))
+                          tuple(dict.fromkeys(holder[u.name] for u in mine if u.name in holder)), here=True,
+                          spec=Figure(name)))
     every = {u.name: u for u in units}
     runs = sum(u.kind == "llm_grpo" for u in every.values())
+    batched = [t for t in tasks if isinstance(t.spec, llm.Batch)]
+    in_batches = sum(len(t.spec.units) for t in batched)
     log(f"[paper_figs] {len(figures)} figures, {len(every)} units ({runs} GRPO runs), {len(values)} cached; "
-        f"{len(tasks) - len(figures)} to compute: {len(tasks)} tasks on {jobs} workers", flush=True)
+        f"{len(holder)} to compute ({in_batches} of them in {len(batched)} batch tasks): {len(tasks)} tasks on "
+        f"{jobs} workers", flush=True)
     start, count = time.perf_counter(), {"done": 0}
 
     def report(task: Task, result: Any) -> None:
         elapsed = time.perf_counter() - start
-        if task.name in every:
-            values[task.name] = result
+        for item, value in llm.unit_results(task, result):
+            values[item.name] = value
             count["done"] += 1
-            item = every[task.name]
             what = item.kind
             if item.kind == "llm_grpo":
                 a = item.spec.args
                 what = (f"{a.size} {a.digits}-digit {a.run_method} s={a.staleness} lr={a.lr:g} seed={a.seed}: "
-                        f"final acc {result['summary']['final_accuracy']:.3f}")
-            log(f"[paper_figs unit {count['done']}/{len(missing) - sum(n.startswith('warm start') for n in missing)}]"
-                f" {what} ({elapsed:.0f} s elapsed)", flush=True)
-        elif task.name.startswith("figure "):
-            log(f"[paper_figs] {task.name.removeprefix('figure ')} done at {elapsed:.0f} s", flush=True)
-        else:  # a warm start: its task's argument is the first run's Args
-            a = task.args[0]
+                        f"final acc {value['summary']['final_accuracy']:.3f}")
+            log(f"[paper_figs unit {count['done']}/{len(holder)}] {what} ({elapsed:.0f} s elapsed)", flush=True)
+        if isinstance(task.spec, Figure):
+            log(f"[paper_figs] {task.spec.name} done at {elapsed:.0f} s", flush=True)
+        elif isinstance(task.spec, llm.WarmStart):
+            a = task.spec.args
             log(f"[paper_figs] warm start {a.size} {a.digits}-digit trained ({elapsed:.0f} s elapsed)", flush=True)
 
     run_tasks(tasks, jobs, report)

@@ -29,12 +29,13 @@ def test_the_graph_holds_each_shared_unit_once_and_waits_for_warm_starts(tmp_pat
     names = [u.name for units in declared.values() for u in units]
     assert len(set(names)) < len(names)  # fig3 and fig5 share runs: declared twice, one unit
     cached, tasks = llm.unit_tasks([u for units in declared.values() for u in units], tmp_path / "cache")
-    assert cached == {} and {t.name for t in tasks if not t.name.startswith("warm start")} == set(names)
+    computed = [u.name for t in tasks for u in llm.units_of(t)]
+    assert cached == {} and sorted(computed) == sorted(set(names))  # each unit in one task
+    assert any(isinstance(t.spec, llm.Batch) for t in tasks)  # a dry run's tiny runs are batched
     by_name = {t.name: t for t in tasks}
-    for units in declared.values():
-        for u in units:
-            assert set(by_name[u.name].after) == set(u.after)
-            assert all(by_name[w].name.startswith("warm start") for w in u.after)
+    for task in tasks:
+        waits = {w for u in llm.units_of(task) for w in u.after}
+        assert set(task.after) == waits and all(isinstance(by_name[w].spec, llm.WarmStart) for w in waits)
 
 
 def test_each_run_is_read_once_per_command_and_the_plots_read_no_cache(tiny_checkpoint, tmp_path, monkeypatch):
@@ -44,8 +45,9 @@ def test_each_run_is_read_once_per_command_and_the_plots_read_no_cache(tiny_chec
     reads, computed = [], []
     read = cache._read
     monkeypatch.setattr(cache, "_read", lambda path: reads.append(path.name) or read(path))
-    compute_run = llm.compute_run
+    compute_run, train_batch = llm.compute_run, llm.train_batch
     monkeypatch.setattr(llm, "compute_run", lambda args: computed.append(args) or compute_run(args))
+    monkeypatch.setattr(llm, "train_batch", lambda runs, log: computed.extend(runs) or train_batch(runs, log))
     args = FigureArgs(names=("fig5_llm_grpo", "fig3_divergence"), profile="test", out=tmp_path / "out")
     runs = {llm.run_name(r.args) for r in llm.sweep("test")}
     shared = {llm.run_name(r.args) for r in llm.divergence_runs(llm.sweep("test"))}

@@ -2,6 +2,7 @@
 dry run; bad input; the GAC table's gap recovered against a direct computation."""
 
 import csv
+import json
 import math
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 import experiments.cache
 import sim.llm.warmstart
-from experiments import signature
+from experiments import llm, signature
 from paper_figs import __main__ as cli
 from paper_figs import figs2_llm_signature
 from paper_figs.driver import make_figure
@@ -60,6 +61,9 @@ def test_gpu_command_dry_run_writes_csv_naming_device(tiny_checkpoint, tmp_path,
     assert {r["steps"] for r in rows} == {"2"}  # shrunk: the gpu profile's cells, 2 steps, one seed
     assert (tmp_path / "out" / "dry_run" / "fig5_llm_grpo.csv").stat().st_size > 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["dry_run"]  # nothing beside the real figures
+    batch_runs = [json.loads(p.read_text())["result"]["summary"]["batch_runs"]
+                  for p in (tmp_path / "cache").glob("llm_grpo-*.json")]
+    assert 1 < max(batch_runs) <= llm.CPU_BATCH_RUNS["tiny"]  # a dry run's runs are tiny CPU runs: batched as such
 
 
 @pytest.mark.parametrize("argv, message", [
