@@ -32,7 +32,8 @@ from experiments.pool import Task, run_tasks
 from sim.llm.batched import batch_key, train_batch
 from sim.llm.train import Args, prepare_warm_start, run_records, warm_start_config
 
-# What each profile runs. quick: the "small" 0.6M model, fits about 15 minutes on 2 CPU cores.
+# What each profile runs. quick: the "small" 0.6M model; every figure together takes about 14 min on 2 idle CPU
+# cores by estimate (benchmarks/README.md, "Figure pipeline").
 PROFILES = {
     "quick": dict(base=dict(size="small", steps=80, prompts_per_step=16, group_size=8, minibatches=2,
                             eval_every=20, eval_problems=256, ratio_to="proximal"),
