@@ -74,8 +74,11 @@ def predicted_cosine(eta: float, curvatures, staleness, noise=1.0):
     stalenesses = np.atleast_1d(np.asarray(staleness, dtype=int))
     out = np.empty(stalenesses.shape)
     for k, s in enumerate(stalenesses):
+        if a.max() >= stability_boundary_closed_form(int(s)):  # no stationary state: skip the Lyapunov solves
+            out[k] = np.nan
+            continue
         lag_one, second = gradient_moments(a, int(s))
-        out[k] = np.nan if np.any(np.isnan(second)) else (noise_sq * lag_one).sum() / (noise_sq * second).sum()
+        out[k] = (noise_sq * lag_one).sum() / (noise_sq * second).sum()
     return float(out[0]) if np.ndim(staleness) == 0 else out
 
 
