@@ -70,3 +70,14 @@ def test_numeric_check_reports_a_wrong_boundary_at_any_single_staleness(monkeypa
     monkeypatch.setattr(stability, "stability_boundary_closed_form",
                         lambda s: original(s) * (1.01 if np.all(np.asarray(s) == 2) else 1.0))
     assert not stability.check_boundary_numeric(max_staleness=4)["sides_ok"]
+
+
+def test_closed_form_and_map_reject_bad_input_and_exclude_both_ends():
+    with pytest.raises(ValueError, match=r"^staleness must be >= 0$"):
+        stability.stability_boundary_closed_form(np.array([1, -2]))
+    with pytest.raises(ValueError, match=r"^method must be 'closed_form' or 'roots', got 'bisect'$"):
+        stability.stability_map([0.5], [1], method="bisect")
+    # a = 0 does not contract and a = a*(s) has a root pair on the unit circle: neither is stable
+    for s in (0, 1, 3):
+        edge = float(stability.stability_boundary_closed_form(s))
+        assert stability.stability_map([0.0, 0.5 * edge, edge], [s]).tolist() == [[False, True, False]]
