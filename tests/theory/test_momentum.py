@@ -14,7 +14,8 @@ def test_geometric_staleness_is_heavy_ball_symbolically():
 def test_geometric_staleness_is_heavy_ball_numerically():
     result = momentum.check_geometric_momentum(a=0.3, mu=0.6, steps=60, paths=40000, seed=0)
     assert result["kernel_error"] < 1e-10
-    assert result["mc_max_z"] < 5.0
+    # max over 58 steps of |z|: below 5 if the mean is right, above 0.5 unless the standard error is inflated (2.43)
+    assert 0.5 < result["mc_max_z"] < 5.0
 
 
 def test_effective_momentum_matches_fit_to_trajectory():

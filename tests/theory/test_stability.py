@@ -43,8 +43,8 @@ def test_mean_square_boundary_random_against_simulation(max_staleness):
     result = stability.check_mean_square_random(max_staleness, paths=20000, steps=24, seed=0)
     # random delays are milder than always taking the worst one, never milder than no delay
     assert result["a_star_fixed"] < result["boundary"] < 2.0
-    for side in ("below", "above"):
-        assert result[side]["max_z"] < 5.0, (side, result)
+    for side in ("below", "above"):  # max |z| over 23 steps: 1.2-2.8 measured; > 0.5 unless the stderr is inflated
+        assert 0.5 < result[side]["max_z"] < 5.0, (side, result)
     assert result["below"]["predicted_growth"] < 1.0 and result["below"]["measured_growth"] < 1.0
     assert result["above"]["predicted_growth"] > 1.0 and result["above"]["measured_growth"] > 1.0
 
