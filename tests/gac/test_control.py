@@ -319,3 +319,12 @@ def test_error_messages_name_the_function_and_the_fix():
                                          r"statistics\)$"):
         gac.decide(stats, rule)
     assert int(gac.decide(stats, gac.GACConfig(threshold=0.5)).regime) == ACT  # a float cfg.threshold is used as is
+
+
+def test_non_finite_row_is_skipped_alone_in_a_two_dimensional_batch():
+    g = torch.ones(2, 3, 4, dtype=torch.float64)
+    g[1, 2, 0] = float("nan")
+    out = gac.control(g, torch.ones(2, 3, 4, dtype=torch.float64), gac.GACConfig(nonfinite="skip", threshold=0.5))
+    expected = torch.full((2, 3), ACT)
+    expected[1, 2] = SKIP
+    assert torch.equal(out.regime, expected) and torch.equal(out.grad, torch.zeros_like(g))  # g ∥ d: all removed
