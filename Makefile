@@ -26,11 +26,12 @@ test: $(BIN)/.installed lint
 	$(BIN)/python -m pytest
 
 # Mutation testing (mutmut, config in pyproject.toml; theory/MUTANTS.md has the measured scores). Not part of `make test`.
-# `make mutation`: every mutant of the six files (5 436), one module at a time, then the score per file. mutmut runs,
-# per mutant, only the tests that reach the mutated function, fastest first. On the shared 2-core machine (load 7-13)
-# it judged about 12 mutants a minute at best, so a full run is about 8 hours there: run it on a free machine.
+# Each mutant is judged by the fast tests only (`-m "not heavy"` in [tool.mutmut]), fastest first, stopping at the
+# first failure. `make mutation`: every mutant of the six files (5 574), one module at a time, then the score per file
+# ("complete" where every mutant was judged). On the shared 2-core machine (load 5-9) it judged 25-100 mutants a
+# minute (theory/MUTANTS.md), a few hours for all six files there.
 # `make mutation-sample`: a seeded sample of MUTATION_SAMPLE mutants per file, scored with a 95 % interval for each
-# file's score. At 50 per file it judged 151 of the 300 in 56 min on that machine (theory/MUTANTS.md): hours too.
+# file's score.
 MUTATE_MODULES ?= gac.control theory.stability theory.momentum theory.gac_stability theory.cosine theory.convergence
 MUTATION_SAMPLE ?= 50
 MUTMUT := OMP_NUM_THREADS=1 nice -n 5 $(BIN)/mutmut

@@ -252,34 +252,38 @@ def gac_project_step(grad: torch.Tensor, reference: torch.Tensor) -> tuple[torch
     return out.grad, acted * (1.0 - out.parallel_scale.to(grad.dtype)) * along
 
 
-def run_gac_quadratic(curvatures, eta: float, staleness: int, steps: int = 3000, seeds: int = 4, noise: float = 1.0,
-                      seed: int = 0) -> dict:
+def run_gac_quadratic(curvatures, eta, staleness: int, steps: int = 3000, seeds: int = 4, noise: float = 1.0,
+                      seed: int = 0):
     """Delayed SGD with GAC on f = ½Σλ_i x_i², g_t = Λx_{t−s} + noise·ξ_t, from x = 0, batched over seeds.
 
     Returns {"rho_bar": mean removed coefficient over the second half and the seeds, "final_sq": median
     final ‖x‖², "mid_sq": median ‖x‖² at half-way, "diverged": share of seeds whose ‖x‖² is non-finite or
-    above 1e6 × the half-way value (a stationary run has final ≈ mid)}.
+    above 1e6 × the half-way value (a stationary run has final ≈ mid)}. eta may be a list of step sizes: they
+    run side by side in one batch (each row its own run, GAC acts per row) and a list of such dicts is returned.
     """
     gen = torch.Generator().manual_seed(seed)
     lam = torch.as_tensor(np.asarray(curvatures, dtype=float))
-    x = torch.zeros(seeds, lam.numel(), dtype=torch.float64)
+    step = torch.as_tensor(np.atleast_1d(np.asarray(eta, dtype=float)))[:, None, None]
+    x = torch.zeros(step.shape[0], seeds, lam.numel(), dtype=torch.float64)
     history = [x.clone() for _ in range(staleness + 1)]  # history[k] = x_{t−k}
     reference = torch.zeros_like(x)
     coefficients, mid = [], None
     for t in range(steps):
         grad = lam * history[staleness] + noise * torch.randn(x.shape, generator=gen, dtype=x.dtype)
-        applied, coefficient = gac_project_step(grad, reference) if t > 0 else (grad, torch.zeros(seeds))
+        applied, coefficient = gac_project_step(grad, reference) if t > 0 else (grad, torch.zeros(x.shape[:-1]))
         if t >= steps // 2:
             coefficients.append(coefficient)
         reference = grad
-        x = x - eta * applied
+        x = x - step * applied
         history = [x] + history[:-1]
         if t == steps // 2:
             mid = (x * x).sum(-1)
     final = torch.nan_to_num((x * x).sum(-1), nan=float("inf"))
     diverged = (~torch.isfinite(final)) | (final > 1e6 * mid.clamp_min(1e-300))
-    return {"rho_bar": float(torch.nan_to_num(torch.stack(coefficients)).mean()), "final_sq": float(final.median()),
-            "mid_sq": float(mid.median()), "diverged": float(diverged.double().mean())}
+    rho_bar = torch.nan_to_num(torch.stack(coefficients)).mean((0, 2))  # per step size: over steps and seeds
+    runs = [{"rho_bar": float(rho_bar[k]), "final_sq": float(final[k].median()), "mid_sq": float(mid[k].median()),
+             "diverged": float(diverged[k].double().mean())} for k in range(step.shape[0])]
+    return runs[0] if np.ndim(eta) == 0 else runs
 
 
 def spiked_curvatures(staleness: int, dim: int) -> np.ndarray:
@@ -299,14 +303,16 @@ def check_self_consistent_rho(settings=RHO_SETTINGS, dim: int = 1000, steps: int
     GAC (``gac.control``, project, τ = 0) on ``spiked_curvatures``, noise σ = 1. Rows: s, fraction, eta,
     "predicted", "measured", "abs_error", "diverged"."""
     rows = []
-    for k, (staleness, fraction) in enumerate(settings):
+    for k, staleness in enumerate(dict.fromkeys(s for s, _ in settings)):  # one batched run per staleness
         curvatures = spiked_curvatures(staleness, dim)
-        eta = fraction * float(stability_boundary_closed_form(staleness))
-        predicted = self_consistent_rho(eta, curvatures, staleness)
-        run = run_gac_quadratic(curvatures, eta, staleness, steps, seeds, seed=seed + k)
-        rows.append({"staleness": staleness, "fraction": fraction, "eta": eta, "predicted": predicted,
-                     "measured": run["rho_bar"], "abs_error": abs(predicted - run["rho_bar"]),
-                     "diverged": run["diverged"]})
+        fractions = [fraction for s, fraction in settings if s == staleness]
+        etas = [fraction * float(stability_boundary_closed_form(staleness)) for fraction in fractions]
+        runs = run_gac_quadratic(curvatures, etas, staleness, steps, seeds, seed=seed + k)
+        for fraction, eta, run in zip(fractions, etas, runs, strict=True):
+            predicted = self_consistent_rho(eta, curvatures, staleness)
+            rows.append({"staleness": staleness, "fraction": fraction, "eta": eta, "predicted": predicted,
+                         "measured": run["rho_bar"], "abs_error": abs(predicted - run["rho_bar"]),
+                         "diverged": run["diverged"]})
     return rows
 
 

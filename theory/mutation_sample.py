@@ -82,8 +82,10 @@ def main(argv: list[str]) -> None:
         for row in score(sys.stdin, only):
             lo, hi = wilson(row["killed"], row["checked"])
             percent = 100 * row["killed"] / max(row["checked"], 1)
+            # every mutant of the file judged: the score is exact; else a sample's 95 % interval for the whole file
+            complete = only is None and not row["not_checked"]
             print(f"{row['module']:22s} {row['killed']:4d} / {row['checked']:4d} killed {percent:5.1f} %  "
-                  f"(95 % interval {100 * lo:.0f}-{100 * hi:.0f} %)"
+                  + ("(complete)" if complete else f"(95 % interval {100 * lo:.0f}-{100 * hi:.0f} %)")
                   + (f", {row['not_checked']} not checked" if row["not_checked"] else ""))
             for survivor in row["survivors"]:
                 print(f"    survived: {survivor}")

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import gac
 from gac import ACT, KEEP, SKIP
-from gac.control import decide_and_apply, pow2_scale
+from gac.control import cosine_from_stats, decide_and_apply, pow2_scale
 
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True)
 settings.load_profile("ci")
@@ -244,3 +244,87 @@ def test_huge_finite_inputs_give_finite_exact_decisions():
     out = gac.control(g, d, gac.GACConfig(threshold=0.5, mode="project"))
     assert math.isclose(float(out.cosine), 1 / math.sqrt(2), rel_tol=1e-12)
     assert torch.equal(out.grad, torch.tensor([[0.0, 1e300, 0.0]], dtype=torch.float64))
+
+
+def test_cosine_equal_to_a_threshold_is_not_past_it():
+    # one-directional: only c > tau acts and only c > tau_skip skips; (3, 4) vs (1, 0) has cos = 3/5 exactly
+    g, d = torch.tensor([3.0, 4.0], dtype=torch.float64), torch.tensor([1.0, 0.0], dtype=torch.float64)
+    out = gac.control(g, d, gac.GACConfig(threshold=0.6))
+    assert float(out.cosine) == 0.6 and int(out.regime) == KEEP and torch.equal(out.grad, g)
+    out = gac.control(g, d, gac.GACConfig(threshold=0.3, skip_threshold=0.6))
+    assert int(out.regime) == ACT and torch.equal(out.grad, torch.tensor([0.0, 4.0], dtype=torch.float64))
+    out = gac.control(torch.tensor([0.0, 2.0]), torch.tensor([1.0, 0.0]), gac.GACConfig(threshold=0.0))
+    assert float(out.cosine) == 0.0 and int(out.regime) == KEEP  # orthogonal at tau = 0: untouched
+
+
+def test_cosine_from_stats_on_sub_unit_norms_and_its_clamp():
+    # the sums need not be >= 1 (eps > 0 leaves them unscaled): 0.01 / (0.2 * 0.1) = 0.5
+    stats = gac.AlignmentStats(*(torch.tensor(v, dtype=torch.float64) for v in (0.01, 0.04, 0.01)))
+    assert math.isclose(float(cosine_from_stats(stats)), 0.5, rel_tol=1e-15)
+    for dot, expected in ((3.0, 1.0), (-3.0, -1.0)):  # rounding past Cauchy-Schwarz is clamped to [-1, 1]
+        stats = gac.AlignmentStats(*(torch.tensor(v, dtype=torch.float64) for v in (dot, 1.0, 1.0)))
+        assert float(cosine_from_stats(stats)) == expected
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 3, 4)])
+def test_absolute_eps_path_matches_the_rescaled_path_on_any_batch_shape(shape):
+    gen = torch.Generator().manual_seed(3)
+    g = torch.randn(shape, generator=gen, dtype=torch.float64)
+    d = 0.3 * (g + 0.5 * torch.randn(shape, generator=gen, dtype=torch.float64))  # small, aligned references
+    for mode in ("project", "cap"):
+        plain = gac.control(g, d, gac.GACConfig(threshold=0.2, mode=mode))
+        absolute = gac.control(g, d, gac.GACConfig(threshold=0.2, mode=mode, eps=1e-9))
+        assert absolute.grad.shape == g.shape and torch.allclose(absolute.grad, plain.grad, rtol=1e-12, atol=1e-14)
+        assert torch.equal(absolute.regime, plain.regime) and bool((plain.regime == ACT).any())
+        expected = g - parallel_part(g, d) if mode == "project" else None
+        if expected is not None:
+            acting = (plain.regime == ACT).unsqueeze(-1)
+            assert torch.allclose(torch.where(acting, absolute.grad, expected), expected, atol=1e-12)
+
+
+def test_float32_in_float32_out_and_zero_gradient_reports_zero_norm():
+    g, d = torch.tensor([[1.0, 1.0], [0.0, 0.0]]), torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    out = gac.control(g, d, gac.GACConfig(threshold=0.5))
+    assert out.grad.dtype == torch.float32 and out.regime.tolist() == [ACT, KEEP]
+    _, decision = decide_and_apply(g, d, gac.GACConfig(threshold=0.5), 0.5)
+    assert math.isclose(float(decision.norm_before[0]), math.sqrt(2.0), rel_tol=1e-15)
+    assert float(decision.norm_before[1]) == 0.0
+
+
+def test_scalar_gradients_count_as_p_equal_one():
+    out = gac.control(torch.tensor(2.0), torch.tensor(-1.0), gac.GACConfig(threshold=0.5))
+    assert out.grad.shape == () and float(out.grad) == 2.0 and int(out.regime) == KEEP and float(out.cosine) == -1.0
+    out = gac.control(torch.tensor(2.0), torch.tensor(1.0), gac.GACConfig(threshold=0.5))
+    assert float(out.grad) == 0.0 and int(out.regime) == ACT
+
+
+def test_error_messages_name_the_function_and_the_fix():
+    with pytest.raises(ValueError, match=r"^control needs a non-empty last dimension \(P >= 1\), got shape \(0,\)$"):
+        gac.control(torch.ones(0), torch.ones(0), gac.GACConfig())
+    d = torch.ones(2, 3)
+    d[0, 1] = float("inf")
+    with pytest.raises(gac.NonFiniteGradientError, match=r"^control: non-finite GAC reference \(NaN or inf\); "
+                                                         r"nothing was changed \(GACConfig\(nonfinite='skip'\)"):
+        gac.control(torch.ones(2, 3), d, gac.GACConfig())
+    out = gac.control(torch.ones(2, 3), d, gac.GACConfig(nonfinite="skip", threshold=0.5))
+    assert out.regime.tolist() == [SKIP, ACT]  # only the row with the bad reference is skipped
+    with pytest.raises(ValueError, match=r"^control: threshold must be in \[0, 1\)"):
+        gac.control(torch.ones(3), torch.ones(3), gac.GACConfig(), threshold=torch.tensor(1.5))
+    rule = gac.GACConfig(threshold=gac.EMAThreshold(margin=0.1, decay=0.5, floor=0.0, ceiling=0.9, warmup=2))
+    with pytest.raises(ValueError, match=r"^control with an adaptive threshold rule needs threshold=τ; use gac.update, "
+                                         r"which keeps the rule's statistics in GACState$"):
+        gac.control(torch.ones(3), torch.ones(3), rule)
+    stats = gac.alignment_stats(torch.ones(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"^decide with an adaptive threshold rule needs threshold=τ \(from the rule's "
+                                         r"statistics\)$"):
+        gac.decide(stats, rule)
+    assert int(gac.decide(stats, gac.GACConfig(threshold=0.5)).regime) == ACT  # a float cfg.threshold is used as is
+
+
+def test_non_finite_row_is_skipped_alone_in_a_two_dimensional_batch():
+    g = torch.ones(2, 3, 4, dtype=torch.float64)
+    g[1, 2, 0] = float("nan")
+    out = gac.control(g, torch.ones(2, 3, 4, dtype=torch.float64), gac.GACConfig(nonfinite="skip", threshold=0.5))
+    expected = torch.full((2, 3), ACT)
+    expected[1, 2] = SKIP
+    assert torch.equal(out.regime, expected) and torch.equal(out.grad, torch.zeros_like(g))  # g ∥ d: all removed

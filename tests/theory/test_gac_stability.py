@@ -55,6 +55,18 @@ def test_filtered_moments_reduce_to_plain_at_rho_zero():
         assert np.allclose(filtered, plain, atol=1e-12)
 
 
+def test_self_consistent_rho_and_max_stable_step_on_small_runs():  # fast versions of the two heavy checks below
+    # real GAC (gac.control) against the mean-field Lyapunov rho*, s = 2 at 1.5 a*(s): measured 0.368 vs 0.373
+    (row,) = gac_stability.check_self_consistent_rho(settings=[(2, 1.5)], dim=200, steps=600, seeds=2)
+    assert row["diverged"] == 0.0 and row["abs_error"] < 0.03 and row["measured"] > 0.3, row
+    result = gac_stability.check_max_stable_step(1, factors=(0.9,), dim=100, steps=400, seeds=2)
+    assert abs(result["top_mode_limit"] - 1 / np.cos(np.pi / 5)) < 1e-12  # 1/cos(pi/(2s+3)) at s = 1
+    assert abs(result["predicted"] - result["top_mode_limit"]) < 2e-3  # the bisection over rho* meets it
+    run = result["runs"][0.9]
+    # stationary: 90 slow directions (lambda = 0.05 a*(1)) at about plain SGD's eta/(2 lambda) each, ~1000 (939)
+    assert run["diverged"] == 0.0 and 600 < run["final_sq"] < 1400 and 0.5 < run["final_sq"] / run["mid_sq"] < 1.5
+
+
 @pytest.mark.heavy
 def test_self_consistent_rho_matches_gac_control_runs():
     rows = gac_stability.check_self_consistent_rho()

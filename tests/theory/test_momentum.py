@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from theory import momentum
+from theory import gac_stability, momentum
 from theory.stability import stability_boundary_closed_form
 
 
@@ -14,7 +14,8 @@ def test_geometric_staleness_is_heavy_ball_symbolically():
 def test_geometric_staleness_is_heavy_ball_numerically():
     result = momentum.check_geometric_momentum(a=0.3, mu=0.6, steps=60, paths=40000, seed=0)
     assert result["kernel_error"] < 1e-10
-    assert result["mc_max_z"] < 5.0
+    # max over 58 steps of |z|: below 5 if the mean is right, above 0.5 unless the standard error is inflated (2.43)
+    assert 0.5 < result["mc_max_z"] < 5.0
 
 
 def test_effective_momentum_matches_fit_to_trajectory():
@@ -39,6 +40,21 @@ def test_mean_field_gac_filter_lowers_momentum_and_widens_stability(staleness):
     assert 1.2 < ratios[0] < ratios[1]
     a = 0.9 * boundary
     assert momentum.effective_momentum(a, staleness, 0.2)[0] < momentum.effective_momentum(a, staleness)[0]
+
+
+def test_gac_keeps_a_small_overshooting_quadratic_stable_at_the_mean_field_rho():  # fast version of the one below
+    staleness, overshoot, dim = 2, 1.3, 100
+    result = momentum.check_gac_extends_stability(staleness, overshoot, dim=dim, steps=300, seeds=4, seed=0)
+    assert result["plain_final"] > 1e15  # beyond a*(s) plain delayed SGD grows geometrically
+    assert np.isfinite(result["gac_final"]) and 0.5 * result["gac_mid"] < result["gac_final"] < 1.5 * result["gac_mid"]
+    # independent: the mean-field self-consistent rho* (Lyapunov with the filter) on the same spectrum, eta = 1
+    boundary = float(stability_boundary_closed_form(staleness))
+    curvatures = np.full(dim, 0.05 * boundary)
+    curvatures[: dim // 10] = overshoot * boundary
+    rho_star = gac_stability.self_consistent_rho(1.0, curvatures, staleness)
+    assert abs(result["rho_bar"] - rho_star) < 0.02, (result, rho_star)  # measured 0.271 vs 0.274
+    assert abs(result["mean_field_boundary_ratio"] - gac_stability.gac_stability_boundary(staleness, rho_star)
+               / boundary) < 0.02
 
 
 @pytest.mark.heavy

@@ -43,8 +43,8 @@ def test_mean_square_boundary_random_against_simulation(max_staleness):
     result = stability.check_mean_square_random(max_staleness, paths=20000, steps=24, seed=0)
     # random delays are milder than always taking the worst one, never milder than no delay
     assert result["a_star_fixed"] < result["boundary"] < 2.0
-    for side in ("below", "above"):
-        assert result[side]["max_z"] < 5.0, (side, result)
+    for side in ("below", "above"):  # max |z| over 23 steps: 1.2-2.8 measured; > 0.5 unless the stderr is inflated
+        assert 0.5 < result[side]["max_z"] < 5.0, (side, result)
     assert result["below"]["predicted_growth"] < 1.0 and result["below"]["measured_growth"] < 1.0
     assert result["above"]["predicted_growth"] > 1.0 and result["above"]["measured_growth"] > 1.0
 
@@ -70,3 +70,14 @@ def test_numeric_check_reports_a_wrong_boundary_at_any_single_staleness(monkeypa
     monkeypatch.setattr(stability, "stability_boundary_closed_form",
                         lambda s: original(s) * (1.01 if np.all(np.asarray(s) == 2) else 1.0))
     assert not stability.check_boundary_numeric(max_staleness=4)["sides_ok"]
+
+
+def test_closed_form_and_map_reject_bad_input_and_exclude_both_ends():
+    with pytest.raises(ValueError, match=r"^staleness must be >= 0$"):
+        stability.stability_boundary_closed_form(np.array([1, -2]))
+    with pytest.raises(ValueError, match=r"^method must be 'closed_form' or 'roots', got 'bisect'$"):
+        stability.stability_map([0.5], [1], method="bisect")
+    # a = 0 does not contract and a = a*(s) has a root pair on the unit circle: neither is stable
+    for s in (0, 1, 3):
+        edge = float(stability.stability_boundary_closed_form(s))
+        assert stability.stability_map([0.0, 0.5 * edge, edge], [s]).tolist() == [[False, True, False]]
