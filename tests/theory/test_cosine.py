@@ -162,3 +162,153 @@ def test_series_curve_and_snr_bound_curve():
     assert abs(series[0] - predicted[0]) < 1e-12  # s = 0 is exact
     assert abs(bound[0] + predicted[0]) < 1e-12
     assert np.all(predicted[1:] <= bound[1:])
+
+
+# --- fast cases of the Monte-Carlo checks and of the helpers (so that their mutants are judged without heavy runs) ---
+
+
+def _direct_simulation(eta, curvatures, staleness, noise, steps, burn_in, seed):
+    """The same model with the whole trajectory kept (no ring buffer): x_{t-s} = 0 before the start."""
+    rng = np.random.default_rng(seed)
+    curvatures = np.asarray(curvatures, dtype=float)
+    noise = np.broadcast_to(np.asarray(noise, dtype=float), curvatures.shape)
+    xs, grads, signals, noises = [np.zeros(curvatures.size)], [], [], []
+    for t in range(burn_in + steps):
+        stale = xs[t - staleness] if t - staleness >= 0 else np.zeros(curvatures.size)
+        signals.append(curvatures * stale)
+        noises.append(noise * rng.standard_normal(curvatures.size))
+        grads.append(signals[-1] + noises[-1])
+        xs.append(xs[t] - eta * grads[-1])
+    kept = range(burn_in, burn_in + steps)
+    cosines = [grads[t] @ grads[t - 1] / np.linalg.norm(grads[t]) / np.linalg.norm(grads[t - 1]) for t in kept]
+    return {"mean_cosine": np.mean(cosines),
+            "ratio_cosine": sum(grads[t] @ grads[t - 1] for t in kept) / sum(grads[t] @ grads[t] for t in kept),
+            "snr": sum(signals[t] @ signals[t] for t in kept) / sum(noises[t] @ noises[t] for t in kept)}
+
+
+@pytest.mark.parametrize("staleness", [0, 1, 3])
+def test_simulate_cosine_against_a_direct_loop(staleness):
+    curvatures, noise = np.array([0.2, 0.5, 1.0, 0.05]), np.array([1.0, 0.5, 2.0, 1.5])
+    eta = 0.7 * float(stability_boundary_closed_form(staleness))
+    got = cosine.simulate_cosine(eta, curvatures, staleness, noise, steps=40, burn_in=7, seed=5)
+    expected = _direct_simulation(eta, curvatures, staleness, noise, steps=40, burn_in=7, seed=5)
+    for key, value in expected.items():
+        assert abs(got[key] - value) < 1e-12 * max(1.0, abs(value)), key
+
+
+def test_check_cosine_against_simulation_small():
+    # d = 200, 800 steps: the per-step cosine's noise (~1/sqrt(d)) averages to a few 1e-3; measured max 0.008
+    settings = [(frac * float(stability_boundary_closed_form(s)), name, s, 1.0) for frac, name, s in cosine.MC_SETTINGS]
+    rows = cosine.check_cosine_against_simulation(settings, dim=200, steps=800, burn_in=300, seed=0)
+    assert len(rows) == len(settings)
+    for k, (row, (eta, name, staleness, noise)) in enumerate(zip(rows, settings, strict=True)):
+        curvatures = cosine.spectrum(name, 200)
+        assert (row["eta"], row["spectrum"], row["staleness"], row["noise"]) == (eta, name, staleness, noise)
+        assert row["predicted"] == cosine.predicted_cosine(eta, curvatures, staleness, noise)
+        assert row["simulated"] == cosine.simulate_cosine(eta, curvatures, staleness, noise, 800, 300, k)["mean_cosine"]
+        assert abs(row["top_a_over_boundary"] - cosine.MC_SETTINGS[k][0]) < 1e-12
+        assert row["abs_error"] == abs(row["predicted"] - row["simulated"]) < 0.03, row
+        assert abs(row["simulated_ratio"] - row["predicted"]) < 0.03, row
+
+
+def test_snr_law_small():
+    result = cosine.check_snr_law(spectra=15, seed=0)
+    assert sum(result["cases"]) == 15 and min(result["cases"]) >= 3
+    assert result["sync_max_error"] < 1e-12
+    assert -1.0 < result["async_max_excess"] <= 1e-12
+
+
+def test_snr_law_check_fails_for_a_wrong_snr(monkeypatch):
+    original = cosine.snr
+    monkeypatch.setattr(cosine, "snr", lambda *args: 1.5 * original(*args))
+    result = cosine.check_snr_law(spectra=15, seed=0)
+    assert result["sync_max_error"] > 1e-3
+
+
+def test_anisotropic_cosine_small():
+    # d = 300, 800 steps: measured max |error| 0.015, snr within 6 %, isotropic prediction off by >= 0.078
+    rows = cosine.check_anisotropic_cosine(dim=300, steps=800, burn_in=300, seed=0)
+    assert [(row["fraction"], row["spectrum"], row["staleness"]) for row in rows] == cosine.ANISOTROPIC_SETTINGS
+    for row in rows:
+        curvatures = cosine.spectrum(row["spectrum"], 300)
+        eta = row["fraction"] * float(stability_boundary_closed_form(row["staleness"]))
+        sigma = 0.2 + 2.0 * curvatures  # lambda_max = 1
+        assert row["predicted"] == cosine.predicted_cosine(eta, curvatures, row["staleness"], sigma)
+        assert row["isotropic_predicted"] == cosine.predicted_cosine(eta, curvatures, row["staleness"])
+        assert row["abs_error"] == abs(row["predicted"] - row["simulated"]) < 0.03, row
+        assert abs(row["snr"] / row["snr_simulated"] - 1) < 0.15, row
+        assert abs(row["isotropic_predicted"] - row["simulated"]) > 0.05
+
+
+def test_anisotropic_noise_grows_with_curvature():
+    sigma = cosine.anisotropic_noise([0.0, 1.0, 4.0])  # lambda_max = 4: sigma = 0.2 + 2 lambda / 4
+    assert np.allclose(sigma, [0.2, 0.7, 2.2], rtol=0, atol=1e-15)
+
+
+def test_snr_at_s0_is_the_weighted_a_over_2_minus_a():
+    # at s = 0, SNR_i = a/(2 - a) (cosine_sync_closed_form: E[g^2]/sigma^2 = 2/(2 - a)), weighted by sigma_i^2
+    curvatures, sigma = np.array([0.1, 0.4, 1.0]), np.array([2.0, 1.0, 0.5])
+    a = 1.5 * curvatures
+    expected = (sigma**2 * a / (2 - a)).sum() / (sigma**2).sum()
+    assert abs(cosine.snr(1.5, curvatures, 0, sigma) - expected) < 1e-12
+    assert np.isnan(cosine.snr(2.5, curvatures, 0, sigma))  # a = 2.5 > a*(0) = 2: no stationary state
+    with pytest.raises(ValueError, match="curvatures >= 0"):
+        cosine.snr(0.1, [-1.0], 0)
+
+
+def test_predicted_cosine_with_per_direction_noise_and_zero_curvature():
+    # s = 0: cos = -sum w_i a_i/2 with w_i = sigma_i^2 E[g_i^2]/sigma_i^2 = sigma_i^2 * 2/(2 - a_i); a flat
+    # direction (a = 0) adds sigma^2 to the denominator only
+    curvatures, sigma = np.array([0.0, 0.3, 1.0]), np.array([1.0, 2.0, 0.5])
+    a = 0.8 * curvatures
+    weights = sigma**2 * 2 / (2 - a)
+    assert abs(cosine.predicted_cosine(0.8, curvatures, 0, sigma) + (weights * a / 2).sum() / weights.sum()) < 1e-12
+    # s = 1: cos_i = a_i/2 with weights sigma_i^2 * 2/((1 - a_i)(2 + a_i)) (cosine_s1)
+    weights = sigma**2 * 2 / ((1 - a) * (2 + a))
+    assert abs(cosine.predicted_cosine(0.8, curvatures, 1, sigma) - (weights * a / 2).sum() / weights.sum()) < 1e-12
+    with pytest.raises(ValueError, match="curvatures >= 0"):
+        cosine.predicted_cosine(0.1, [-0.5, 1.0], 0)
+
+
+def test_gradient_moments_on_many_repeated_values():
+    # more than one chunk of 256 distinct values, each repeated, in shuffled order: every entry gets its own value
+    a = np.random.default_rng(3).permutation(np.repeat(np.linspace(0.001, 0.5, 300), 2))
+    lag_one, second = cosine.gradient_moments(a, 1)
+    assert np.allclose(lag_one / second, a / 2, rtol=1e-10, atol=0)
+    assert np.allclose(second, 2 / ((1 - a) * (2 + a)), rtol=1e-10, atol=0)
+    lag_one, second = cosine.gradient_moments(np.array([0.0, -0.1, 1.0, 0.3]), 1)  # a*(1) = 1
+    assert lag_one[0] == 0.0 and second[0] == 1.0 and np.isnan(second[1:3]).all() and np.isnan(lag_one[1:3]).all()
+
+
+def test_cosine_s1_numeric_values():
+    values = np.array([0.05, 0.3, 0.9])
+    assert np.allclose(cosine.cosine_s1(values), values / 2, rtol=1e-12, atol=0)
+
+
+def test_spectra_are_the_documented_ones():
+    log = cosine.spectrum("log", 50)
+    assert log[0] == pytest.approx(1e-2) and log[-1] == pytest.approx(1.0)
+    assert np.allclose(np.diff(np.log(log)), np.log(100) / 49)  # log-spaced
+    uniform = cosine.spectrum("uniform", 20)
+    assert uniform[0] == pytest.approx(0.05) and uniform[-1] == pytest.approx(1.0)
+    for dim in (5, 40):  # 10 % of the directions at 1 (at least one), the rest at 0.05
+        spiked = cosine.spectrum("spiked", dim)
+        assert spiked.size == dim and (spiked == 1.0).sum() == max(1, dim // 10)
+        assert (spiked[spiked != 1.0] == 0.05).all()
+    random = cosine.spectrum("random", 30)
+    assert random.size == 30 and random.max() == 1.0 and random.min() > 0 and np.unique(random).size == 30
+    assert np.array_equal(random, cosine.spectrum("random", 30))  # fixed seed
+    with pytest.raises(ValueError, match="unknown spectrum 'flat'"):
+        cosine.spectrum("flat", 3)
+
+
+def test_softmax_of_large_logits_and_bad_inputs():
+    assert np.allclose(cosine.softmax(np.array([1000.0, 1000.0, 1000.0 + np.log(2)])), [0.25, 0.25, 0.5])
+    with pytest.raises(ValueError, match="parametrization must be one of"):
+        cosine.policy_logits(np.zeros(2), None, "linear")
+    with pytest.raises(ValueError, match="baseline must be 'mean' or 'none'"):
+        cosine.stale_data_gradient(np.zeros(3), np.zeros(3), np.ones(3), baseline="median")
+    with pytest.raises(ValueError, match="staleness must be >= 0"):
+        cosine.gradient_autocovariance_symbolic(-1)
+    with pytest.raises(ValueError, match="staleness >= 1"):
+        cosine.cosine_series(0)
