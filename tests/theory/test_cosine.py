@@ -247,7 +247,7 @@ def test_anisotropic_noise_grows_with_curvature():
 
 def test_snr_at_s0_is_the_weighted_a_over_2_minus_a():
     # at s = 0, SNR_i = a/(2 - a) (cosine_sync_closed_form: E[g^2]/sigma^2 = 2/(2 - a)), weighted by sigma_i^2
-    curvatures, sigma = np.array([0.1, 0.4, 1.0]), np.array([2.0, 1.0, 0.5])
+    curvatures, sigma = np.array([0.0, 0.1, 0.4, 1.0]), np.array([1.0, 2.0, 1.0, 0.5])
     a = 1.5 * curvatures
     expected = (sigma**2 * a / (2 - a)).sum() / (sigma**2).sum()
     assert abs(cosine.snr(1.5, curvatures, 0, sigma) - expected) < 1e-12
@@ -312,3 +312,24 @@ def test_softmax_of_large_logits_and_bad_inputs():
         cosine.gradient_autocovariance_symbolic(-1)
     with pytest.raises(ValueError, match="staleness >= 1"):
         cosine.cosine_series(0)
+
+
+def test_series_curve_and_snr_bound_with_per_direction_noise_at_one_staleness():
+    curvatures, sigma = np.array([0.0, 0.1, 0.3, 1.0]), np.array([1.0, 2.0, 0.7, 0.5])
+    # s = 0 (exactly -a/2) and s = 1 (exactly a/2, so its series from order 1 on): the series curve is exact;
+    # the SNR law is an equality at s = 0
+    for staleness, eta in ((0, 1.2), (1, 0.6)):
+        predicted = cosine.predicted_cosine(eta, curvatures, staleness, sigma)
+        series = cosine.series_cosine(eta, curvatures, staleness, sigma)
+        assert isinstance(series, float) and abs(series - predicted) < 1e-12
+    bound = cosine.snr_bound(1.2, curvatures, 0, sigma)
+    assert isinstance(bound, float) and abs(bound + cosine.predicted_cosine(1.2, curvatures, 0, sigma)) < 1e-12
+    # s = 2, default order 2: per direction a/2 + a^2/2, weighted by sigma_i^2 E[g_i^2] (a/(2(1 - a)) exactly)
+    a = 0.4 * curvatures
+    derived = cosine.gradient_autocovariance_symbolic(2)  # E[g^2]/sigma^2 without the Lyapunov solve
+    weights = sigma**2 * sp.lambdify(derived["a"], derived["second"])(a)
+    expected = (weights * (a / 2 + a**2 / 2)).sum() / weights.sum()
+    assert abs(cosine.series_cosine(0.4, curvatures, 2, sigma) - expected) < 1e-12
+    a_sym = sp.Symbol("a", positive=True)
+    assert sp.expand(cosine.cosine_series(2) - (a_sym / 2 + a_sym**2 / 2)) == 0  # the default order is 2
+    assert np.isnan(cosine.series_cosine(1.2, curvatures, 2, sigma))  # past a*(2) = 0.618: no stationary state
