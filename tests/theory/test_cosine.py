@@ -67,6 +67,8 @@ def test_beyond_boundary_is_nan():
 
 def test_stale_data_reduces_to_stale_gradient_exactly_when_expected():
     result = cosine.check_stale_data_reduction(trials=10)
+    assert set(result) == {f"{p}/{b}/{w}" for p in cosine.PARAMETRIZATIONS for b in ("mean", "none")
+                           for w in ("is", "nois")} | {"none_formula"}
     for parametrization in ("tabular", "loglinear"):
         # mean baseline, no importance weights: stale data == stale gradient grad J(theta_b)
         assert result[f"{parametrization}/mean/nois"] < 1e-6
@@ -78,7 +80,7 @@ def test_stale_data_reduces_to_stale_gradient_exactly_when_expected():
     for key, value in result.items():
         if key.endswith("/is"):
             assert value < 1e-6, key
-    assert result["none_formula"] < 1e-6
+    assert 0 < result["none_formula"] < 1e-6  # finite differences are never exact: 0 means nothing was compared
 
 
 def test_cosine_s1_is_plus_half_a_and_matches_lyapunov():
@@ -237,7 +239,10 @@ def test_anisotropic_cosine_small():
         assert row["isotropic_predicted"] == cosine.predicted_cosine(eta, curvatures, row["staleness"])
         assert row["abs_error"] == abs(row["predicted"] - row["simulated"]) < 0.03, row
         assert abs(row["snr"] / row["snr_simulated"] - 1) < 0.15, row
+        assert abs(row["snr"] - cosine.snr(eta, curvatures, row["staleness"], sigma)) < 1e-12
         assert abs(row["isotropic_predicted"] - row["simulated"]) > 0.05
+    last = cosine.simulate_cosine(eta, curvatures, row["staleness"], sigma, 800, 300, seed=len(rows) - 1)
+    assert (row["simulated"], row["snr_simulated"]) == (last["mean_cosine"], last["snr"])  # run k has seed + k
 
 
 def test_anisotropic_noise_grows_with_curvature():
@@ -252,7 +257,7 @@ def test_snr_at_s0_is_the_weighted_a_over_2_minus_a():
     expected = (sigma**2 * a / (2 - a)).sum() / (sigma**2).sum()
     assert abs(cosine.snr(1.5, curvatures, 0, sigma) - expected) < 1e-12
     assert np.isnan(cosine.snr(2.5, curvatures, 0, sigma))  # a = 2.5 > a*(0) = 2: no stationary state
-    with pytest.raises(ValueError, match="curvatures >= 0"):
+    with pytest.raises(ValueError, match="^snr needs curvatures >= 0$"):
         cosine.snr(0.1, [-1.0], 0)
 
 
@@ -266,8 +271,12 @@ def test_predicted_cosine_with_per_direction_noise_and_zero_curvature():
     # s = 1: cos_i = a_i/2 with weights sigma_i^2 * 2/((1 - a_i)(2 + a_i)) (cosine_s1)
     weights = sigma**2 * 2 / ((1 - a) * (2 + a))
     assert abs(cosine.predicted_cosine(0.8, curvatures, 1, sigma) - (weights * a / 2).sum() / weights.sum()) < 1e-12
-    with pytest.raises(ValueError, match="curvatures >= 0"):
+    with pytest.raises(ValueError, match="^predicted_cosine needs curvatures >= 0 "):
         cosine.predicted_cosine(0.1, [-0.5, 1.0], 0)
+    # an array of stalenesses in any order: unstable ones are nan, the others still computed
+    values = cosine.predicted_cosine(0.8, curvatures, [8, 0, 1], sigma)
+    assert np.isnan(values[0]) and values[1] == cosine.predicted_cosine(0.8, curvatures, 0, sigma)
+    assert values[2] == cosine.predicted_cosine(0.8, curvatures, 1, sigma)
 
 
 def test_gradient_moments_on_many_repeated_values():
@@ -276,6 +285,11 @@ def test_gradient_moments_on_many_repeated_values():
     lag_one, second = cosine.gradient_moments(a, 1)
     assert np.allclose(lag_one / second, a / 2, rtol=1e-10, atol=0)
     assert np.allclose(second, 2 / ((1 - a) * (2 + a)), rtol=1e-10, atol=0)
+    grid = a[:120].reshape(4, 30)  # any array shape: the same values entry by entry
+    assert np.array_equal(cosine.gradient_moments(grid, 1)[1], cosine.gradient_moments(a[:120], 1)[1].reshape(4, 30))
+    for staleness in (0, 1, 3):  # exactly at the boundary there is no stationary state either
+        at_boundary = cosine.gradient_moments(float(stability_boundary_closed_form(staleness)), staleness)
+        assert np.isnan(at_boundary[0][0]) and np.isnan(at_boundary[1][0])
     lag_one, second = cosine.gradient_moments(np.array([0.0, -0.1, 1.0, 0.3]), 1)  # a*(1) = 1
     assert lag_one[0] == 0.0 and second[0] == 1.0 and np.isnan(second[1:3]).all() and np.isnan(lag_one[1:3]).all()
 
@@ -290,7 +304,7 @@ def test_spectra_are_the_documented_ones():
     assert log[0] == pytest.approx(1e-2) and log[-1] == pytest.approx(1.0)
     assert np.allclose(np.diff(np.log(log)), np.log(100) / 49)  # log-spaced
     uniform = cosine.spectrum("uniform", 20)
-    assert uniform[0] == pytest.approx(0.05) and uniform[-1] == pytest.approx(1.0)
+    assert uniform.size == 20 and uniform[0] == pytest.approx(0.05) and uniform[-1] == pytest.approx(1.0)
     for dim in (5, 40):  # 10 % of the directions at 1 (at least one), the rest at 0.05
         spiked = cosine.spectrum("spiked", dim)
         assert spiked.size == dim and (spiked == 1.0).sum() == max(1, dim // 10)
@@ -333,3 +347,26 @@ def test_series_curve_and_snr_bound_with_per_direction_noise_at_one_staleness():
     a_sym = sp.Symbol("a", positive=True)
     assert sp.expand(cosine.cosine_series(2) - (a_sym / 2 + a_sym**2 / 2)) == 0  # the default order is 2
     assert np.isnan(cosine.series_cosine(1.2, curvatures, 2, sigma))  # past a*(2) = 0.618: no stationary state
+
+
+def test_snr_law_samples_what_its_docstring_says(monkeypatch):
+    # s in 0..16 (both s = 0 and s >= 1 drawn), eta*lambda_max in (0.05, 0.98) a*(s), sigma_i > 0, lambda_i >= 0
+    calls, original = [], cosine.snr
+    monkeypatch.setattr(cosine, "snr", lambda *args: calls.append(args) or original(*args))
+    result = cosine.check_snr_law(spectra=15, seed=0)
+    assert len(calls) == 15 and sum(result["cases"]) == 15
+    for eta, curvatures, staleness, noise in calls:
+        fraction = eta * curvatures.max() / float(stability_boundary_closed_form(staleness))
+        assert 0.05 <= fraction <= 0.98 and 0 <= staleness <= 16 and 1 <= curvatures.size < 60
+        assert (curvatures >= 0).all() and (noise > 0).all() and noise.shape == curvatures.shape
+        assert np.isfinite(original(eta, curvatures, staleness, noise))
+
+
+def test_default_baseline_and_parametrization():
+    # the defaults (tabular, mean baseline, no importance weights): the stale gradient grad J(theta_b)
+    rng = np.random.default_rng(4)
+    theta, theta_b, rewards = rng.standard_normal(5), rng.standard_normal(5), rng.uniform(0, 1, 5)
+    pi = np.exp(theta) / np.exp(theta).sum()
+    assert abs(cosine.expected_reward(theta, rewards) - pi @ rewards) < 1e-12
+    assert np.allclose(cosine.stale_data_gradient(theta, theta_b, rewards),
+                       cosine.numeric_policy_gradient(theta_b, rewards), rtol=0, atol=1e-8)
