@@ -370,3 +370,13 @@ def test_default_baseline_and_parametrization():
     assert abs(cosine.expected_reward(theta, rewards) - pi @ rewards) < 1e-12
     assert np.allclose(cosine.stale_data_gradient(theta, theta_b, rewards),
                        cosine.numeric_policy_gradient(theta_b, rewards), rtol=0, atol=1e-8)
+
+
+def test_series_curve_passes_its_order_on():
+    # s = 2, order 3: per direction a/2 + a^2/2 + s(s-1)a^3/4 = a/2 + a^2/2 + a^3/2 (the docstring's series)
+    curvatures = np.array([0.2, 0.6, 1.0])
+    a = 0.3 * curvatures
+    derived = cosine.gradient_autocovariance_symbolic(2)
+    weights = sp.lambdify(derived["a"], derived["second"])(a)
+    expected = (weights * (a / 2 + a**2 / 2 + a**3 / 2)).sum() / weights.sum()
+    assert abs(cosine.series_cosine(0.3, curvatures, 2, order=3) - expected) < 1e-12
