@@ -67,6 +67,8 @@ def test_beyond_boundary_is_nan():
 
 def test_stale_data_reduces_to_stale_gradient_exactly_when_expected():
     result = cosine.check_stale_data_reduction(trials=10)
+    assert set(result) == {f"{p}/{b}/{w}" for p in cosine.PARAMETRIZATIONS for b in ("mean", "none")
+                           for w in ("is", "nois")} | {"none_formula"}
     for parametrization in ("tabular", "loglinear"):
         # mean baseline, no importance weights: stale data == stale gradient grad J(theta_b)
         assert result[f"{parametrization}/mean/nois"] < 1e-6
@@ -78,7 +80,7 @@ def test_stale_data_reduces_to_stale_gradient_exactly_when_expected():
     for key, value in result.items():
         if key.endswith("/is"):
             assert value < 1e-6, key
-    assert result["none_formula"] < 1e-6
+    assert 0 < result["none_formula"] < 1e-6  # finite differences are never exact: 0 means nothing was compared
 
 
 def test_cosine_s1_is_plus_half_a_and_matches_lyapunov():
@@ -162,3 +164,219 @@ def test_series_curve_and_snr_bound_curve():
     assert abs(series[0] - predicted[0]) < 1e-12  # s = 0 is exact
     assert abs(bound[0] + predicted[0]) < 1e-12
     assert np.all(predicted[1:] <= bound[1:])
+
+
+# --- fast cases of the Monte-Carlo checks and of the helpers (so that their mutants are judged without heavy runs) ---
+
+
+def _direct_simulation(eta, curvatures, staleness, noise, steps, burn_in, seed):
+    """The same model with the whole trajectory kept (no ring buffer): x_{t-s} = 0 before the start."""
+    rng = np.random.default_rng(seed)
+    curvatures = np.asarray(curvatures, dtype=float)
+    noise = np.broadcast_to(np.asarray(noise, dtype=float), curvatures.shape)
+    xs, grads, signals, noises = [np.zeros(curvatures.size)], [], [], []
+    for t in range(burn_in + steps):
+        stale = xs[t - staleness] if t - staleness >= 0 else np.zeros(curvatures.size)
+        signals.append(curvatures * stale)
+        noises.append(noise * rng.standard_normal(curvatures.size))
+        grads.append(signals[-1] + noises[-1])
+        xs.append(xs[t] - eta * grads[-1])
+    kept = range(burn_in, burn_in + steps)
+    cosines = [grads[t] @ grads[t - 1] / np.linalg.norm(grads[t]) / np.linalg.norm(grads[t - 1]) for t in kept]
+    return {"mean_cosine": np.mean(cosines),
+            "ratio_cosine": sum(grads[t] @ grads[t - 1] for t in kept) / sum(grads[t] @ grads[t] for t in kept),
+            "snr": sum(signals[t] @ signals[t] for t in kept) / sum(noises[t] @ noises[t] for t in kept)}
+
+
+@pytest.mark.parametrize("staleness", [0, 1, 3])
+def test_simulate_cosine_against_a_direct_loop(staleness):
+    curvatures, noise = np.array([0.2, 0.5, 1.0, 0.05]), np.array([1.0, 0.5, 2.0, 1.5])
+    eta = 0.7 * float(stability_boundary_closed_form(staleness))
+    got = cosine.simulate_cosine(eta, curvatures, staleness, noise, steps=40, burn_in=7, seed=5)
+    expected = _direct_simulation(eta, curvatures, staleness, noise, steps=40, burn_in=7, seed=5)
+    for key, value in expected.items():
+        assert abs(got[key] - value) < 1e-12 * max(1.0, abs(value)), key
+
+
+def test_check_cosine_against_simulation_small():
+    # d = 200, 800 steps: the per-step cosine's noise (~1/sqrt(d)) averages to a few 1e-3; measured max 0.008
+    settings = [(frac * float(stability_boundary_closed_form(s)), name, s, 1.0) for frac, name, s in cosine.MC_SETTINGS]
+    rows = cosine.check_cosine_against_simulation(settings, dim=200, steps=800, burn_in=300, seed=0)
+    assert len(rows) == len(settings)
+    for k, (row, (eta, name, staleness, noise)) in enumerate(zip(rows, settings, strict=True)):
+        curvatures = cosine.spectrum(name, 200)
+        assert (row["eta"], row["spectrum"], row["staleness"], row["noise"]) == (eta, name, staleness, noise)
+        assert row["predicted"] == cosine.predicted_cosine(eta, curvatures, staleness, noise)
+        assert row["simulated"] == cosine.simulate_cosine(eta, curvatures, staleness, noise, 800, 300, k)["mean_cosine"]
+        assert abs(row["top_a_over_boundary"] - cosine.MC_SETTINGS[k][0]) < 1e-12
+        assert row["abs_error"] == abs(row["predicted"] - row["simulated"]) < 0.03, row
+        assert abs(row["simulated_ratio"] - row["predicted"]) < 0.03, row
+
+
+def test_snr_law_small():
+    result = cosine.check_snr_law(spectra=15, seed=0)
+    assert sum(result["cases"]) == 15 and min(result["cases"]) >= 3
+    assert result["sync_max_error"] < 1e-12
+    assert -1.0 < result["async_max_excess"] <= 1e-12
+
+
+def test_snr_law_check_fails_for_a_wrong_snr(monkeypatch):
+    original = cosine.snr
+    monkeypatch.setattr(cosine, "snr", lambda *args: 1.5 * original(*args))
+    result = cosine.check_snr_law(spectra=15, seed=0)
+    assert result["sync_max_error"] > 1e-3
+
+
+def test_anisotropic_cosine_small():
+    # d = 300, 800 steps: measured max |error| 0.015, snr within 6 %, isotropic prediction off by >= 0.078
+    rows = cosine.check_anisotropic_cosine(dim=300, steps=800, burn_in=300, seed=0)
+    assert [(row["fraction"], row["spectrum"], row["staleness"]) for row in rows] == cosine.ANISOTROPIC_SETTINGS
+    for row in rows:
+        curvatures = cosine.spectrum(row["spectrum"], 300)
+        eta = row["fraction"] * float(stability_boundary_closed_form(row["staleness"]))
+        sigma = 0.2 + 2.0 * curvatures  # lambda_max = 1
+        assert row["predicted"] == cosine.predicted_cosine(eta, curvatures, row["staleness"], sigma)
+        assert row["isotropic_predicted"] == cosine.predicted_cosine(eta, curvatures, row["staleness"])
+        assert row["abs_error"] == abs(row["predicted"] - row["simulated"]) < 0.03, row
+        assert abs(row["snr"] / row["snr_simulated"] - 1) < 0.15, row
+        assert abs(row["snr"] - cosine.snr(eta, curvatures, row["staleness"], sigma)) < 1e-12
+        assert abs(row["isotropic_predicted"] - row["simulated"]) > 0.05
+    last = cosine.simulate_cosine(eta, curvatures, row["staleness"], sigma, 800, 300, seed=len(rows) - 1)
+    assert (row["simulated"], row["snr_simulated"]) == (last["mean_cosine"], last["snr"])  # run k has seed + k
+
+
+def test_anisotropic_noise_grows_with_curvature():
+    sigma = cosine.anisotropic_noise([0.0, 1.0, 4.0])  # lambda_max = 4: sigma = 0.2 + 2 lambda / 4
+    assert np.allclose(sigma, [0.2, 0.7, 2.2], rtol=0, atol=1e-15)
+
+
+def test_snr_at_s0_is_the_weighted_a_over_2_minus_a():
+    # at s = 0, SNR_i = a/(2 - a) (cosine_sync_closed_form: E[g^2]/sigma^2 = 2/(2 - a)), weighted by sigma_i^2
+    curvatures, sigma = np.array([0.0, 0.1, 0.4, 1.0]), np.array([1.0, 2.0, 1.0, 0.5])
+    a = 1.5 * curvatures
+    expected = (sigma**2 * a / (2 - a)).sum() / (sigma**2).sum()
+    assert abs(cosine.snr(1.5, curvatures, 0, sigma) - expected) < 1e-12
+    assert np.isnan(cosine.snr(2.5, curvatures, 0, sigma))  # a = 2.5 > a*(0) = 2: no stationary state
+    with pytest.raises(ValueError, match="^snr needs curvatures >= 0$"):
+        cosine.snr(0.1, [-1.0], 0)
+
+
+def test_predicted_cosine_with_per_direction_noise_and_zero_curvature():
+    # s = 0: cos = -sum w_i a_i/2 with w_i = sigma_i^2 E[g_i^2]/sigma_i^2 = sigma_i^2 * 2/(2 - a_i); a flat
+    # direction (a = 0) adds sigma^2 to the denominator only
+    curvatures, sigma = np.array([0.0, 0.3, 1.0]), np.array([1.0, 2.0, 0.5])
+    a = 0.8 * curvatures
+    weights = sigma**2 * 2 / (2 - a)
+    assert abs(cosine.predicted_cosine(0.8, curvatures, 0, sigma) + (weights * a / 2).sum() / weights.sum()) < 1e-12
+    # s = 1: cos_i = a_i/2 with weights sigma_i^2 * 2/((1 - a_i)(2 + a_i)) (cosine_s1)
+    weights = sigma**2 * 2 / ((1 - a) * (2 + a))
+    assert abs(cosine.predicted_cosine(0.8, curvatures, 1, sigma) - (weights * a / 2).sum() / weights.sum()) < 1e-12
+    with pytest.raises(ValueError, match="^predicted_cosine needs curvatures >= 0 "):
+        cosine.predicted_cosine(0.1, [-0.5, 1.0], 0)
+    # an array of stalenesses in any order: unstable ones are nan, the others still computed
+    values = cosine.predicted_cosine(0.8, curvatures, [8, 0, 1], sigma)
+    assert np.isnan(values[0]) and values[1] == cosine.predicted_cosine(0.8, curvatures, 0, sigma)
+    assert values[2] == cosine.predicted_cosine(0.8, curvatures, 1, sigma)
+
+
+def test_gradient_moments_on_many_repeated_values():
+    # more than one chunk of 256 distinct values, each repeated, in shuffled order: every entry gets its own value
+    a = np.random.default_rng(3).permutation(np.repeat(np.linspace(0.001, 0.5, 300), 2))
+    lag_one, second = cosine.gradient_moments(a, 1)
+    assert np.allclose(lag_one / second, a / 2, rtol=1e-10, atol=0)
+    assert np.allclose(second, 2 / ((1 - a) * (2 + a)), rtol=1e-10, atol=0)
+    grid = a[:120].reshape(4, 30)  # any array shape: the same values entry by entry
+    assert np.array_equal(cosine.gradient_moments(grid, 1)[1], cosine.gradient_moments(a[:120], 1)[1].reshape(4, 30))
+    for staleness in (0, 1, 3):  # exactly at the boundary there is no stationary state either
+        at_boundary = cosine.gradient_moments(float(stability_boundary_closed_form(staleness)), staleness)
+        assert np.isnan(at_boundary[0][0]) and np.isnan(at_boundary[1][0])
+    lag_one, second = cosine.gradient_moments(np.array([0.0, -0.1, 1.0, 0.3]), 1)  # a*(1) = 1
+    assert lag_one[0] == 0.0 and second[0] == 1.0 and np.isnan(second[1:3]).all() and np.isnan(lag_one[1:3]).all()
+
+
+def test_cosine_s1_numeric_values():
+    values = np.array([0.05, 0.3, 0.9])
+    assert np.allclose(cosine.cosine_s1(values), values / 2, rtol=1e-12, atol=0)
+
+
+def test_spectra_are_the_documented_ones():
+    log = cosine.spectrum("log", 50)
+    assert log[0] == pytest.approx(1e-2) and log[-1] == pytest.approx(1.0)
+    assert np.allclose(np.diff(np.log(log)), np.log(100) / 49)  # log-spaced
+    uniform = cosine.spectrum("uniform", 20)
+    assert uniform.size == 20 and uniform[0] == pytest.approx(0.05) and uniform[-1] == pytest.approx(1.0)
+    for dim in (5, 40):  # 10 % of the directions at 1 (at least one), the rest at 0.05
+        spiked = cosine.spectrum("spiked", dim)
+        assert spiked.size == dim and (spiked == 1.0).sum() == max(1, dim // 10)
+        assert (spiked[spiked != 1.0] == 0.05).all()
+    random = cosine.spectrum("random", 30)
+    assert random.size == 30 and random.max() == 1.0 and random.min() > 0 and np.unique(random).size == 30
+    assert np.array_equal(random, cosine.spectrum("random", 30))  # fixed seed
+    with pytest.raises(ValueError, match="unknown spectrum 'flat'"):
+        cosine.spectrum("flat", 3)
+
+
+def test_softmax_of_large_logits_and_bad_inputs():
+    assert np.allclose(cosine.softmax(np.array([1000.0, 1000.0, 1000.0 + np.log(2)])), [0.25, 0.25, 0.5])
+    with pytest.raises(ValueError, match="parametrization must be one of"):
+        cosine.policy_logits(np.zeros(2), None, "linear")
+    with pytest.raises(ValueError, match="baseline must be 'mean' or 'none'"):
+        cosine.stale_data_gradient(np.zeros(3), np.zeros(3), np.ones(3), baseline="median")
+    with pytest.raises(ValueError, match="staleness must be >= 0"):
+        cosine.gradient_autocovariance_symbolic(-1)
+    with pytest.raises(ValueError, match="staleness >= 1"):
+        cosine.cosine_series(0)
+
+
+def test_series_curve_and_snr_bound_with_per_direction_noise_at_one_staleness():
+    curvatures, sigma = np.array([0.0, 0.1, 0.3, 1.0]), np.array([1.0, 2.0, 0.7, 0.5])
+    # s = 0 (exactly -a/2) and s = 1 (exactly a/2, so its series from order 1 on): the series curve is exact;
+    # the SNR law is an equality at s = 0
+    for staleness, eta in ((0, 1.2), (1, 0.6)):
+        predicted = cosine.predicted_cosine(eta, curvatures, staleness, sigma)
+        series = cosine.series_cosine(eta, curvatures, staleness, sigma)
+        assert isinstance(series, float) and abs(series - predicted) < 1e-12
+    bound = cosine.snr_bound(1.2, curvatures, 0, sigma)
+    assert isinstance(bound, float) and abs(bound + cosine.predicted_cosine(1.2, curvatures, 0, sigma)) < 1e-12
+    # s = 2, default order 2: per direction a/2 + a^2/2, weighted by sigma_i^2 E[g_i^2] (a/(2(1 - a)) exactly)
+    a = 0.4 * curvatures
+    derived = cosine.gradient_autocovariance_symbolic(2)  # E[g^2]/sigma^2 without the Lyapunov solve
+    weights = sigma**2 * sp.lambdify(derived["a"], derived["second"])(a)
+    expected = (weights * (a / 2 + a**2 / 2)).sum() / weights.sum()
+    assert abs(cosine.series_cosine(0.4, curvatures, 2, sigma) - expected) < 1e-12
+    a_sym = sp.Symbol("a", positive=True)
+    assert sp.expand(cosine.cosine_series(2) - (a_sym / 2 + a_sym**2 / 2)) == 0  # the default order is 2
+    assert np.isnan(cosine.series_cosine(1.2, curvatures, 2, sigma))  # past a*(2) = 0.618: no stationary state
+
+
+def test_snr_law_samples_what_its_docstring_says(monkeypatch):
+    # s in 0..16 (both s = 0 and s >= 1 drawn), eta*lambda_max in (0.05, 0.98) a*(s), sigma_i > 0, lambda_i >= 0
+    calls, original = [], cosine.snr
+    monkeypatch.setattr(cosine, "snr", lambda *args: calls.append(args) or original(*args))
+    result = cosine.check_snr_law(spectra=15, seed=0)
+    assert len(calls) == 15 and sum(result["cases"]) == 15
+    for eta, curvatures, staleness, noise in calls:
+        fraction = eta * curvatures.max() / float(stability_boundary_closed_form(staleness))
+        assert 0.05 <= fraction <= 0.98 and 0 <= staleness <= 16 and 1 <= curvatures.size < 60
+        assert (curvatures >= 0).all() and (noise > 0).all() and noise.shape == curvatures.shape
+        assert np.isfinite(original(eta, curvatures, staleness, noise))
+
+
+def test_default_baseline_and_parametrization():
+    # the defaults (tabular, mean baseline, no importance weights): the stale gradient grad J(theta_b)
+    rng = np.random.default_rng(4)
+    theta, theta_b, rewards = rng.standard_normal(5), rng.standard_normal(5), rng.uniform(0, 1, 5)
+    pi = np.exp(theta) / np.exp(theta).sum()
+    assert abs(cosine.expected_reward(theta, rewards) - pi @ rewards) < 1e-12
+    assert np.allclose(cosine.stale_data_gradient(theta, theta_b, rewards),
+                       cosine.numeric_policy_gradient(theta_b, rewards), rtol=0, atol=1e-8)
+
+
+def test_series_curve_passes_its_order_on():
+    # s = 2, order 3: per direction a/2 + a^2/2 + s(s-1)a^3/4 = a/2 + a^2/2 + a^3/2 (the docstring's series)
+    curvatures = np.array([0.2, 0.6, 1.0])
+    a = 0.3 * curvatures
+    derived = cosine.gradient_autocovariance_symbolic(2)
+    weights = sp.lambdify(derived["a"], derived["second"])(a)
+    expected = (weights * (a / 2 + a**2 / 2 + a**3 / 2)).sum() / weights.sum()
+    assert abs(cosine.series_cosine(0.3, curvatures, 2, order=3) - expected) < 1e-12
