@@ -191,6 +191,12 @@ processes keep the device busy while one samples on the host; more would add CUD
 judgement, not measured on a device)."""
 
 
+def largest_size(units: list[cache.Unit]) -> str:
+    """The largest GRPO model size among ``units`` ("small" when there is none): it sets the memory per worker."""
+    sizes = [u.spec.args.size for u in units if u.kind == "llm_grpo"]
+    return max(sizes, key=lambda s: WORKER_MEMORY.get(s, 0), default="small")
+
+
 def available_memory() -> int:
     """Bytes of memory available to new processes (Linux MemAvailable; free pages elsewhere)."""
     try:
@@ -372,8 +378,7 @@ def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int |
     each after its warm start; see ``unit_tasks``). For the experiments' own command lines; the figures go through
     ``python -m paper_figs``, which computes every figure's runs in one graph."""
     units = [run_unit(r) for r in runs]
-    size = max((r.args.size for r in runs), key=lambda s: WORKER_MEMORY.get(s, 0), default="small")
-    jobs = default_jobs(size, device=device) if jobs is None else jobs
+    jobs = default_jobs(largest_size(units), device=device) if jobs is None else jobs
     results, tasks = unit_tasks(units, cache.CACHE_DIR)
     start, done, total = time.perf_counter(), len(results), len({u.name for u in units})
 

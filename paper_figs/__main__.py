@@ -11,8 +11,8 @@ from dataclasses import replace
 import torch
 import tyro
 
-from experiments.llm import default_jobs
-from paper_figs.driver import DRY_RUN_DIR, FIGURES, LLM_FIGURES, FigureArgs, declare, largest_size, make_figures
+from experiments.llm import default_jobs, largest_size
+from paper_figs.driver import DRY_RUN_DIR, FIGURES, LLM_FIGURES, FigureArgs, declare, make_figures
 from sim.record import check_output_dir
 
 

@@ -89,12 +89,6 @@ class Figure:
     name: str
 
 
-def largest_size(units: list[Unit]) -> str:
-    """The largest GRPO model size among ``units`` ("small" when there is none): it sets the memory per worker."""
-    sizes = [u.spec.args.size for u in units if u.kind == "llm_grpo"]
-    return max(sizes, key=lambda s: llm.WORKER_MEMORY.get(s, 0), default="small")
-
-
 def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path | None = None,
             figures: dict[str, tuple[list[Unit], Callable[[list], Any]]] | None = None, log=print) -> dict[str, Any]:
     """Every unit's result by name: cached ones read once each, the others computed on ``jobs`` workers into the
