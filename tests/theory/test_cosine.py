@@ -380,3 +380,59 @@ def test_series_curve_passes_its_order_on():
     weights = sp.lambdify(derived["a"], derived["second"])(a)
     expected = (weights * (a / 2 + a**2 / 2 + a**3 / 2)).sum() / weights.sum()
     assert abs(cosine.series_cosine(0.3, curvatures, 2, order=3) - expected) < 1e-12
+
+
+# --- issue 23, theory v3 (last round): inputs the checks document but no fast test passed ---
+
+
+def test_check_cosine_against_simulation_with_per_direction_noise():
+    # the setting's noise may be per-direction sigma_i; the prediction must weight by it like the simulation does
+    dim, staleness = 100, 2
+    eta = 0.8 * float(stability_boundary_closed_form(staleness))
+    sigma = cosine.anisotropic_noise(cosine.spectrum("log", dim))
+    row = cosine.check_cosine_against_simulation([(eta, "log", staleness, sigma)], dim=dim, steps=300, burn_in=200)[0]
+    weighted = cosine.predicted_cosine(eta, cosine.spectrum("log", dim), staleness, sigma)
+    isotropic = cosine.predicted_cosine(eta, cosine.spectrum("log", dim), staleness)
+    assert abs(weighted - isotropic) > 0.05  # the weights matter for this setting
+    assert row["predicted"] == weighted
+    assert abs(row["simulated"] - weighted) < 0.05  # d = 100, 300 steps: measured 0.01
+
+
+def test_snr_law_draws_cover_the_documented_ranges(monkeypatch):
+    # the sampling alone, over many draws (snr and the cosine replaced by stubs that record their arguments):
+    # every s in 0..16 occurs and no other, eta * lambda_max / a*(s) stays in (0.05, 0.98), spectra are not flat
+    calls = []
+    monkeypatch.setattr(cosine, "snr", lambda *args: calls.append(args) or 0.0)
+    monkeypatch.setattr(cosine, "predicted_cosine", lambda *args: 0.0)
+    result = cosine.check_snr_law(spectra=1000, seed=0)
+    assert len(calls) == 1000 and sum(result["cases"]) == 1000
+    stalenesses = {staleness for _, _, staleness, _ in calls}
+    assert stalenesses == set(range(17))
+    fractions = [eta * lam.max() / float(stability_boundary_closed_form(s)) for eta, lam, s, _ in calls]
+    assert 0.05 <= min(fractions) and max(fractions) <= 0.98
+    assert min(lam.size for _, lam, _, _ in calls) >= 1
+    assert all(np.ptp(lam) > 0 for _, lam, _, _ in calls if lam.size > 1)  # random curvatures, not one value
+
+
+def test_stale_data_check_is_seeded_and_uses_dim_parameters_for_the_feature_models(monkeypatch):
+    first = cosine.check_stale_data_reduction(trials=2, actions=5, dim=3, seed=7)
+    assert first == cosine.check_stale_data_reduction(trials=2, actions=5, dim=3, seed=7)
+    sizes, original = set(), cosine.numeric_policy_gradient
+
+    def recording(theta, rewards, features=None, parametrization="tabular"):
+        sizes.add((parametrization, np.size(theta)))
+        return original(theta, rewards, features, parametrization)
+
+    monkeypatch.setattr(cosine, "numeric_policy_gradient", recording)
+    cosine.check_stale_data_reduction(trials=1, actions=5, dim=3, seed=7)
+    assert sizes == {("tabular", 5), ("loglinear", 3), ("tanh", 3)}
+
+
+def test_numeric_policy_gradient_of_an_integer_theta():
+    # theta given as integers (a natural input) is the same point as its float copy: no truncated gradient
+    rewards, features = np.array([0.1, 0.9, 0.4]), np.array([[1.0, 0.0], [0.5, -1.0], [0.0, 2.0]])
+    for parametrization, theta in (("tabular", np.array([0, 1, -1])), ("tanh", np.array([1, 0]))):
+        got = cosine.numeric_policy_gradient(theta, rewards, features, parametrization)
+        expected = cosine.numeric_policy_gradient(theta.astype(float), rewards, features, parametrization)
+        assert got.dtype == np.float64 and np.array_equal(got, expected)
+        assert np.abs(got).max() > 0.01

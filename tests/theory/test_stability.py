@@ -1,7 +1,10 @@
 """Checks of theory.stability: closed-form boundary (exact and numeric) and random-staleness mean-square boundary."""
 
+import itertools
+
 import numpy as np
 import pytest
+import sympy as sp
 
 from theory import stability
 
@@ -81,3 +84,125 @@ def test_closed_form_and_map_reject_bad_input_and_exclude_both_ends():
     for s in (0, 1, 3):
         edge = float(stability.stability_boundary_closed_form(s))
         assert stability.stability_map([0.0, 0.5 * edge, edge], [s]).tolist() == [[False, True, False]]
+
+
+# --- issue 23, theory v3: small exact cases that judge the checks' own bookkeeping (fast, no Monte-Carlo tolerance) ---
+
+
+def test_a_radius_of_exactly_one_is_not_stable():
+    # marginal stability (a root on the unit circle) is not asymptotic stability: a = 0 leaves the root z = 1
+    for s in (0, 1, 4):
+        assert stability.spectral_radius(0.0, s) == 1.0
+        assert stability.stability_map([0.0, 0.1], [s], method="roots").tolist() == [[False, True]]
+    # the bisection treats radius == 1 as unstable too: a step radius that is exactly 1 from 0.25 on
+    boundary = stability._last_stable(lambda a: 1.0 if a >= 0.25 else 0.5, 0.0, 1.0, 1e-10)
+    assert abs(boundary - 0.25) < 1e-9
+
+
+def test_derivation_identities_hold_numerically():
+    # each step of boundary_derivation evaluated at sampled (s, omega) with plain floats, no sympy simplification
+    d = stability.boundary_derivation()
+    s_sym, w_sym = d["s"], d["omega"]
+    for s, w in ((1, 0.3), (2.5, 1.1), (7, 2.9)):
+        at = {s_sym: s, w_sym: w}
+        assert abs(float(d["imag_part"].subs(at)) - (np.sin(w * (s + 1)) - np.sin(w * s))) < 1e-12
+        assert abs(float(d["product_form"].subs(at)) - float(d["imag_part"].subs(at))) < 1e-12
+        assert abs(float(d["modulus_sq"].subs(at)) - abs(np.exp(1j * w) - 1) ** 2) < 1e-12
+        assert abs(float(d["modulus_sq_closed"].subs(at)) - abs(np.exp(1j * w) - 1) ** 2) < 1e-12
+    for s in (0, 1, 5):  # at omega*, a* the polynomial z^{s+1} - z^s + a has the root e^{i omega*}
+        omega, a = float(d["omega_star"].subs(s_sym, s)), float(d["a_star"].subs(s_sym, s))
+        z = np.exp(1j * omega)
+        assert abs(z ** (s + 1) - z**s + a) < 1e-12
+
+
+@pytest.mark.parametrize(("wrong_at", "factor"), [(0, 1.01), (4, 0.995)])
+def test_numeric_check_reports_a_boundary_too_large_or_too_small_at_either_end(monkeypatch, wrong_at, factor):
+    # mutation: the closed form off at one end of s = 0..4 only; 0.5 % too small must fail the "above" side
+    original = stability.stability_boundary_closed_form
+    monkeypatch.setattr(stability, "stability_boundary_closed_form",
+                        lambda s: original(s) * (factor if np.all(np.asarray(s) == wrong_at) else 1.0))
+    result = stability.check_boundary_numeric(max_staleness=4)
+    assert not result["sides_ok"]
+    assert result["max_error"] > 1e-3
+
+
+def test_numeric_check_covers_exactly_s_up_to_max_staleness(monkeypatch):
+    # a closed form wrong at s = 5 only is outside s = 0..4: the check must not see it
+    original = stability.stability_boundary_closed_form
+    monkeypatch.setattr(stability, "stability_boundary_closed_form",
+                        lambda s: original(s) * (1.05 if np.all(np.asarray(s) == 5) else 1.0))
+    result = stability.check_boundary_numeric(max_staleness=4)
+    assert result["sides_ok"] and result["max_error"] < 1e-8
+
+
+def _wrong_polynomial(wrong_at, extra):
+    original = stability.characteristic_polynomial
+    return lambda s: original(s) + (extra if s == wrong_at else 0)
+
+
+WRONG_POLYNOMIALS = [(0, stability.A), (1, stability.A * (stability.Z + 1)), (2, stability.A)]  # (s, extra term)
+
+
+@pytest.mark.parametrize(("wrong_at", "extra"), WRONG_POLYNOMIALS)
+def test_symbolic_check_reports_a_wrong_polynomial_with_its_residual(monkeypatch, wrong_at, extra):
+    # mutation: p_s(z) + extra at one s; the check over s = 0..1 must say so and report |p(e^{i omega*})| at a*(s),
+    # here recomputed with complex floats; a wrong polynomial at s = 2 lies outside the checked range
+    monkeypatch.setattr(stability, "characteristic_polynomial", _wrong_polynomial(wrong_at, extra))
+    result = stability.check_boundary_symbolic(max_staleness=1)
+    if wrong_at > 1:
+        assert result == {"residual_max": 0.0, "identities_ok": True, "polynomial_ok": True}
+        return
+    omega = np.pi / (2 * wrong_at + 1)
+    a, z = 2 * np.sin(omega / 2), np.exp(1j * omega)
+    residual = abs(complex(extra.subs({stability.A: a, stability.Z: z})))  # the correct part is exactly 0 there
+    assert residual > 0.5
+    assert not result["polynomial_ok"] and result["identities_ok"]
+    assert abs(result["residual_max"] - residual) < 1e-12
+
+
+@pytest.mark.parametrize("wrong", ["product_form", "modulus_sq_closed", "omega_star"])
+def test_symbolic_check_reports_each_wrong_derivation_step(monkeypatch, wrong):
+    original = stability.boundary_derivation()
+    s, w = original["s"], original["omega"]
+    replacement = {"product_form": 2 * sp.sin(w * (2 * s + 1) / 2) * sp.sin(w / 2),  # sin for cos
+                   "modulus_sq_closed": 2 * sp.sin(w / 2) ** 2,  # a factor 2 lost
+                   "omega_star": sp.pi / (2 * s + 2)}[wrong]
+    monkeypatch.setattr(stability, "boundary_derivation", lambda: {**original, wrong: replacement})
+    result = stability.check_boundary_symbolic(max_staleness=0)
+    assert not result["identities_ok"] and result["polynomial_ok"] and result["residual_max"] == 0.0
+
+
+def test_mean_square_check_without_delay_is_exact():
+    # s_max = 0 has no randomness: x_t = (1 - a)^t on every path, so the Monte Carlo equals the recursion to rounding
+    # and both growths over the last half (steps 12..24) are (1 - a)^24, at a = 0.8 and 1.25 times the boundary 2
+    result = stability.check_mean_square_random(0, paths=500, steps=24, seed=0)
+    assert abs(result["boundary"] - 2.0) < 1e-6 and result["a_star_fixed"] == 2.0
+    for side, factor in (("below", 0.8), ("above", 1.25)):
+        a = result[side]["a"]
+        assert a == factor * result["boundary"]
+        assert result[side]["max_z"] < 1.0  # the relative rounding guard, not a statistical spread
+        exact = (1.0 - a) ** 24
+        assert abs(result[side]["predicted_growth"] / exact - 1) < 1e-9
+        assert abs(result[side]["measured_growth"] / exact - 1) < 1e-9
+
+
+def test_mean_square_check_is_seeded():
+    first = stability.check_mean_square_random(2, paths=400, steps=10, seed=3)
+    assert first == stability.check_mean_square_random(2, paths=400, steps=10, seed=3)
+    other = stability.check_mean_square_random(2, paths=400, steps=10, seed=4)
+    assert other["below"]["measured_growth"] != first["below"]["measured_growth"]
+    assert other["below"]["predicted_growth"] == first["below"]["predicted_growth"]
+
+
+def test_predicted_second_moment_against_every_delay_sequence():
+    # E[x_t^2] exactly: the average over all (s_max + 1)^t equally likely delay sequences, each run as a plain loop
+    a, max_staleness, steps, x0 = 0.7, 2, 5, 1.5
+    predicted = stability.predicted_second_moment(a, max_staleness, steps, x0=x0)
+    for t in range(steps + 1):
+        squares = []
+        for delays in itertools.product(range(max_staleness + 1), repeat=t):
+            xs = [x0] * (max_staleness + 1)  # x_{-s_max}, ..., x_0
+            for delay in delays:
+                xs.append(xs[-1] - a * xs[-1 - delay])
+            squares.append(xs[-1] ** 2)
+        assert abs(predicted[t] - np.mean(squares)) < 1e-12 * max(1.0, np.mean(squares)), t
