@@ -8,13 +8,17 @@ from theory import gac_stability, momentum
 from theory.stability import stability_boundary_closed_form
 
 
-@pytest.fixture(scope="module")
-def geometric():
-    return momentum.geometric_staleness_momentum()  # sympy: seconds, computed once for the tests below
-
-
-def test_geometric_staleness_is_heavy_ball_symbolically(geometric):
+def test_geometric_staleness_is_heavy_ball_symbolically():
+    geometric = momentum.geometric_staleness_momentum()  # sympy: seconds, so one call checks every output
     assert geometric["difference"] == 0
+    # the returned polynomials, evaluated through the returned symbols, against a numeric sum of the delay kernel
+    z, a, mu = geometric["symbols"]
+    for a_value, mu_value, z_value in ((0.3, 0.6, 0.9), (0.7, 0.2, -1.5), (1.1, 0.45, 2.0)):
+        kernel = (1 - mu_value) * sum((mu_value / z_value) ** k for k in range(400))  # |mu/z| <= 0.75
+        expected = (z_value - 1 + a_value * kernel) * (z_value - mu_value)
+        values = {z: z_value, a: a_value, mu: mu_value}
+        assert float(geometric["delayed"].subs(values)) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+        assert float(geometric["heavy_ball"].subs(values)) == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
 def test_geometric_staleness_is_heavy_ball_numerically():
@@ -72,17 +76,6 @@ def test_gac_keeps_overshooting_quadratic_stable(staleness):
     assert result["gac_final"] < 1.5 * result["gac_mid"]  # stationary, not slowly growing
     # the mean-field model, fed the measured rho, also puts 1.3 a*(s) inside the stable range
     assert result["mean_field_boundary_ratio"] > 1.3
-
-
-def test_geometric_staleness_polynomials_against_the_truncated_kernel_sum(geometric):
-    # the returned polynomials, evaluated through the returned symbols, against a numeric sum of the delay kernel
-    z, a, mu = geometric["symbols"]
-    for a_value, mu_value, z_value in ((0.3, 0.6, 0.9), (0.7, 0.2, -1.5), (1.1, 0.45, 2.0)):
-        kernel = (1 - mu_value) * sum((mu_value / z_value) ** k for k in range(400))  # |mu/z| <= 0.75
-        expected = (z_value - 1 + a_value * kernel) * (z_value - mu_value)
-        values = {z: z_value, a: a_value, mu: mu_value}
-        assert float(geometric["delayed"].subs(values)) == pytest.approx(expected, rel=1e-12, abs=1e-12)
-        assert float(geometric["heavy_ball"].subs(values)) == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
 def test_monte_carlo_checks_are_reproducible_from_their_seed():
