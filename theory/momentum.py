@@ -35,11 +35,11 @@ def geometric_staleness_momentum() -> dict:
             "difference": sp.simplify(sp.expand(delayed - heavy_ball)), "symbols": (z, a, mu)}
 
 
-def check_geometric_momentum(a: float = 0.3, mu: float = 0.6, steps: int = 60, paths: int = 40000,
-                             history: int = 80, seed: int = 0) -> dict:
+def check_geometric_momentum(a: float, mu: float, steps: int, paths: int, history: int = 80, *, seed: int) -> dict:
     """Mean of x_t under random geometric staleness (Monte Carlo) and the exact kernel recursion vs heavy ball.
 
-    Pre-history x_{−k} = x_0 = 1; delays above ``history`` are truncated (probability μ^history). Returns
+    Pre-history x_{−k} = x_0 = 1 (a delay reaching past the stored history reads that value, so the Monte Carlo
+    is exact); the kernel sum stops after history + steps terms (weight μ^{history+steps+1} left out). Returns
     "kernel_error": max |kernel recursion − heavy ball| and "mc_max_z": max |MC mean − heavy ball| / stderr.
     """
     rng = np.random.default_rng(seed)
@@ -63,7 +63,7 @@ def check_geometric_momentum(a: float = 0.3, mu: float = 0.6, steps: int = 60, p
     return {"kernel_error": float(np.abs(np.array(kernel) - heavy).max()), "mc_max_z": float(z.max())}
 
 
-def dominant_roots(a: float, staleness: int, rho: float = 0.0) -> np.ndarray:
+def dominant_roots(a: float, staleness: int, rho: float) -> np.ndarray:
     """The two largest-modulus roots of z^{s+2} − z^{s+1} + a z − aρ (ρ = 0: of z^{s+1} − z^s + a)."""
     coeffs = np.zeros(staleness + 3)
     coeffs[0], coeffs[1] = 1.0, -1.0
@@ -121,8 +121,8 @@ def mean_field_gac_boundary(staleness: int, rho: float) -> float:
     return gac_stability_boundary(staleness, rho)
 
 
-def check_gac_extends_stability(staleness: int = 4, overshoot: float = 1.3, dim: int = 400, steps: int = 1500,
-                                seeds: int = 8, seed: int = 0) -> dict:
+def check_gac_extends_stability(staleness: int, overshoot: float, dim: int = 400, steps: int = 1500, seeds: int = 8,
+                                *, seed: int) -> dict:
     """Noisy quadratic with ηλ_max = overshoot·a*(s) (10% of directions there, the rest at 0.05·a*):
     plain delayed SGD vs GAC (``gac.control``, project, τ = 0). Also the mean-field boundary at the measured ρ̄.
 
