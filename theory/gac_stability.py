@@ -30,7 +30,7 @@ def gac_phase(omega, staleness: int, rho: float):
     From z^{s+1}(z − 1) + a(z − ρ) = 0: a = −z^{s+1}(z − 1)/(z − ρ), and −z^{s+1}(z − 1) = 2 sin(ω/2)
     e^{i(ω(s+3/2) − π/2)}, so a is real and positive iff the phase F vanishes.
     """
-    omega = np.asarray(omega, dtype=float)
+    omega = np.asarray(omega)
     return omega * (staleness + 1.5) - np.pi / 2 - np.arctan2(np.sin(omega), np.cos(omega) - rho)
 
 
@@ -58,7 +58,7 @@ def filtered_companion_matrix(a, staleness: int, rho: float) -> np.ndarray:
     m = np.zeros((n, n))
     m[0, 0] = 1.0
     m[0, staleness] -= a
-    m[0, staleness + 1] += a * rho
+    m[0, staleness + 1] = a * rho
     for k in range(1, n):
         m[k, k - 1] = 1.0
     return m
@@ -71,7 +71,7 @@ def gac_stability_boundary_bisection(staleness: int, rho: float, tol: float = 1e
     return _last_stable(radius, 1e-9, 2.5, tol)
 
 
-def check_gac_boundary(max_staleness: int = 32, rhos=(0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 0.95)) -> dict:
+def check_gac_boundary(max_staleness: int, rhos) -> dict:
     """max |semi-closed − bisection| over s = 0..max_staleness and the given ρ, and ρ = 0 against a*(s)."""
     errors = [abs(gac_stability_boundary(s, r) - gac_stability_boundary_bisection(s, r))
               for s in range(max_staleness + 1) for r in rhos]
@@ -85,7 +85,7 @@ def check_gac_boundary(max_staleness: int = 32, rhos=(0.0, 0.1, 0.3, 0.5, 0.7, 0
 # ---------------------------------------------------------------------------------------------
 
 
-def slow_mode_root_series(order: int = 2) -> dict:
+def slow_mode_root_series(order: int) -> dict:
     """Sympy lemma: the root of z^{s+2} − z^{s+1} + a z − aρ near z = 1 is z(a) = 1 − a(1−ρ) + c₂a² + O(a³).
 
     Derivation: substitute z = 1 + c₁a + c₂a² into z^{s+1}(z − 1) + a(z − ρ) and set the coefficients of a
@@ -139,7 +139,7 @@ def filtered_gradient_moments(a, staleness: int, rho: float) -> tuple[np.ndarray
     E[g_t g_{t−1}] = a²(MP)_ss + a b_s (b_s = −1 only at s = 0). ρ = 0 reduces to ``cosine.gradient_moments``.
     nan where the filtered recursion is unstable (a ≥ a*_GAC(s, ρ)); a = 0 gives (0, 1).
     """
-    a = np.atleast_1d(np.asarray(a, dtype=float))
+    a = np.atleast_1d(np.asarray(a))
     lag_one, second = np.full(a.shape, np.nan), np.full(a.shape, np.nan)
     boundary = gac_stability_boundary(staleness, rho)
     n = staleness + 3
@@ -165,8 +165,8 @@ def filtered_gradient_moments(a, staleness: int, rho: float) -> tuple[np.ndarray
 def predicted_coefficient(eta: float, curvatures, staleness: int, rho: float, noise=1.0) -> float:
     """max(0, Σσ_i²E[g_t g_{t−1}]_i / Σσ_i²E[g²]_i) under filter ρ: the removed coefficient ⟨g_t, g_{t−1}⟩/‖g_{t−1}‖²
     that GAC project (τ = 0) would see in high dimension (0 when the mean cosine is ≤ 0: GAC does not act)."""
-    a = eta * np.atleast_1d(np.asarray(curvatures, dtype=float))
-    noise_sq = np.broadcast_to(np.asarray(noise, dtype=float) ** 2, a.shape)
+    a = eta * np.atleast_1d(np.asarray(curvatures))
+    noise_sq = np.broadcast_to(np.asarray(noise) ** 2, a.shape)
     lag_one, second = filtered_gradient_moments(a, staleness, rho)
     return max(0.0, float((noise_sq * lag_one).sum() / (noise_sq * second).sum()))
 
@@ -199,7 +199,7 @@ def self_consistent_rho(eta: float, curvatures, staleness: int, noise=1.0, grid:
         return float("nan")
     lo, hi = interval
     gap = lambda r: predicted_coefficient(eta, curvatures, staleness, r, noise) - r  # noqa: E731
-    margin = 1e-9 * max(1.0, hi - lo)
+    margin = 1e-9  # hi - lo < 1: an absolute margin
     rhos = np.linspace(lo + (margin if lo > 0 else 0.0), hi - margin, grid)
     values = np.array([gap(r) for r in rhos])
     if values[0] <= 0.0:
@@ -222,7 +222,7 @@ def top_mode_limit(staleness: int) -> dict:
     return {"omega": omega, "rho": float(np.cos(omega)), "a_max": float(1.0 / np.cos(omega / 2))}
 
 
-def predicted_max_stable_step(curvatures, staleness: int, noise=1.0, tol: float = 1e-4) -> float:
+def predicted_max_stable_step(curvatures, staleness: int, tol: float, noise=1.0) -> float:
     """Largest η·λ_max for which mean-field GAC (project, τ = 0) has a stable self-consistent ρ* (bisection)."""
     lam = float(np.max(curvatures))
     lo, hi = 0.5 * float(stability_boundary_closed_form(staleness)), 2.1
@@ -247,13 +247,12 @@ def gac_project_step(grad: torch.Tensor, reference: torch.Tensor) -> tuple[torch
     where it kept g: the quantity whose mean the mean-field ρ models. The only use of ``gac`` in this module.
     """
     out = gac.control(grad, reference, gac.GACConfig(threshold=0.0, mode="project"))
-    acted = (out.regime == gac.ACT).to(grad.dtype)
+    acted = out.regime == gac.ACT
     along = (grad * reference).sum(-1) / (reference * reference).sum(-1).clamp_min(1e-300)
-    return out.grad, acted * (1.0 - out.parallel_scale.to(grad.dtype)) * along
+    return out.grad, acted * (1.0 - out.parallel_scale) * along
 
 
-def run_gac_quadratic(curvatures, eta, staleness: int, steps: int = 3000, seeds: int = 4, noise: float = 1.0,
-                      seed: int = 0):
+def run_gac_quadratic(curvatures, eta, staleness: int, steps: int, seeds: int, seed: int, noise: float = 1.0):
     """Delayed SGD with GAC on f = ½Σλ_i x_i², g_t = Λx_{t−s} + noise·ξ_t, from x = 0, batched over seeds.
 
     Returns {"rho_bar": mean removed coefficient over the second half and the seeds, "final_sq": median
@@ -262,8 +261,8 @@ def run_gac_quadratic(curvatures, eta, staleness: int, steps: int = 3000, seeds:
     run side by side in one batch (each row its own run, GAC acts per row) and a list of such dicts is returned.
     """
     gen = torch.Generator().manual_seed(seed)
-    lam = torch.as_tensor(np.asarray(curvatures, dtype=float))
-    step = torch.as_tensor(np.atleast_1d(np.asarray(eta, dtype=float)))[:, None, None]
+    lam = torch.as_tensor(np.asarray(curvatures))
+    step = torch.as_tensor(np.atleast_1d(eta))[:, None, None]
     x = torch.zeros(step.shape[0], seeds, lam.numel(), dtype=torch.float64)
     history = [x.clone() for _ in range(staleness + 1)]  # history[k] = x_{t−k}
     reference = torch.zeros_like(x)
