@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import sympy as sp
+import torch
 
 from theory import convergence, cosine
 
@@ -237,3 +238,163 @@ def test_delay_chosen_after_the_noise_raises_the_kept_energy_but_not_past_the_bo
 def test_assumption_case_rejects_unknown_names():
     with pytest.raises(ValueError, match="case must be one of"):
         convergence.run_assumption_case("shared_noise", "none")
+
+
+# ---------------------------------------------------------------------------------------------
+# Fast cases of the simulations, each against a direct loop written from the docstrings (numpy, one seed at a time,
+# GAC's projection and cap by hand); the loops draw the same torch random numbers in the same order
+# ---------------------------------------------------------------------------------------------
+
+
+def gac_by_hand(g, d, tau, mode):
+    """(g', c, acted): GAC on one vector; c = 1 − γ is the share of g's part along d̂ that is removed."""
+    d_norm, g_norm = np.linalg.norm(d), np.linalg.norm(g)
+    cos = g @ d / (g_norm * d_norm) if d_norm > 0 and g_norm > 0 else 0.0
+    if mode == "none" or not cos > tau:
+        return g, 0.0, False
+    along = (g @ d / d_norm**2) * d
+    across = g - along
+    gamma = 0.0 if mode == "project" else tau * np.linalg.norm(across) / (np.linalg.norm(along) * np.sqrt(1 - tau**2))
+    return across + gamma * along, 1.0 - gamma, True
+
+
+def direct_gac_sgd(curvatures, x0, wavy, eta, staleness, steps, noise_std, seeds, mode, tau=0.0, random=False,
+                   seed=0):
+    """run_gac_sgd's process per seed: θ_{t+1} = θ_t − η GAC(∇f(θ_{t−s_t}) + ξ_t, previous raw gradient)."""
+    gen = torch.Generator().manual_seed(seed)
+    delays, noises = [], []
+    for _ in range(steps):
+        delays.append(torch.randint(0, staleness + 1, (seeds,), generator=gen).numpy() if random
+                      else np.full(seeds, staleness))
+        noises.append(noise_std * torch.randn((seeds, len(x0)), generator=gen, dtype=torch.float64).numpy())
+    lam = np.asarray(curvatures, dtype=float)
+
+    def grad_f(x):  # ψ(x) = x²/2 + 3 sin²x: ψ' = x + 6 sin x cos x
+        return lam * (x + 6 * np.sin(x) * np.cos(x)) if wavy else lam * x
+
+    grad_sq, kept_sq, acted = np.zeros((steps, seeds)), np.zeros((steps, seeds)), np.zeros((steps, seeds))
+    for j in range(seeds):
+        thetas = [np.array(x0, dtype=float)]  # θ_0, θ_1, ...; θ_{t−k} = θ_0 for t < k
+        previous = np.zeros(len(x0))
+        for t in range(steps):
+            true_grad = grad_f(thetas[t])
+            g = grad_f(thetas[max(t - delays[t][j], 0)]) + noises[t][j]
+            applied, c, act = gac_by_hand(g, previous, tau, mode)
+            along = true_grad @ previous / np.linalg.norm(previous) if act else 0.0
+            grad_sq[t, j], kept_sq[t, j], acted[t, j] = true_grad @ true_grad, true_grad @ true_grad - c * along**2, act
+            previous = g
+            thetas.append(thetas[t] - eta * applied)
+    return {"grad_sq": grad_sq.mean(1), "kept_sq": kept_sq.mean(1), "acted": acted.mean(1)}
+
+
+@pytest.mark.parametrize("kind,staleness,mode,tau,random", [
+    ("quadratic", 0, "none", 0.0, False), ("quadratic", 2, "project", 0.0, False), ("wavy", 3, "cap", 0.3, True),
+    ("wavy", 1, "project", 0.2, False)])
+def test_run_gac_sgd_against_a_direct_loop(kind, staleness, mode, tau, random):
+    curvatures = torch.tensor([1.0, 0.5, 0.25], dtype=torch.float64)
+    x0 = torch.tensor([2.0, -1.5, 0.7], dtype=torch.float64)
+    problem = convergence.Problem(kind, curvatures, x0)
+    eta = 0.3 * convergence.max_step_size(problem.smoothness, staleness)
+    run = convergence.run_gac_sgd(problem, eta, staleness, 30, 0.4, 3, mode, tau, random, seed=7)
+    direct = direct_gac_sgd(curvatures.numpy(), x0.numpy(), kind == "wavy", eta, staleness, 30, 0.4, 3, mode, tau,
+                            random, seed=7)
+    for key in ("grad_sq", "kept_sq", "acted"):
+        assert run[key].shape == (30,)
+        np.testing.assert_allclose(run[key], direct[key], rtol=1e-9, atol=1e-12, err_msg=key)
+    if mode != "none":
+        assert 0 < run["acted"].mean() < 1  # the case exercises both regimes
+
+
+def test_stationary_tightness_small_case_against_direct_loops():
+    # the docstring's setup: λ evenly spaced in [0.5, 1], GAC project τ = 0, transient from θ_0 ~ U(−3, 3)^P over
+    # transient_steps, stationary from θ_0 = 0 over max(min_steps, 5/(η λ_min)) steps, averaged over the second half
+    dim, seeds, noise_std, seed = 3, 2, 0.6, 3
+    rows = convergence.stationary_tightness(fractions=(0.5,), stalenesses=(0, 2), modes=("none", "project"),
+                                            dim=dim, seeds=seeds, noise_std=noise_std, transient_steps=15,
+                                            min_steps=40, seed=seed)
+    curvatures = np.linspace(0.5, 1.0, dim)
+    x0 = (6.0 * torch.rand(dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) - 3.0).numpy()
+    sigma2, sigma_par2 = dim * noise_std**2, noise_std**2
+    expected = [(s, mode, fraction) for s in (0, 2) for mode in ("none", "project") for fraction in (0.5,)]
+    assert [(r["staleness"], r["mode"], r["fraction"]) for r in rows] == expected
+    lengths = set()
+    for row in rows:
+        s, mode, eta = row["staleness"], row["mode"], row["fraction"] * convergence.max_step_size(1.0, row["staleness"])
+        steps = max(40, int(5 / (eta * 0.5)))
+        lengths.add(steps)
+        transient = direct_gac_sgd(curvatures, x0, False, eta, s, 15, noise_std, seeds, mode, seed=seed)
+        stationary = direct_gac_sgd(curvatures, np.zeros(dim), False, eta, s, steps, noise_std, seeds, mode, seed=seed)
+        f0 = 0.5 * curvatures @ x0**2
+        want = {"eta": eta, "steps": steps, "transient_kept": transient["kept_sq"].mean(),
+                "transient_bound": convergence.convergence_bound(1.0, f0, sigma2, eta, s, 15, mode, sigma_par2),
+                "stationary_kept": stationary["kept_sq"][steps // 2:].mean(),
+                "stationary_bound": convergence.convergence_bound(1.0, 0.0, sigma2, eta, s, steps, mode, sigma_par2)}
+        want["transient_ratio"] = want["transient_bound"] / want["transient_kept"]
+        want["stationary_ratio"] = want["stationary_bound"] / want["stationary_kept"]
+        assert set(row) == {"staleness", "mode", "fraction", *want}
+        for key, value in want.items():
+            assert row[key] == pytest.approx(value, rel=1e-9), (key, row)
+    assert len(lengths) == 2  # both branches of the max: min_steps (s = 0) and 5/(η λ_min) (s = 2)
+
+
+def test_decision_bias_floor_small_case_against_a_direct_loop():
+    # f = ½‖θ‖², θ_0 = 0, reference ∇f(θ_t) = θ_t, τ_t = ‖θ‖/√(‖θ‖² + Pσ_n²), project; plain SGD on the same noise
+    etas, dim, steps, seeds, noise_std = (0.3, 0.05), 4, 40, 2, 0.8
+    rows = convergence.decision_bias_floor_example(etas, dim, steps, seeds, noise_std=noise_std, seed=5)
+    gen = torch.Generator().manual_seed(5)
+    noise = [noise_std * torch.randn((len(etas), seeds, dim), generator=gen, dtype=torch.float64).numpy()
+             for _ in range(steps)]
+    for k, (eta, row) in enumerate(zip(etas, rows, strict=True)):
+        kept, plain = [], []
+        for j in range(seeds):
+            theta, theta_plain = np.zeros(dim), np.zeros(dim)
+            for t in range(steps):
+                tau = np.linalg.norm(theta) / np.sqrt(theta @ theta + dim * noise_std**2)
+                applied, _, acted = gac_by_hand(theta + noise[t][k, j], theta, tau, "project")
+                if t >= steps // 2:
+                    kept.append(0.0 if acted else theta @ theta)  # d̂ = ∇̂: acting removes all of ∇
+                    plain.append(theta_plain @ theta_plain)
+                theta, theta_plain = theta - eta * applied, theta_plain - eta * (theta_plain + noise[t][k, j])
+        bound = convergence.convergence_bound(1.0, 0.0, dim * noise_std**2, eta, 0, steps, "project", noise_std**2)
+        assert row == pytest.approx({"eta": eta, "kept": np.mean(kept), "plain": np.mean(plain), "bound": bound},
+                                    rel=1e-9)
+        assert 0 < row["kept"] and 0 < row["plain"]
+
+
+def test_stationary_gradient_energy_series_at_its_default_order():
+    # the exact SNR's series in a = ηλ: a/2 + (2s+1)a²/4 (docstring); at a small a it is the Lyapunov value
+    a = sp.Symbol("a", positive=True)
+    series = convergence.stationary_gradient_energy_series(2)
+    assert sp.expand(series - (a / 2 + 5 * a**2 / 4)) == 0
+    assert abs(float(series.subs(a, 1e-3)) / cosine.snr(1e-3, [1.0], 2) - 1) < 1e-5
+
+
+def test_problem_gradient_is_the_derivative_of_its_value():
+    x = torch.tensor([[0.3, -2.0, 2.613, 1.918], [0.0, 0.0, 0.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    curvatures = torch.tensor([1.0, 0.4, 0.7, 0.2], dtype=torch.float64)
+    for kind in ("quadratic", "wavy"):
+        problem = convergence.Problem(kind, curvatures, x[0].detach())
+        value = problem.value(x)
+        assert value.shape == (2,) and value[1] == 0.0  # f* = 0 at x = 0
+        (autograd,) = torch.autograd.grad(value.sum(), x)
+        torch.testing.assert_close(problem.gradient(x.detach()), autograd, rtol=1e-12, atol=1e-12)
+    # wavy ψ = x²/2 + 3 sin²x: ψ(π) = π²/2; stationary points at |x| ≈ 1.918 (local max) and 2.613 (local min)
+    wavy = convergence.Problem("wavy", torch.ones(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64))
+    assert float(wavy.value(torch.tensor([np.pi], dtype=torch.float64))) == pytest.approx(np.pi**2 / 2, rel=1e-12)
+    for point, sign in ((1.918, -1.0), (2.613, 1.0)):
+        grads = [float(wavy.gradient(torch.tensor([point + h], dtype=torch.float64))) for h in (-1e-3, 1e-3)]
+        assert sign * grads[0] < 0 < sign * grads[1]
+    assert wavy.smoothness == 7.0  # ψ'' = 1 + 6 cos 2x ≤ 7
+    assert convergence.Problem("quadratic", 2 * torch.ones(3), torch.zeros(3)).smoothness == 2
+
+
+def test_make_problem_spectrum_and_start():
+    problem = convergence.make_problem("wavy", 4000, seed=11)
+    curvatures, x0 = problem.curvatures, problem.x0
+    assert problem.kind == "wavy" and curvatures.shape == x0.shape == (4000,)
+    assert curvatures.dtype == x0.dtype == torch.float64  # the runs are in float64
+    assert float(curvatures.max()) == 1.0 and 0.05 <= float(curvatures.min()) < 0.06  # U(0.05, 1), λ_max set to 1
+    assert -3.0 <= float(x0.min()) < -2.99 and 2.99 < float(x0.max()) < 3.0  # U(−3, 3)
+    again, other = convergence.make_problem("wavy", 4000, seed=11), convergence.make_problem("wavy", 4000, seed=12)
+    assert torch.equal(again.curvatures, curvatures) and torch.equal(again.x0, x0)
+    assert not torch.equal(other.curvatures, curvatures) and not torch.equal(other.x0, x0)
