@@ -376,7 +376,7 @@ def check_bound(settings, dim: int = 50, steps: int = 300, seeds: int = 32) -> l
         s = setting["staleness"]
         eta = setting["eta_fraction"] * max_step_size(L, s)
         noise_std = setting["noise_std"]
-        run = run_gac_sgd(problem, eta, s, steps, noise_std, seeds, setting["mode"], setting.get("threshold", 0.0),
+        run = run_gac_sgd(problem, eta, s, steps, noise_std, seeds, setting["mode"], setting["threshold"],
                           setting.get("random_staleness", False), seed=k)
         delta_f = float(problem.value(problem.x0))
         bound = convergence_bound(L, delta_f, dim * noise_std**2, eta, s, steps, setting["mode"],

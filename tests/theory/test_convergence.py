@@ -1,5 +1,7 @@
 """Checks of theory.convergence: each proof step on sampled instances, exact Lyapunov tightness, measured runs."""
 
+import inspect
+
 import numpy as np
 import pytest
 import sympy as sp
@@ -452,3 +454,83 @@ def test_run_assumption_case_small_case_against_a_direct_loop(case, mode):
     assert (row["case"], row["mode"], row["breaks"]) == (case, mode, convergence.ASSUMPTION_CASES[case][0])
     assert {k: row[k] for k in ("staleness", "kept", "bound", "ratio")} == pytest.approx(
         {"staleness": staleness, "kept": kept, "bound": bound, "ratio": kept / bound}, rel=1e-9)
+
+
+def test_check_bound_rows_are_the_runs_and_the_bound_the_docstring_names(monkeypatch):
+    # each row: η = eta_fraction·η_max(L, s), the run of its setting (random staleness only where the setting asks),
+    # the bound with σ² = P·noise_std², σ_∥² = noise_std², Δ = f(x0), T = steps, and the measured averages of that run
+    calls = []
+
+    def recorded(problem, *args, **kwargs):
+        calls.append((problem, args, kwargs, original(problem, *args, **kwargs)))
+        return calls[-1][-1]
+
+    original = convergence.run_gac_sgd
+    monkeypatch.setattr(convergence, "run_gac_sgd", recorded)
+    settings = [{"kind": "quadratic", "staleness": 2, "eta_fraction": 0.3, "mode": "project", "threshold": 0.2,
+                 "noise_std": 0.5, "random_staleness": True},
+                {"kind": "wavy", "staleness": 1, "eta_fraction": 0.5, "mode": "cap", "threshold": 0.4,
+                 "noise_std": 0.3}]
+    rows = convergence.check_bound(settings, dim=4, steps=15, seeds=2)
+    assert len(rows) == len(calls) == 2
+    for setting, row, (problem, args, kwargs, run) in zip(settings, rows, calls, strict=True):
+        L, s, noise = problem.smoothness, setting["staleness"], setting["noise_std"]
+        eta = setting["eta_fraction"] * convergence.max_step_size(L, s)
+        assert problem.kind == setting["kind"] and problem.x0.shape == (4,)
+        passed = inspect.signature(original).bind(problem, *args, **kwargs).arguments
+        assert {k: v for k, v in passed.items() if k not in ("problem", "seed")} == {
+            "eta": eta, "staleness": s, "steps": 15, "noise_std": noise, "seeds": 2,
+            "mode": setting["mode"], "threshold": setting["threshold"],
+            "random_staleness": setting.get("random_staleness", False)}
+        bound = convergence.convergence_bound(L, float(problem.value(problem.x0)), 4 * noise**2, eta, s, 15,
+                                              setting["mode"], sigma_par2=noise**2)
+        kept = float(run["kept_sq"].mean())
+        want = {**setting, "eta": eta, "L": L, "bound": bound, "measured_kept": kept,
+                "measured_min": float(run["grad_sq"].min()), "measured_avg": float(run["grad_sq"].mean()),
+                "bound_over_kept": bound / kept, "retention": float(run["kept_sq"].sum() / run["grad_sq"].sum()),
+                "acted": float(run["acted"].mean())}
+        assert set(row) == set(want)
+        assert {k: v for k, v in row.items() if k not in ("kind", "mode")} == pytest.approx(
+            {k: v for k, v in want.items() if k not in ("kind", "mode")}, rel=1e-12)
+        assert 0 < row["acted"] < 1 and 0 < row["retention"] < 1
+
+
+@pytest.mark.parametrize("mode", ["project", "none"])
+def test_one_step_inequality_is_attained_and_the_bias_share_is_at_most_one(mode):
+    # not vacuous: without GAC some instance meets step 2 with equality (to rounding); with GAC it comes within
+    # 1e-3 of it, and the bias term's share stays ≤ 1 (the docstring's bound), 0 where b = 0
+    result = convergence.check_one_step(cases=300, mode=mode)
+    if mode == "none":
+        assert abs(result["max_excess"]) < 1e-12 and result["bias_used"] == 0.0, result
+    else:
+        assert -1e-3 < result["max_excess"] <= 1e-12 and 0.9 < result["bias_used"] < 1.0, result
+
+
+def test_sampled_checks_repeat_exactly_for_one_seed():
+    # same seed, same numbers (the reliability rule); another seed, other instances
+    assert convergence.check_decision_bias(cases=12, seed=3) == convergence.check_decision_bias(cases=12, seed=3)
+    assert convergence.check_one_step(cases=12, seed=3) == convergence.check_one_step(cases=12, seed=3)
+    assert convergence.check_one_step(cases=12, seed=3) != convergence.check_one_step(cases=12, seed=4)
+    for law in ("gac", "bias"):
+        first = convergence.window_noise_energy(3, law, paths=50, dim=5, seed=2)
+        assert first == convergence.window_noise_energy(3, law, paths=50, dim=5, seed=2)
+        assert first != convergence.window_noise_energy(3, law, paths=50, dim=5, seed=5)
+
+
+def test_window_noise_energy_against_a_direct_loop():
+    # law "gac": signal u = 2·1, previous raw gradient u + ξ as reference, project τ = 0, E‖Σ_k D_k ξ_k‖² / P
+    staleness, paths, dim, seed = 3, 6, 4, 9
+    gen = torch.Generator().manual_seed(seed)
+    first = torch.randn(paths, dim, generator=gen, dtype=torch.float64).numpy()
+    noises = [torch.randn(paths, dim, generator=gen, dtype=torch.float64).numpy() for _ in range(staleness)]
+    energies = []
+    for j in range(paths):
+        previous, total = 2.0 + first[j], np.zeros(dim)
+        for noise in noises:
+            _, c, _ = gac_by_hand(2.0 + noise[j], previous, 0.0, "project")
+            unit = previous / np.linalg.norm(previous)
+            total += noise[j] - c * (noise[j] @ unit) * unit  # D_k ξ_k = ξ_k − c_k⟨d̂, ξ_k⟩d̂
+            previous = 2.0 + noise[j]
+        energies.append(total @ total)
+    measured = convergence.window_noise_energy(staleness, "gac", paths=paths, dim=dim, seed=seed)
+    assert measured == pytest.approx(np.mean(energies) / dim, rel=1e-10)
