@@ -258,7 +258,7 @@ def window_noise_energy(staleness: int, law: str, paths: int = 4000, dim: int = 
     return float((total * total).sum(1).mean()) / dim
 
 
-def noise_term_coefficients(staleness: int, mode: str = "none", eta: float = 1e-3) -> dict:
+def noise_term_coefficients(staleness: int, mode: str, eta: float = 1e-3) -> dict:
     """First- and second-order coefficients in η of the stationary bound (T → ∞, Δ = 0, L = λ = σ² = 1, σ_∥ = 0)
     and of the exact stationary E[f'²] of plain delayed SGD on f = ½θ² (Lyapunov solve, ``cosine.snr``).
 
@@ -315,8 +315,8 @@ def make_problem(kind: str, dim: int, seed: int) -> Problem:
     return Problem(kind, curvatures, x0)
 
 
-def run_gac_sgd(problem: Problem, eta: float, staleness: int, steps: int, noise_std: float, seeds: int,
-                mode: str = "none", threshold: float = 0.0, random_staleness: bool = False, seed: int = 0) -> dict:
+def run_gac_sgd(problem: Problem, eta: float, staleness: int, steps: int, noise_std: float, seeds: int, mode: str,
+                threshold: float = 0.0, random_staleness: bool = False, seed: int = 0) -> dict:
     """θ_{t+1} = θ_t − η GAC(g_t, g_{t−1}), g_t = ∇f(θ_{t−s_t}) + noise_std·N(0, I), batched over seeds.
 
     s_t = staleness, or s_t ~ U{0..staleness} when random_staleness. GAC is ``gac.control`` (reference
@@ -376,7 +376,7 @@ def check_bound(settings, dim: int = 50, steps: int = 300, seeds: int = 32) -> l
         s = setting["staleness"]
         eta = setting["eta_fraction"] * max_step_size(L, s)
         noise_std = setting["noise_std"]
-        run = run_gac_sgd(problem, eta, s, steps, noise_std, seeds, setting["mode"], setting.get("threshold", 0.0),
+        run = run_gac_sgd(problem, eta, s, steps, noise_std, seeds, setting["mode"], setting["threshold"],
                           setting.get("random_staleness", False), seed=k)
         delta_f = float(problem.value(problem.x0))
         bound = convergence_bound(L, delta_f, dim * noise_std**2, eta, s, steps, setting["mode"],
@@ -405,8 +405,8 @@ DEFAULT_SETTINGS = [
 plus project τ=0.5 at s = 8 and bounded-random s_t ~ U{0..8} (none, project τ=0)."""
 
 
-def decision_bias_floor_example(etas=(0.1, 0.03, 0.01), dim: int = 50, steps: int = 3000, seeds: int = 16,
-                                noise_std: float = 1.0, seed: int = 0) -> list[dict]:
+def decision_bias_floor_example(etas, dim: int, steps: int, seeds: int, noise_std: float = 1.0,
+                                seed: int = 0) -> list[dict]:
     """Lower-bound example for the decision-bias term: within the theorem's assumptions it need not vanish as η → 0.
 
     f = ½‖θ‖² (L = 1), θ_0 = 0 (Δ = 0), isotropic noise. GAC project (``gac.control``) with the F_t-measurable
