@@ -521,10 +521,10 @@ def run_assumption_case(case: str, mode: str, eta: float = 0.05, dim: int = 50, 
         grad_now = theta  # ∇f(θ_t)
         reference = previous
         if case == "reference_uses_noise":
-            across = noise - (noise * grad_now).sum(-1, keepdim=True) * grad_now / grad_now.norm(dim=-1, keepdim=True)
-            reference = (grad_now / grad_now.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-                         + across / across.norm(dim=-1, keepdim=True))
-            reference = torch.nan_to_num(reference)
+            norm = grad_now.norm(dim=-1, keepdim=True)
+            unit = grad_now / norm.clamp_min(1e-300)  # ∇̂
+            across = noise - (noise * unit).sum(-1, keepdim=True) * unit  # ξ⊥: the noise's part orthogonal to ∇
+            reference = torch.where(norm > 0, unit + across / across.norm(dim=-1, keepdim=True), 0.0)  # 0 at ∇ = 0
         if case == "delay_after_noise":
             candidates = torch.stack(history) + noise  # g for each delay k = 0..s
             applied = candidates if cfg is None else gac.control(candidates, reference.expand_as(candidates), cfg).grad

@@ -441,9 +441,7 @@ def direct_assumption_case(case, mode, eta, dim, steps, seeds, noise_std, seed):
 @pytest.mark.parametrize("case,mode", [("independent", "cap"), ("minibatches", "project"), ("epochs", "none"),
                                        ("epochs_minibatches", "cap"), ("delay_after_noise", "project"),
                                        ("delay_after_noise", "none"),
-                                       pytest.param("reference_uses_noise", "project", marks=pytest.mark.xfail(
-                                           strict=True, reason="the code's ξ⊥ is ξ − ⟨ξ, ∇⟩∇/‖∇‖, not ξ − ⟨ξ, ∇̂⟩∇̂: "
-                                           "orthogonal to ∇ only where ‖∇‖ = 1 (reported, issue 23)"))])
+                                       ("reference_uses_noise", "project")])
 def test_run_assumption_case_small_case_against_a_direct_loop(case, mode):
     eta, dim, steps, seeds, noise_std = 0.3, 3, 21, 2, 0.5  # odd steps: the second half starts at steps // 2
     row = convergence.run_assumption_case(case, mode, eta, dim, steps, seeds, noise_std, seed=4)
