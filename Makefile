@@ -27,7 +27,7 @@ test: $(BIN)/.installed lint
 
 # Mutation testing (mutmut, config in pyproject.toml; theory/MUTANTS.md has the measured scores). Not part of `make test`.
 # Each mutant is judged by the fast tests only (`-m "not heavy"` in [tool.mutmut]), fastest first, stopping at the
-# first failure. `make mutation`: every mutant of the six files (5 574), one module at a time, then the score per file
+# first failure. `make mutation`: every mutant of the six files (5 503), one module at a time, then the score per file
 # ("complete" where every mutant was judged). On the shared 2-core machine (load 5-9) it judged 25-100 mutants a
 # minute (theory/MUTANTS.md), a few hours for all six files there.
 # `make mutation-sample`: a seeded sample of MUTATION_SAMPLE mutants per file, scored with a 95 % interval for each

@@ -24,10 +24,8 @@ def geometric_staleness_momentum() -> dict:
     (z − μ) gives the heavy-ball polynomial z² − (1 + μ − a(1−μ)) z + μ. Returns both polynomials and their
     difference (0 if the statement is right).
     """
-    z, a, mu, ratio = sp.symbols("z a mu r", positive=True)
-    k = sp.Symbol("k", integer=True, nonnegative=True)
-    geometric = sp.summation(ratio**k, (k, 0, sp.oo))  # Piecewise: 1/(1 − r) where r < 1
-    geometric = geometric.args[0][0] if isinstance(geometric, sp.Piecewise) else geometric
+    z, a, mu, ratio, k = sp.symbols("z a mu r k")
+    geometric = sp.summation(ratio**k, (k, 0, sp.oo)).args[0][0]  # Piecewise((1/(1 − r), |r| < 1), ...): 1/(1 − r)
     kernel = sp.simplify((1 - mu) * geometric.subs(ratio, mu / z))  # Σ_k P(s=k) z^{−k}, |μ/z| < 1
     delayed = sp.simplify((z - 1 + a * kernel) * (z - mu))
     heavy_ball = z**2 - (1 + mu - a * (1 - mu)) * z + mu
@@ -63,14 +61,19 @@ def check_geometric_momentum(a: float, mu: float, steps: int, paths: int, histor
     return {"kernel_error": float(np.abs(np.array(kernel) - heavy).max()), "mc_max_z": float(z.max())}
 
 
-def dominant_roots(a: float, staleness: int, rho: float) -> np.ndarray:
-    """The two largest-modulus roots of z^{s+2} − z^{s+1} + a z − aρ (ρ = 0: of z^{s+1} − z^s + a)."""
+def delayed_roots(a: float, staleness: int, rho: float) -> np.ndarray:
+    """The roots of z^{s+2} − z^{s+1} + a z − aρ (ρ = 0: of z^{s+1} − z^s + a, and 0), largest modulus first."""
     coeffs = np.zeros(staleness + 3)
     coeffs[0], coeffs[1] = 1.0, -1.0
     coeffs[-2] += a
     coeffs[-1] -= a * rho
     roots = np.roots(coeffs)
-    return roots[np.argsort(-np.abs(roots))][:2]
+    return roots[np.argsort(-np.abs(roots))]
+
+
+def dominant_roots(a: float, staleness: int, rho: float) -> np.ndarray:
+    """The two largest-modulus roots of z^{s+2} − z^{s+1} + a z − aρ (ρ = 0: of z^{s+1} − z^s + a)."""
+    return delayed_roots(a, staleness, rho)[:2]
 
 
 def effective_momentum(a: float, staleness: int, rho: float = 0.0) -> tuple[float, float]:
@@ -95,8 +98,7 @@ def check_effective_momentum(cases=((2, 0.5), (2, 0.9), (4, 0.7), (8, 0.5), (8, 
     worst = 0.0
     for staleness, fraction in cases:
         a = fraction * float(stability_boundary_closed_form(staleness))
-        roots = np.roots(np.r_[1.0, -1.0, np.zeros(staleness - 1), a])
-        moduli = np.sort(np.abs(roots))[::-1]
+        moduli = np.abs(delayed_roots(a, staleness, 0.0))
         steps = int(np.ceil(np.log(1e-12) / np.log(moduli[2] / moduli[0]))) + 60
         x = list(rng.standard_normal(staleness + 1))
         for _ in range(steps):

@@ -164,9 +164,10 @@ def _gac_extends_stability_direct(staleness, overshoot, dim, steps, seeds, seed)
     return out
 
 
-def test_gac_extends_stability_against_a_direct_loop():
+@pytest.mark.parametrize("dim", [20, 2])  # d = 2: ‖g_{t−1}‖² < 1 at many steps
+def test_gac_extends_stability_against_a_direct_loop(dim):
     # an odd run length, so that "half-way" and "second half" are steps // 2 and nothing else
-    args = dict(staleness=2, overshoot=1.3, dim=20, steps=41, seeds=3, seed=5)
+    args = dict(staleness=2, overshoot=1.3, dim=dim, steps=41, seeds=3, seed=5)
     result = momentum.check_gac_extends_stability(**args)
     expected = _gac_extends_stability_direct(**args)
     for key, value in expected.items():
