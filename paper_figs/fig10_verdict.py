@@ -103,10 +103,13 @@ def plot_alignment(ax, table: list[dict]) -> None:
 
 def plot_tuning_or_runs(ax, tuning: list[dict], runs: list[dict]) -> None:
     if tuning:
+        in_family: dict[str, int] = {}  # arms of one color (the GAC placements) differ by line style and marker
         for arm in dict.fromkeys(r["arm"] for r in tuning):
             mine = sorted((r for r in tuning if r["arm"] == arm), key=lambda r: r["lr"])
-            ax.plot([r["lr"] for r in mine], [r["score"] for r in mine], marker="o", ms=3, color=arm_color(mine[0]),
-                    label=arm)
+            color = arm_color(mine[0])
+            k = in_family[color] = in_family.get(color, -1) + 1
+            ax.plot([r["lr"] for r in mine], [r["score"] for r in mine], color=color, label=arm,
+                    linestyle=LINESTYLES[k % len(LINESTYLES)], marker=MARKERS[k % len(MARKERS)], ms=3)
         ax.set_xscale("log")
         ax.set(xlabel="AdamW step size", ylabel="late held-out accuracy (tuning warm start)",
                title="(d) tuning: each arm's own step size")
@@ -122,6 +125,8 @@ def plot_tuning_or_runs(ax, tuning: list[dict], runs: list[dict]) -> None:
            title="(d) per run (quick profile: one fixed step size, no tuning)")
 
 
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v")
 TOY_ARMS = ("naive", "gac_gradient", "gac_update", "gac_momentum", "braking", "tis", "gac+tis", "kl_target",
             "kl_target+gac")
 
@@ -147,11 +152,19 @@ def plot_toys(ax_final, ax_cos, fig, toys: list[dict], staleness: int = 16) -> N
         for i in range(len(arms)):
             for j in range(len(columns)):
                 ax.text(j, i, "—" if np.isnan(values[i, j]) else f"{values[i, j]:.2f}", ha="center", va="center",
-                        fontsize=6)
+                        fontsize=6, color=text_color(image, values[i, j]))
         ax.set_xticks(range(len(columns)), labels, fontsize=6)
         ax.set_yticks(range(len(arms)), arms, fontsize=6)
         ax.set_title(title, fontsize=8)
         fig.colorbar(image, ax=ax, fraction=0.04)
+
+
+def text_color(image, value: float) -> str:
+    """White on a dark cell of ``image``, black on a light one (relative luminance of the cell's color below 0.4)."""
+    if np.isnan(value):
+        return "black"
+    red, green, blue, _ = image.cmap(image.norm(value))
+    return "white" if 0.2126 * red + 0.7152 * green + 0.0722 * blue < 0.4 else "black"
 
 
 def toy_profile(profile: str, dry_run: bool = False) -> str:
