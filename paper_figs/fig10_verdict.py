@@ -149,6 +149,7 @@ def plot_toys(ax_final, ax_cos, fig, toys: list[dict], staleness: int = 16) -> N
             (ax_final, ratio, "Reds", 0, 2, f"(e) toys, s = {staleness}: log10(final / sync's final), own step sizes"),
             (ax_cos, cos, "PuOr_r", -1, 1, f"(f) toys, s = {staleness}: cos(Δθ_t, Δθ_{{t−1}})")):
         image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+        ax.grid(False)  # the style's grid lines would cross the cells
         for i in range(len(arms)):
             for j in range(len(columns)):
                 ax.text(j, i, "—" if np.isnan(values[i, j]) else f"{values[i, j]:.2f}", ha="center", va="center",
