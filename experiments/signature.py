@@ -189,22 +189,23 @@ GAC_ARMS = {  # name -> (method, staleness, Args changes); in priority order (th
 }
 
 
-def gac_runs(arms=tuple(GAC_ARMS), device: str = "cpu") -> list[Run]:
-    """The GAC table's runs of ``arms`` (every seed of an arm before the next arm)."""
+def gac_runs(arms=tuple(GAC_ARMS), device: str = "cpu", seeds: tuple[int, ...] = GAC_TABLE["seeds"]) -> list[Run]:
+    """The GAC table's runs of ``arms`` on ``seeds`` (every seed of an arm before the next arm)."""
     t = GAC_TABLE
     return [Run(config_args(t["config"], None, device, method=GAC_ARMS[arm][0], staleness=GAC_ARMS[arm][1],
                             seed=seed, steps=t["steps"], eval_every=t["eval_every"], **GAC_ARMS[arm][2]), (arm,))
-            for arm in arms for seed in t["seeds"]]
+            for arm in arms for seed in seeds]
 
 
-def small_step_run(gac_rows: list[dict], device: str = "cpu") -> list[Run]:
-    """The damping control: naive async at lr × (mean parallel scale of GAC τ = 0, update reference)."""
+def small_step_run(gac_rows: list[dict], device: str = "cpu",
+                   seeds: tuple[int, ...] = GAC_TABLE["seeds"]) -> list[Run]:
+    """The damping control: naive async at lr × (mean parallel scale of GAC τ = 0, update reference), on ``seeds``."""
     scale = np.mean([r["parallel_scale_mean"] for r in gac_rows if r["config"] == "gac τ=0 update"])
     lr = float(f"{BASE['lr'] * scale:.2g}")
     t = GAC_TABLE
     return [Run(config_args(t["config"], None, device, method="naive", staleness=t["staleness"], seed=seed,
                             steps=t["steps"], eval_every=t["eval_every"], lr=lr), (f"naive lr={lr:g}",))
-            for seed in t["seeds"]]
+            for seed in seeds]
 
 
 def gap_recovered(rows: list[dict], arm: str, confidence: float = 0.9) -> dict:
@@ -272,10 +273,12 @@ class GacTableArgs:
     """arms of ``GAC_ARMS`` to run (default: all)"""
     cached: bool = False
     """compute nothing: tabulate the runs already in the cache"""
+    seeds: tuple[int, ...] = GAC_TABLE["seeds"]
+    """RL seeds of every arm (the table's: 0 1 2; others give a replication on fresh seeds)"""
 
 
 def main(argv=None) -> int:
-    """``python -m experiments.signature gac-table OUT.csv [--arms ARM ...] [--cached]``."""
+    """``python -m experiments.signature gac-table OUT.csv [--arms ARM ...] [--seeds N ...] [--cached]``."""
     from sim.record import write_records
 
     args = tyro.cli(GacTableArgs, args=argv, prog="python -m experiments.signature")
@@ -284,15 +287,18 @@ def main(argv=None) -> int:
     if unknown:
         print(f"error: unknown arm(s) {unknown}; choose from {list(GAC_ARMS)}", file=sys.stderr)
         return 2
+    if not args.seeds or min(args.seeds) < 0 or len(set(args.seeds)) < len(args.seeds):
+        print(f"error: --seeds needs distinct non-negative integers, got {list(args.seeds)}", file=sys.stderr)
+        return 2
     out, only_cached = args.out, args.cached
 
     def computed(runs):
         return results_of(runs, log=lambda *a: print(*a, flush=True), name="gac table")
 
     run_all = cached_only if only_cached else computed
-    rows = [run_row(item, res) for item, res in run_all(gac_runs(arms))]
+    rows = [run_row(item, res) for item, res in run_all(gac_runs(arms, seeds=args.seeds))]
     if any(r["config"] == "gac τ=0 update" for r in rows):
-        rows += [run_row(item, res) for item, res in run_all(small_step_run(rows))]
+        rows += [run_row(item, res) for item, res in run_all(small_step_run(rows, seeds=args.seeds))]
     write_records(rows, out.with_name(out.stem + "_runs.csv"))
     write_records(gac_table(rows), out)
     rho, n = drift_correlation(rows)

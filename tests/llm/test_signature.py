@@ -167,3 +167,17 @@ def test_drift_correlation_leaves_out_sync_and_tis():
     rho, n = drift_correlation(rows)
     assert n == 4
     assert rho == pytest.approx(-0.8)  # ranks KL 1,2,3,4 vs accuracy 4,2,3,1: 1 − 6·(9+0+0+9)/(4·15)
+
+
+def test_gac_table_seeds_option_builds_every_arm_on_those_seeds_and_rejects_bad_ones(tmp_path, capsys):
+    from experiments.signature import GAC_ARMS, gac_runs, main
+
+    runs = gac_runs(("sync", "gac τ=0 step"), seeds=(3, 4, 5))
+    assert [(r.roles[0], r.args.seed) for r in runs] == [(arm, seed) for arm in ("sync", "gac τ=0 step")
+                                                         for seed in (3, 4, 5)]
+    assert len(gac_runs(seeds=(7,))) == len(GAC_ARMS)
+    out = tmp_path / "table.csv"
+    for bad in (["1", "1"], []):
+        assert main(["gac-table", str(out), "--seeds", *bad]) == 2  # before any run is built or computed
+        assert "--seeds needs distinct non-negative integers" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
