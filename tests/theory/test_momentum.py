@@ -106,13 +106,7 @@ def test_geometric_staleness_monte_carlo_with_long_delays():
 def test_effective_momentum_from_the_recursions_companion_matrix(staleness, rho):
     # independent: eigenvalues of the state matrix of x_{t+1} = x_t - a x_{t-s} + a rho x_{t-s-1}
     for a in (0.05, 0.4, 0.9 * gac_stability.gac_stability_boundary(staleness, rho)):
-        size = staleness + 2
-        matrix = np.zeros((size, size))
-        matrix[0, 0] += 1.0
-        matrix[0, staleness] -= a
-        matrix[0, staleness + 1] += a * rho
-        matrix[1:, :-1] = np.eye(size - 1)
-        eigenvalues = np.linalg.eigvals(matrix)
+        eigenvalues = np.linalg.eigvals(gac_stability.filtered_companion_matrix(a, staleness, rho))
         z1, z2 = eigenvalues[np.argsort(-np.abs(eigenvalues))][:2]
         mu_eff, a_eff = momentum.effective_momentum(a, staleness, rho)
         assert mu_eff == pytest.approx((z1 * z2).real, abs=1e-9)
