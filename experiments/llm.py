@@ -1,4 +1,6 @@
-"""The LLM scale: the sweep behind fig1 (LLM panel), fig3 (LLM panel) and fig5, one cached set of GRPO runs.
+"""The LLM scale: the sweep behind fig5 (and the signature, tuning and verdict runs' plumbing): cached GRPO runs.
+
+fig1's and fig3's LLM panels run on the reproducible testbed instead (experiments/llm_figures.py).
 
 ``sweep(profile)`` lists the runs: naive async on a step size × staleness grid (the regime map),
 the cosine-vs-staleness line at the main step size, GAC at high staleness and the controls that
@@ -112,10 +114,10 @@ _print_now = functools.partial(print, flush=True)
 
 def dry_run_args(args: Args) -> Args:
     """``args`` shrunk to a smoke test of its command (``python -m paper_figs ... --dry-run``): the tiny model on
-    1-digit sums (its warm start stops at the first check), 2 RL steps, 4 × 4 samples, on the CPU."""
+    1-digit sums (its warm start stops after 25 supervised steps), 2 RL steps, 4 × 4 samples, on the CPU."""
     return replace(args, size="tiny", model=None, digits=1, steps=2, prompts_per_step=4, group_size=4,
                    minibatches=min(args.minibatches, 2), eval_every=1, eval_problems=8, snr_every=1,
-                   warm_target=0.0, device="cpu")
+                   warm_target=0.0, warm_ceiling=1.0, warm_max_steps=25, device="cpu")
 
 
 RUN_SOURCE_DIRS = ("gac", "sim")
@@ -416,23 +418,6 @@ def _rows(results, role: str) -> list[dict]:
     return rows
 
 
-def cosine_runs(runs: list[Run]) -> list[Run]:
-    """The runs of fig1's LLM panel: sync and naive async at each s of the line (main step size)."""
-    return [r for r in runs if "cosine" in r.roles]
-
-
-DEFAULT_CONFIG = "sweep default: 2 updates/step, proximal ratio, grad clip 1.0, 2 digits"
-"""fig1's name of this sweep's configuration (next to the signature map's strongest one)."""
-
-
-def llm_cosine_rows_with_run_means(results: list[tuple[Run, dict]]) -> list[dict]:
-    """fig1 LLM panel: per-step records of the ``cosine`` runs among ``results`` (without the final-eval rows,
-    label = method, config named) with the per-run columns of ``with_run_means``."""
-    rows = [dict(r, label=r["method"], config=DEFAULT_CONFIG) for r in _rows(results, "cosine")
-            if not r.get("final_eval")]
-    return with_run_means(rows)
-
-
 def with_run_means(rows: list[dict], key: str = "cos_prev") -> list[dict]:
     """``rows`` (per-step records of one configuration), each carrying its run's mean ``key`` after the first
     fifth of the steps (NaN if the run diverged), its mean over all steps before divergence, and whether it
@@ -448,17 +433,6 @@ def with_run_means(rows: list[dict], key: str = "cos_prev") -> list[dict]:
                      run_mean_cos_prev_alive=sum(alive) / len(alive) if alive else float("nan"),
                      run_diverged=diverged)
     return rows
-
-
-def divergence_runs(runs: list[Run]) -> list[Run]:
-    """The runs of fig3's LLM panel: the ``methods`` runs."""
-    return [r for r in runs if "methods" in r.roles]
-
-
-def llm_divergence_rows(results: list[tuple[Run, dict]]) -> list[dict]:
-    """fig3 LLM panel: per-step records of sync, naive async and async+GAC at high staleness (main step size)."""
-    rows = _rows(results, "methods")
-    return [r for r in rows if r["method"] in ("sync", "naive", "gac") and r["ratio_to"] == "proximal"]
 
 
 def summary_rows(results) -> list[dict]:

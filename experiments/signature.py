@@ -20,7 +20,7 @@ from scipy.stats import bootstrap, spearmanr
 
 from experiments import cache
 from experiments.aggregate import measured
-from experiments.llm import Run, dry_run_args, results_of, run_key, with_run_means
+from experiments.llm import Run, dry_run_args, results_of, run_key
 from sim.llm.train import Args
 from sim.stabilizers import gac_config
 
@@ -98,26 +98,6 @@ def sweep_results(profile: str, device: str = "cpu", log=print, jobs: int | None
     runs = sweep(profile, device)
     jobs = PROFILES[profile].get("jobs") if jobs is None and device.startswith("cuda") else jobs
     return results_of(runs, device, lambda *a: log(*a, flush=True), jobs, name="signature")
-
-
-STRONGEST = ("updates=2", "cos_prev_step")
-"""fig1's LLM signature panel: the configuration with the largest async − sync cosine gap in the map and the
-granularity at which it shows (measured: paper_figs/README.md, figs2)."""
-
-
-def strongest_runs(profile: str = "quick", device: str = "cpu", dry_run: bool = False) -> list[Run]:
-    """The runs of the STRONGEST configuration (fig1's LLM signature panel)."""
-    return [run for run in sweep(profile, device, dry_run) if run.roles[0] == STRONGEST[0]]
-
-
-def strongest_rows(results: list[tuple[Run, dict]]) -> list[dict]:
-    """fig1: per-step records of the runs of ``strongest_runs`` with their ``results``, with the per-run means of
-    its granularity (``experiments.llm.with_run_means``); the plotted cosine is copied into ``cos_prev_shown``."""
-    config, key = STRONGEST
-    rows = [dict(r, label=r["method"], config=f"{config}, behaviour ratio, no grad clip, 3 digits ({key})",
-                 cos_prev_shown=r[key])
-            for _, res in results for r in res["records"]]
-    return with_run_means(rows, key)
 
 
 def _mean(records: list[dict], key: str) -> float:

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from experiments import toy
-from experiments.aggregate import centered_mean, seed_mean, seed_median, trailing_mean
+from experiments import llm_figures, toy
+from experiments.aggregate import centered_mean, seed_median, trailing_mean
 from experiments.cache import Unit, unit
-from experiments.llm import DEFAULT_CONFIG, cosine_runs, llm_cosine_rows_with_run_means, run_unit, sweep
-from experiments.signature import STRONGEST, strongest_rows, strongest_runs
+from experiments.llm import run_unit
 from paper_figs.common import Panel, Results, apply_style, save_figure
 from sim.record import write_records
 
@@ -34,19 +33,34 @@ def plot_cosine(ax, rows: list[dict], title: str) -> None:
     ax.set(title=title, xlabel="step", ylabel="cos(g_t, g_{t-1}), median", ylim=(-1.0, 1.05))
 
 
-def plot_llm(ax, rows: list[dict], key: str = "cos_prev", title: str = f"small LLM, {DEFAULT_CONFIG}") -> None:
-    """The cosine ``key`` over RL steps (seed mean, centred moving average), one line per staleness."""
+def plot_llm(ax, rows: list[dict]) -> None:
+    """The testbed's consecutive-gradient cosine over RL steps, one line per staleness (mean over warm starts of each
+    warm start's seed mean, smoothed; band: 95 % interval over warm starts), and the theory's bound SNR/(1+SNR) at
+    the SNR measured by the half-batch probe in the async runs (dashed)."""
+    rows = [r for r in rows if not r.get("final_eval")]
     stalenesses = sorted({r["staleness"] for r in rows})
-    cmap = plt.get_cmap("viridis")
-    for i, s in enumerate(stalenesses):
-        steps, mean, _ = seed_mean(rows, key, staleness=s)
-        color = "black" if s == 0 else cmap(i / max(1, len(stalenesses) - 1))
+    for s in stalenesses:
+        arm = llm_figures.arm_name("sync" if s == 0 else "naive", "gradient", s)
+        steps, mean, low, high = llm_figures.band(rows, "cos_prev", arm)
+        color = STALENESS_COLORS.get(s, "#7f7f7f")
         ax.plot(steps, centered_mean(mean), color=color, label="sync" if s == 0 else f"async s={s}")
+        ax.fill_between(steps, centered_mean(low), centered_mean(high), color=color, alpha=0.12, lw=0)
+    bounds = [r["cos_bound"] for r in rows if r["staleness"] > 0 and r.get("cos_bound") == r.get("cos_bound")
+              and r.get("cos_bound") is not None]
+    if bounds:
+        ax.axhline(sum(bounds) / len(bounds), color="#555555", ls="--", lw=1.0,
+                   label=f"bound SNR/(1+SNR) = {sum(bounds) / len(bounds):.2f}")
     ax.axhline(0, color="grey", lw=0.6)
-    # The LLM panels' titles name a whole configuration: wrapped so neighbouring titles do not overlap.
-    ax.set(xlabel="RL step", ylabel="consecutive-gradient cosine\n(seed mean, smoothed)", ylim=(-1.0, 1.05))
-    ax.set_title(textwrap.fill(title, 42), fontsize="small")
-    ax.legend()
+    warm = len({r["warm_seed"] for r in rows})
+    ax.set(xlabel="RL step", ylabel="consecutive-gradient cosine\n(mean over warm starts, smoothed)", ylim=(-0.6, 1.0))
+    ax.set_title(textwrap.fill(f"small LLM, {warm} warm starts: {llm_figures.CONFIG}", 42), fontsize="small")
+    ax.legend(fontsize="x-small")
+
+
+def llm_rows(results: Results) -> list[dict]:
+    """fig1's LLM panel: the testbed's fig1 runs, per step, with their run means."""
+    rows = [r for r in llm_figures.step_rows(results.runs(), "fig1") if not r.get("final_eval")]
+    return llm_figures.with_run_means(rows)
 
 
 TOY_SIMS = ("quadratic", "bandit_gaussian", "bandit_softmax")
@@ -58,10 +72,6 @@ def toy_units(profile: str, device: str = "cpu") -> list[Unit]:
             for sim in TOY_SIMS]
 
 
-def _signature_pairs(results: Results) -> list[tuple]:
-    return [(run, res) for run, res in results.runs() if run.roles[0] == STRONGEST[0]]
-
-
 PANELS = [
     Panel("quadratic", lambda results: results.value(f"{NAME}/quadratic", []),
           lambda ax, rows: plot_cosine(ax, rows, f"noisy quadratic, η·λ_max = {toy.QUADRATIC_LR}")),
@@ -69,23 +79,19 @@ PANELS = [
           lambda ax, rows: plot_cosine(ax, rows, "Gaussian-policy bandit (GRPO, B=4, G=16)")),
     Panel("bandit_softmax", lambda results: results.value(f"{NAME}/bandit_softmax", []),
           lambda ax, rows: plot_cosine(ax, rows, "10-armed softmax bandit (GRPO, B=4, G=16)")),
-    Panel("llm", lambda results: llm_cosine_rows_with_run_means(results.runs()), plot_llm),
-    # The signature map's strongest configuration (figs2_llm_signature), next to the sweep's default above.
-    Panel("llm_signature", lambda results: strongest_rows(_signature_pairs(results)),
-          lambda ax, rows: plot_llm(ax, rows, "cos_prev_shown",
-                                    f"small LLM, strongest signature: {rows[0]['config']}")),
+    Panel("llm", llm_rows, plot_llm),
 ]
 
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
-    """The toy simulations, the LLM sweep's cosine line and the signature map's strongest configuration."""
-    return [*toy_units(profile, device), *[run_unit(r) for r in cosine_runs(sweep(profile, device, dry_run))],
-            *[run_unit(r) for r in strongest_runs(profile, device, dry_run)]]
+    """The toy simulations and the LLM testbed's fig1 runs (experiments/llm_figures.py)."""
+    return [*toy_units(profile, device),
+            *[run_unit(r) for r in llm_figures.runs(profile, device, dry_run) if "fig1" in r.roles]]
 
 
 def cosine_table(rows: list[dict]) -> list[dict]:
     """Mean over seeds of each run's mean cosine after warm-up, per (sim, staleness), + diverged count."""
-    runs = {(r["sim"], r.get("config", ""), r["staleness"], r["seed"]): (
+    runs = {(r["sim"], r.get("config", ""), r["staleness"], r.get("warm_seed", 0), r["seed"]): (
         r["run_mean_cos_prev"], r["run_diverged"], r["run_mean_cos_prev_alive"]) for r in rows}
     table = []
     for sim, config, staleness in sorted({k[:3] for k in runs}):

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from experiments import toy
-from experiments.aggregate import centered_mean, seed_mean, seed_median
+from experiments import llm_figures, toy
+from experiments.aggregate import centered_mean, seed_median
 from experiments.cache import Unit, unit
-from experiments.llm import divergence_runs, llm_divergence_rows, run_unit, sweep
+from experiments.llm import run_unit
 from paper_figs.common import Panel, Results, apply_style, method_color, save_figure
 from sim.record import write_records
 
@@ -33,26 +33,31 @@ def plot_panel(axes, rows: list[dict], title: str, objective: str, objective_lab
 
 
 def llm_panel(results: Results) -> list[dict]:
-    """Small-LLM GRPO runs (sync, naive async, async+GAC at high staleness) of the shared sweep."""
-    return [dict(r, label=r["method"]) for r in llm_divergence_rows(results.runs())]
+    """The LLM testbed's fig3 runs (sync; naive async, GAC on the gradient and GAC on AdamW's update at s = 16; one
+    shared step size), per step."""
+    return llm_figures.step_rows(results.runs(), "fig3")
 
 
 def plot_llm(axes, rows: list[dict]) -> None:
-    """Three panels: reward, held-out accuracy, gradient norm over steps (mean ± std over seeds)."""
-    runs = sorted({(r["method"], r["staleness"]) for r in rows}, key=lambda m: (m[0] != "sync", m[0]))
-    for method, s in runs:
-        color = method_color(method)
-        label = "sync" if method == "sync" else f"{method} (s={s})"
-        for ax, key, smoothed in zip(axes, ("objective", "accuracy", "grad_norm"), (True, False, True), strict=True):
-            steps, mean, spread = seed_mean(rows, key, method=method, staleness=s)
+    """Three panels: held-out accuracy, reward, gradient norm over steps (mean over warm starts of each warm start's
+    seed mean; band: 95 % interval over warm starts)."""
+    arms = list(dict.fromkeys(llm_figures.arm_name(*arm) for arm in llm_figures.FIG3_ARMS))
+    styles = {"sync": ("#000000", "-"), "naive": (method_color("naive"), "-"),
+              "gac gradient": (method_color("gac"), "--"), "gac update": ("#17becf", "-")}
+    for arm in (a for a in arms if any(r["arm"] == a for r in rows)):
+        color, style = next(v for k, v in styles.items() if arm.startswith(k))
+        for ax, key, smoothed in zip(axes, ("accuracy", "objective", "grad_norm"), (False, True, True), strict=True):
+            steps, mean, low, high = llm_figures.band(rows, key, arm)
             if smoothed:
-                mean, spread = centered_mean(mean), centered_mean(spread)
-            ax.plot(steps, mean, color=color, label=label, marker=None if smoothed else "o", ms=2)
-            ax.fill_between(steps, mean - spread, mean + spread, color=color, alpha=0.12, lw=0)
-    axes[0].set(xlabel="RL step", ylabel="mean reward (train batch)", title="small LLM, GRPO on addition")
-    axes[1].set(xlabel="RL step", ylabel="held-out accuracy")
-    axes[2].set(xlabel="RL step", ylabel="raw gradient norm")
-    axes[0].legend()
+                mean, low, high = centered_mean(mean), centered_mean(low), centered_mean(high)
+            ax.plot(steps, mean, color=color, ls=style, label=arm, marker=None if smoothed else "o", ms=2)
+            ax.fill_between(steps, low, high, color=color, alpha=0.12, lw=0)
+    warm = len({r["warm_seed"] for r in rows})
+    axes[0].set(xlabel="RL step", ylabel="held-out accuracy (greedy)",
+                title=f"small LLM, GRPO, {warm} warm starts, one step size")
+    axes[1].set(xlabel="RL step", ylabel="mean reward (train batch)")
+    axes[2].set(xlabel="RL step", ylabel="raw gradient norm", yscale="log")
+    axes[0].legend(fontsize="x-small")
 
 
 TOY_SIMS = ("quadratic", "bandit_gaussian")
@@ -100,8 +105,9 @@ def panel_axes(panels) -> tuple[plt.Figure, list[tuple]]:
 
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
-    """The toy simulations and the LLM sweep's runs at high staleness."""
-    return [*toy_units(profile, device), *[run_unit(r) for r in divergence_runs(sweep(profile, device, dry_run))]]
+    """The toy simulations and the LLM testbed's fig3 runs (experiments/llm_figures.py)."""
+    return [*toy_units(profile, device),
+            *[run_unit(r) for r in llm_figures.runs(profile, device, dry_run) if "fig3" in r.roles]]
 
 
 def plot(results: Results, out_dir: Path, panels=None) -> list[Path]:

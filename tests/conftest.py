@@ -1,6 +1,40 @@
-"""Test-wide settings: figure runs cache into a temporary folder, never into the checkout."""
+"""Test-wide settings: figure runs cache into a temporary folder, never into the checkout; the committed tiny
+warm start (tests/data/tiny_warm_start, made by ``python -m sim.llm.warmstart``, command in its warmstart.json),
+which ``--perturb-weights EPS`` perturbs (relative noise of size EPS on every weight: other float bits, as on
+another CPU) to check that no test hangs on the exact bits of a training outcome."""
+
+import shutil
+from pathlib import Path
 
 import pytest
+
+TINY_WARM_START = Path(__file__).parent / "data" / "tiny_warm_start"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--perturb-weights", type=float, default=0.0, metavar="EPS",
+                     help="perturb the committed tiny warm start's weights by relative noise EPS (default 0: as saved)")
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory, request):
+    """The tiny (19k-parameter, 1-digit) warm start the LLM and integration tests start from: a copy of the
+    committed one, perturbed with ``--perturb-weights``."""
+    from sim.llm.model import load_model
+
+    path = tmp_path_factory.mktemp("tiny_model") / "model"
+    shutil.copytree(TINY_WARM_START, path)
+    eps = request.config.getoption("--perturb-weights")
+    if eps:
+        import torch
+
+        model = load_model(path)
+        generator = torch.Generator().manual_seed(12345)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1 + eps * torch.randn(p.shape, generator=generator))
+        model.save_pretrained(path)
+    return path
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ import torch
 
 from gac import GACConfig
 from sim.llm.model import SIZES, check_model_dir
+from sim.llm.warmstart import WarmStartConfig
 from sim.record import check_output_dir
 from sim.stabilizers import (
     GAC_SPACES,
@@ -88,14 +89,20 @@ class Args:
     """method kl_target (step control by the KL to π_b): its parameters"""
     eval_every: int = 20
     """held-out accuracy every this many steps"""
-    eval_problems: int = 256
-    """held-out problems per evaluation (a fixed set)"""
+    eval_problems: int = 1000
+    """distinct held-out problems per evaluation (a fixed set, the warm start's own: the first n of it)"""
     snr_every: int = 10
     """SNR probe (cos_halves) every this many steps: one extra backward at the step's start"""
-    warm_target: float = 0.3
-    """warm start: supervised steps until held-out accuracy reaches this"""
+    warm_target: float = 0.1
+    """warm start: its acceptance target (held-out accuracy at its plateau; below it is retrained or refused)"""
+    warm_ceiling: float = 0.5
+    """warm start: the top of its acceptance range (above it is retrained or refused)"""
     warm_seed: int = 0
     """seed of the warm start's initialisation and data"""
+    warm_sft_problems: int = 512
+    """warm start: size of its finite supervised data set (sets its plateau)"""
+    warm_max_steps: int = 3000
+    """warm start: most supervised steps (a plateau usually stops it first)"""
     checkpoint_every: int = 0
     """save a checkpoint every this many steps (0: never)"""
     out_dir: str = "runs/llm"
@@ -160,10 +167,21 @@ class Args:
             raise ValueError(f"--device {self.device} but torch sees no CUDA device")
         if self.model is not None:
             check_model_dir(self.model)
+        if self.model is None:
+            self.warm_start().validate()
         if self.checkpoint_every:
             check_output_dir(self.out_dir, "--out-dir")
         if self.resume and not (Path(self.out_dir) / "checkpoint.pt").exists():
             raise ValueError(f"--resume but {self.out_dir}/checkpoint.pt does not exist")
+
+    def warm_start(self) -> WarmStartConfig | None:
+        """The warm start a run of these args begins from (None when ``--model`` names a checkpoint)."""
+        if self.model is not None:
+            return None
+        return WarmStartConfig(size=self.size, digits=self.digits, seed=self.warm_seed,
+                               sft_problems=self.warm_sft_problems, target_accuracy=self.warm_target,
+                               ceiling_accuracy=self.warm_ceiling,
+                               max_steps=self.warm_max_steps)
 
     @property
     def axes(self) -> Combination:

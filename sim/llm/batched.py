@@ -25,15 +25,16 @@ from sim.llm.model import load_model
 from sim.llm.probes import PrevRows
 from sim.llm.rows import AdamWRows, adamw_step, clip_rows, gac_thresholds
 from sim.llm.task import AdditionTask
-from sim.llm.warmstart import WarmStartConfig, load_warm_start
+from sim.llm.warmstart import load_warm_start
 from sim.schema import NO_REGIME, make_row
 from sim.staleness import Staleness, VersionRing
 
 if TYPE_CHECKING:
     from sim.llm.args import Args
 
-PER_RUN = ("seed", "lr", "staleness", "staleness_kind", "method", "warm_seed", "warm_target", "model", "clip_eps",
-           "kl_coef", "max_grad_norm", "tis", "m2po", "bapo", "braking", "kl_target", "out_dir", "progress")
+PER_RUN = ("seed", "lr", "staleness", "staleness_kind", "method", "warm_seed", "warm_target", "warm_ceiling",
+           "warm_sft_problems", "warm_max_steps", "model", "clip_eps", "kl_coef", "max_grad_norm", "tis", "m2po",
+           "bapo", "braking", "kl_target", "out_dir", "progress")
 """Args fields that may differ between the runs of one batch (besides GAC's fixed threshold τ); every other field
 (model size, task and batch shapes, steps, the method's axes and placement, device, threads) is the batch's."""
 
@@ -93,8 +94,7 @@ class BatchState:
 
 def initial_policy(args: Args, device, log, cache: dict) -> tuple[torch.nn.Module, dict]:
     """The run's starting policy (its warm start, or ``--model``), loaded once per distinct source."""
-    source = args.model if args.model is not None else WarmStartConfig(
-        size=args.size, digits=args.digits, seed=args.warm_seed, target_accuracy=args.warm_target)
+    source = args.model if args.model is not None else args.warm_start()
     key = repr(source)
     if key not in cache:
         cache[key] = ((load_model(args.model).to(device), {"source": args.model}) if args.model is not None

@@ -45,9 +45,7 @@ TrainState = BatchState
 
 def warm_start_config(args: Args) -> WarmStartConfig | None:
     """The warm start a run of ``args`` begins from (None when ``--model`` names a checkpoint)."""
-    if args.model is not None:
-        return None
-    return WarmStartConfig(size=args.size, digits=args.digits, seed=args.warm_seed, target_accuracy=args.warm_target)
+    return args.warm_start()
 
 
 def prepare_warm_start(args: Args, log=print) -> None:

@@ -1,5 +1,5 @@
-"""GAC inside TRL's GRPOTrainer, end to end on CPU: a tiny Qwen3 built in code and warm-started on the
-package's addition task, an in-memory dataset of that task, the exact-match reward, two GRPO steps."""
+"""GAC inside TRL's GRPOTrainer, end to end on CPU: the committed tiny Qwen3 warm start (made by the package's own
+command on its addition task), an in-memory dataset of that task, the exact-match reward, two GRPO steps."""
 
 import math
 
@@ -13,11 +13,8 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 import gac  # noqa: E402
 from gac.integrations.trl import add_gac  # noqa: E402
 from sim.llm.hf import exact_match_reward, grpo_dataset, hf_tokenizer  # noqa: E402
+from sim.llm.model import load_model  # noqa: E402
 from sim.llm.task import AdditionTask  # noqa: E402
-from sim.llm.warmstart import WarmStartConfig, train_warm_start  # noqa: E402
-
-WARM = WarmStartConfig(size="tiny", digits=1, max_steps=100, target_accuracy=0.25, lr=1e-2, eval_every=25,
-                       batch_size=64, eval_problems=64)
 
 
 def test_hf_tokenizer_matches_the_task_ids():
@@ -29,13 +26,14 @@ def test_hf_tokenizer_matches_the_task_ids():
     assert exact_match_reward(["52", "5 2", "53"], ["52", "52", "52"]) == [1.0, 0.0, 0.0]
 
 
-def test_grpo_trainer_with_gac_logs_finite_metrics(tmp_path):
+def test_grpo_trainer_with_gac_logs_finite_metrics(tmp_path, tiny_checkpoint):
     torch.manual_seed(0)
-    model, info = train_warm_start(WARM, log=lambda *a: None)
-    assert info["heldout_accuracy"] >= 0.25  # so that groups have reward variance and gradients are real
-    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=8, num_generations=8,
+    # 0.75 of its train-split samples at T = 1 are right: with 4 prompts × 8 samples at T = 1.5 a step whose every
+    # group has equal rewards (a zero gradient) is unlikely, and both steps having one far more so
+    model = load_model(tiny_checkpoint)
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=32, num_generations=8,
                       max_completion_length=3, max_steps=2, logging_steps=1, report_to=[], bf16=False,
-                      save_strategy="no", seed=0, learning_rate=1e-3, temperature=1.0)
+                      save_strategy="no", seed=0, learning_rate=1e-3, temperature=1.5)
     trainer = GRPOTrainer(model=model, reward_funcs=exact_match_reward, args=args,
                           train_dataset=grpo_dataset(AdditionTask(digits=1), 64), processing_class=hf_tokenizer())
     callback = add_gac(trainer, gac.GACConfig(threshold=0.0))
@@ -46,7 +44,7 @@ def test_grpo_trainer_with_gac_logs_finite_metrics(tmp_path):
     for row in logged:
         for key in ("gac/cos_prev", "gac/regime", "gac/parallel_scale", "gac/grad_norm", "gac/grad_norm_after"):
             assert math.isfinite(row[key])
-        assert row["gac/grad_norm"] > 0  # a real policy gradient reached GAC
         assert row["gac/grad_norm_after"] <= row["gac/grad_norm"] + 1e-9
+    assert any(row["gac/grad_norm"] > 0 for row in logged)  # a real policy gradient reached GAC
     assert logged[0]["gac/cos_prev"] == 0.0  # no reference yet at the first step
     assert any(row["reward"] > 0 for row in trainer.state.log_history if "reward" in row)

@@ -1,4 +1,5 @@
-"""Fixtures of the LLM tests: a tiny Qwen3 checkpoint saved by the package itself, fast run arguments."""
+"""Fixtures of the LLM tests: fast run arguments from the committed tiny warm start (``tiny_checkpoint``,
+tests/conftest.py), and hooks around the trainer's AdamW step."""
 
 from __future__ import annotations
 
@@ -6,22 +7,18 @@ import pytest
 import torch
 
 from sim.llm.train import Args
-from sim.llm.warmstart import WarmStartConfig, train_warm_start
-
-# One-digit addition and a 19k-parameter model: a 50-step warm start reaches about 30% held-out accuracy,
-# so rewards (and gradients) are not all zero.
-TINY_WARM = WarmStartConfig(size="tiny", digits=1, max_steps=100, target_accuracy=0.25, lr=1e-2, eval_every=25,
-                            batch_size=64, eval_problems=64)
 
 
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory):
-    torch.set_num_threads(1)
-    path = tmp_path_factory.mktemp("tiny_model")
-    model, info = train_warm_start(TINY_WARM, log=lambda *a: None)
-    assert info["heldout_accuracy"] >= 0.25
-    model.save_pretrained(path)
-    return path
+@pytest.fixture
+def tiny_testbed(tiny_checkpoint, monkeypatch):
+    """experiments.llm_figures' profile "test": its arms on the tiny checkpoint, 2 warm seeds × 1 seed, 4 steps."""
+    from experiments import llm_figures
+
+    monkeypatch.setitem(llm_figures.PROFILES, "test", dict(
+        warm_seeds=(1, 2), seeds=(0,), steps=4,
+        base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, prompts_per_step=4, group_size=4,
+                  eval_every=2, eval_problems=8, snr_every=2, temperature=0.5, lr=3e-3)))
+    return llm_figures.PROFILES["test"]
 
 
 @pytest.fixture

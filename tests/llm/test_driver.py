@@ -7,20 +7,12 @@ import sys
 from pathlib import Path
 
 import experiments.cache
-from experiments import cache, llm
-from paper_figs import driver, fig3_divergence
+from experiments import cache, llm, llm_figures
+from paper_figs import driver, fig1_cosine, fig3_divergence
 from paper_figs.driver import FigureArgs
 
 ROOT = Path(__file__).resolve().parents[2]
-NAMES = ("fig3_divergence", "figs2_llm_signature", "fig5_llm_grpo")  # fig3 and fig5 share the sweep
-
-
-def _tiny_sweep(tiny_checkpoint) -> dict:
-    return dict(base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=3, prompts_per_step=4,
-                          group_size=4, minibatches=2, eval_every=2, eval_problems=8, temperature=0.5,
-                          ratio_to="proximal"),
-                seeds=(0,), main_lr=3e-3, small_lrs=(1e-3,), grid={1e-3: (0, 2), 3e-3: (0, 2)}, line_staleness=(0, 2),
-                high_staleness=2)
+NAMES = ("fig1_cosine", "fig3_divergence", "figs2_llm_signature")  # fig1 and fig3 share the testbed's sync and naive
 
 
 def test_the_graph_holds_each_shared_unit_once_and_waits_for_warm_starts(tmp_path):
@@ -38,20 +30,21 @@ def test_the_graph_holds_each_shared_unit_once_and_waits_for_warm_starts(tmp_pat
         assert set(task.after) == waits and all(isinstance(by_name[w].spec, llm.WarmStart) for w in waits)
 
 
-def test_each_run_is_read_once_per_command_and_the_plots_read_no_cache(tiny_checkpoint, tmp_path, monkeypatch):
+def test_each_run_is_read_once_per_command_and_the_plots_read_no_cache(tiny_testbed, tmp_path, monkeypatch):
     monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
-    monkeypatch.setitem(llm.PROFILES, "test", _tiny_sweep(tiny_checkpoint))
-    monkeypatch.setattr(fig3_divergence, "toy_units", lambda profile, device: [])  # its LLM panel only
+    for module in (fig1_cosine, fig3_divergence):
+        monkeypatch.setattr(module, "toy_units", lambda profile, device: [])  # their LLM panels only
     reads, computed = [], []
     read = cache._read
     monkeypatch.setattr(cache, "_read", lambda path: reads.append(path.name) or read(path))
     compute_run, train_batch = llm.compute_run, llm.train_batch
     monkeypatch.setattr(llm, "compute_run", lambda args: computed.append(args) or compute_run(args))
     monkeypatch.setattr(llm, "train_batch", lambda runs, log: computed.extend(runs) or train_batch(runs, log))
-    args = FigureArgs(names=("fig5_llm_grpo", "fig3_divergence"), profile="test", out=tmp_path / "out")
-    runs = {llm.run_name(r.args) for r in llm.sweep("test")}
-    shared = {llm.run_name(r.args) for r in llm.divergence_runs(llm.sweep("test"))}
-    assert shared and shared < runs  # fig3 reads a part of fig5's runs
+    args = FigureArgs(names=("fig1_cosine", "fig3_divergence"), profile="test", out=tmp_path / "out")
+    fig1 = {llm.run_name(r.args) for r in llm_figures.runs("test") if "fig1" in r.roles}
+    fig3 = {llm.run_name(r.args) for r in llm_figures.runs("test") if "fig3" in r.roles}
+    runs, shared = fig1 | fig3, fig1 & fig3
+    assert shared and shared < fig3  # fig3 reads a part of fig1's runs
 
     driver.make_figures(args, jobs=1, log=lambda *a, **k: None)
     assert sorted(reads) == sorted(f"{name}.json" for name in runs)  # one look-up each, shared ones too
@@ -62,7 +55,7 @@ def test_each_run_is_read_once_per_command_and_the_plots_read_no_cache(tiny_chec
     assert sorted(reads) == sorted(f"{name}.json" for name in runs) and computed == []  # all from the cache, once
     with open(tmp_path / "out" / "fig3_divergence.csv") as handle:
         assert {row["method"] for row in csv.DictReader(handle)} == {"sync", "naive", "gac"}
-    assert (tmp_path / "out" / "fig5_llm_grpo_table.csv").stat().st_size > 0
+    assert (tmp_path / "out" / "fig1_cosine_table.csv").stat().st_size > 0
 
 
 def test_python_m_paper_figs_runs_the_graph_on_two_workers(tmp_path):
@@ -80,5 +73,5 @@ def test_python_m_paper_figs_runs_the_graph_on_two_workers(tmp_path):
     assert len(list((tmp_path / "cache").glob("llm_grpo-*.json"))) == len(runs)
     with open(out / "dry_run" / "figs2_llm_signature.csv") as handle:
         assert {r["steps"] for r in csv.DictReader(handle)} == {"2"}
-    assert (out / "dry_run" / "fig5_llm_grpo.png").stat().st_size > 0
+    assert (out / "dry_run" / "fig1_cosine.png").stat().st_size > 0
     assert (out / "dry_run" / "fig3_divergence.csv").stat().st_size > 0

@@ -1,33 +1,36 @@
-"""The LLM panels of fig1 and fig3 draw from the shared LLM sweep (tiny profile, cache in tmp)."""
+"""The LLM panels of fig1 and fig3 draw from the testbed's runs; the sweep is the same in parallel and serial (tiny
+profiles, cache in tmp)."""
 
 import csv
 import json
 
 import experiments.cache
-from experiments import llm, signature
+from experiments import llm
 from paper_figs import driver
 
 
-def test_llm_panels_of_fig1_and_fig3(tiny_checkpoint, tmp_path, monkeypatch):
+def test_llm_panels_of_fig1_and_fig3(tiny_testbed, tmp_path, monkeypatch):
     monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
-    monkeypatch.setitem(llm.PROFILES, "test", dict(
-        base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=3, prompts_per_step=4, group_size=4,
-                  minibatches=2, eval_every=2, eval_problems=8, temperature=0.5, ratio_to="proximal"),
-        seeds=(0,), main_lr=3e-3, small_lrs=(1e-3,), grid={3e-3: (0, 2)}, line_staleness=(0, 2), high_staleness=2))
-    monkeypatch.setitem(signature.PROFILES, "test", dict(signature.PROFILES["quick"], cells={}))  # no signature panel
-    def sweep_runs(name):
+
+    def testbed_runs(name):
         return [u for u in driver.module(name).runs("test") if u.kind == "llm_grpo"]
 
-    driver.make_figure("fig1_cosine", "test", tmp_path, units=sweep_runs("fig1_cosine"))
+    fig1, fig3 = testbed_runs("fig1_cosine"), testbed_runs("fig3_divergence")
+    assert len(fig1) == 2 * 5 and len(fig3) == 2 * 4  # 2 warm starts × the arms
+    assert len({u.name for u in fig1} & {u.name for u in fig3}) == 2 * 2  # sync and naive s=16 shared
+    driver.make_figure("fig1_cosine", "test", tmp_path, units=fig1)
     with open(tmp_path / "fig1_cosine_table.csv") as handle:
         table = list(csv.DictReader(handle))
-    assert {(row["sim"], row["staleness"]) for row in table} == {("llm", "0"), ("llm", "2")}
+    assert {(row["sim"], row["staleness"]) for row in table} == {("llm", str(s)) for s in (0, 2, 4, 8, 16)}
+    assert all(row["seeds"] == "2" for row in table)  # a run is (warm seed, seed): two per staleness
     assert all(-1.0 <= float(row["mean_cos_prev_before_divergence"]) <= 1.0 for row in table)
-    driver.make_figure("fig3_divergence", "test", tmp_path, units=sweep_runs("fig3_divergence"))
+    driver.make_figure("fig3_divergence", "test", tmp_path, units=fig3)
     with open(tmp_path / "fig3_divergence_summary.csv") as handle:
-        assert {row["label"] for row in csv.DictReader(handle)} == {"sync", "naive", "gac"}
+        assert {row["label"] for row in csv.DictReader(handle)} == {"sync", "naive s=16", "gac gradient s=16",
+                                                                     "gac update s=16"}
     with open(tmp_path / "fig3_divergence.csv") as handle:
-        assert {row["sim"] for row in csv.DictReader(handle)} == {"llm"}
+        rows = list(csv.DictReader(handle))
+    assert {row["sim"] for row in rows} == {"llm"} and {row["warm_seed"] for row in rows} == {"1", "2"}
     assert (tmp_path / "fig1_cosine.png").stat().st_size > 0 and (tmp_path / "fig3_divergence.png").exists()
 
 

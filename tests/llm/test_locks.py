@@ -63,7 +63,7 @@ def test_lock_turns_check_catches_a_lock_that_does_not_exclude(tmp_path, monkeyp
 def test_a_warm_start_lock_left_by_a_killed_trainer_does_not_block(tmp_path, monkeypatch):
     monkeypatch.setattr(warmstart, "RUNS_DIR", tmp_path)
     config = warmstart.WarmStartConfig(size="tiny", digits=1, max_steps=2, eval_every=1, eval_problems=4,
-                                       batch_size=4, target_accuracy=1.0)
+                                       batch_size=4, target_accuracy=0.0, ceiling_accuracy=1.0)
     target = warmstart.warm_start_path(config)
     lock = target.parent / f".{target.name}.lock"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom sim.record import exclusive_lock\n"

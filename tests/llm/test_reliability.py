@@ -20,7 +20,7 @@ from sim.llm.warmstart import WarmStartConfig
 QUICK = ["--size", "tiny", "--digits", "1", "--prompts-per-step", "2", "--group-size", "4", "--eval-problems", "8",
          "--no-progress", "--method", "gac", "--staleness", "1"]
 FAST_WARM = WarmStartConfig(size="tiny", digits=1, max_steps=2, eval_every=1, eval_problems=4, batch_size=4,
-                            target_accuracy=1.0)
+                            target_accuracy=0.0, ceiling_accuracy=1.0)
 
 
 def one_line(capsys) -> str:

@@ -97,37 +97,6 @@ def test_gap_recovered_against_direct_computation():
     assert signature.gap_recovered(rows, "sync")["gap_recovered"] == pytest.approx(1.0)
 
 
-def test_fig1_llm_panels_name_default_and_strongest(tiny_checkpoint, tmp_path, monkeypatch):
-    from experiments import llm
-    from paper_figs import fig1_cosine
-
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
-    monkeypatch.setitem(signature.PROFILES, "test", _tiny_profile(tiny_checkpoint))
-    monkeypatch.setitem(llm.PROFILES, "test", dict(
-        base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=4, prompts_per_step=4, group_size=4,
-                  minibatches=2, eval_every=2, eval_problems=8, temperature=0.5, ratio_to="proximal"),
-        seeds=(0,), main_lr=3e-3, small_lrs=(), grid={3e-3: (0, 2)}, line_staleness=(0, 2), high_staleness=2))
-    make_figure(fig1_cosine.NAME, "test", tmp_path, units=[u for u in fig1_cosine.runs("test") if u.kind == "llm_grpo"])
-    with open(tmp_path / "fig1_cosine_table.csv") as handle:
-        table = [dict(r, staleness=int(r["staleness"]), mean_cos_prev=float(r["mean_cos_prev"]))
-                 for r in csv.DictReader(handle)]
-    configs = {row["config"] for row in table}
-    assert len(configs) == 2 and llm.DEFAULT_CONFIG in configs
-    strongest = next(c for c in configs if c != llm.DEFAULT_CONFIG)
-    assert strongest.startswith(signature.STRONGEST[0]) and signature.STRONGEST[1] in strongest
-    # the strongest panel's per-run mean is the mean of its granularity after the first fifth, computed directly
-    results = signature.sweep_results("test", log=lambda *a, **k: None)
-    key = signature.STRONGEST[1]
-    for row in (r for r in table if r["config"] == strongest):
-        per_seed = []
-        for item, res in results:
-            if item.roles[0] == signature.STRONGEST[0] and item.args.staleness == row["staleness"]:
-                late = [r[key] for r in res["records"] if r["step"] >= (item.args.steps - 1) // 5
-                        and not math.isnan(r[key])]
-                per_seed.append(np.mean(late))
-        assert row["mean_cos_prev"] == pytest.approx(np.mean(per_seed))
-
-
 def test_gaps_paired_by_seed():
     def row(config, s, seed, value):
         return {"config": config, "staleness": s, "seed": seed, "snr_halves": 0.1,

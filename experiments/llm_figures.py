@@ -1,0 +1,261 @@
+"""The paper's two figures at LLM scale on the reproducible testbed: fig1's cosine and fig3's divergence panels.
+
+Every run starts from an accepted warm start (``sim.llm.warmstart``: trained to its plateau on a finite supervised
+set, refused below target) and is repeated over several warm starts × RL seeds, so that a band over warm starts can
+be drawn: the warm start decided ~99 % of an LLM outcome's variance in the committed verdict, so one warm start says
+little. The arms, all at one shared step size:
+
+- fig1: sync and naive async at s ∈ {2, 4, 8, 16}: the consecutive-gradient cosine, beside the theory's bound
+  SNR/(1+SNR) at the SNR the half-batch probe measures in the same runs;
+- fig3: sync, naive async, GAC on the raw gradient (as the paper places it) and GAC on AdamW's update, at s = 16.
+
+``snr_rows`` measures the gradient's SNR against the batch size (prompts × group) at the warm starts (the probe of
+``sim.llm.probes``: the cosine of two disjoint halves' gradients at one θ), which chose the configuration.
+``python -m experiments.llm_figures OUT.csv --profile full`` writes the runs' table
+(``docs/data/llm_figures_runs.csv``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import tyro
+from scipy import stats
+
+from experiments.aggregate import measured
+from experiments.llm import Run, results_of
+from sim.llm.train import Args
+from sim.llm.warmstart import WarmStartRejected
+
+# One optimizer update per RL step (each update sees the whole batch: the most SNR per update), the clip ratio
+# against the behaviour policy, gradient clipping at 1, the 0.6M model on 2-digit sums. 32 × 8 samples per step:
+# the largest batch whose 112 runs fit about an hour on 2 cores (snr_rows: the half-batch SNR grows with the batch,
+# docs/data/llm_snr_batch.csv).
+BASE = dict(size="small", digits=2, prompts_per_step=32, group_size=8, minibatches=1, ratio_to="behaviour",
+            max_grad_norm=1.0, lr=3e-4, eval_every=20, eval_problems=1000, snr_every=10)
+CONFIG = "32×8 samples, 1 update/step, behaviour ratio, lr 3e-4"
+"""The figures' name of this configuration (the quick profile has 16 × 8)."""
+FIG1_STALENESS = (0, 2, 4, 8, 16)
+FIG3_STALENESS = 16
+FIG3_ARMS = (("sync", "gradient", 0), ("naive", "gradient", FIG3_STALENESS), ("gac", "gradient", FIG3_STALENESS),
+             ("gac", "update", FIG3_STALENESS))
+"""fig3's arms: (method, GAC space, staleness)."""
+
+PROFILES = {
+    # quick: 2 warm starts × 1 RL seed, 60 steps of 16 × 8 (what `make figures` affords); full: the committed runs
+    "quick": dict(warm_seeds=(1, 2), seeds=(0,), steps=60, base=dict(prompts_per_step=16)),
+    "full": dict(warm_seeds=(1, 2, 3, 4, 5, 6, 7, 8), seeds=(0, 1), steps=100, base={}),
+}
+TUNING_WARM_SEED = 0
+"""The warm start the configuration and step size were looked at on; never among the reported ones."""
+
+
+def arm_name(method: str, space: str, staleness: int) -> str:
+    """The name an arm has in the figures: sync, naive s=16, gac gradient s=16, gac update s=16."""
+    if method == "sync":
+        return "sync"
+    return f"{method} s={staleness}" if method == "naive" else f"{method} {space} s={staleness}"
+
+
+def runs(profile: str = "full", device: str = "cpu", dry_run: bool = False) -> list[Run]:
+    """The runs of both panels (a run in both, sync and naive s = 16, listed once with both roles); the figures'
+    profile gpu takes the full runs (on the device given)."""
+    profile = "full" if profile == "gpu" else profile
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
+    p = PROFILES[profile]
+    base = Args(**{**BASE, **p["base"]}, steps=p["steps"], device=device, progress=False, on_nonfinite="mark")
+    arms: dict[tuple, list[str]] = {}
+    for s in FIG1_STALENESS:
+        arms.setdefault(("sync" if s == 0 else "naive", "gradient", s), []).append("fig1")
+    for arm in FIG3_ARMS:
+        arms.setdefault(arm, []).append("fig3")
+    warm_seeds, seeds = (p["warm_seeds"][:1], p["seeds"][:1]) if dry_run else (p["warm_seeds"], p["seeds"])
+    out = []
+    for warm_seed in warm_seeds:
+        for seed in seeds:
+            for (method, space, s), roles in arms.items():
+                args = replace(base, method=method, gac_space=space, staleness=s, warm_seed=warm_seed, seed=seed)
+                if dry_run:
+                    from experiments.llm import dry_run_args
+                    args = dry_run_args(args)
+                out.append(Run(args, tuple(roles)))
+    return out
+
+
+def snr_bound(cos_halves: float) -> float:
+    """The theory's bound on the consecutive cosine for s ≥ 1, SNR/(1+SNR), at the whole batch's SNR = 2 SNR_h,
+    SNR_h = c/(1 − c) being the per-half SNR that the halves' cosine c implies (one update sees the whole batch)."""
+    if not (measured(cos_halves) and 0 < cos_halves < 1):
+        return math.nan
+    snr = 2 * cos_halves / (1 - cos_halves)
+    return snr / (1 + snr)
+
+
+def run_table(results: list[tuple[Run, dict]]) -> pd.DataFrame:
+    """One row per run: figure(s), warm seed, seed, arm, step size, start/final accuracy, mean cosine after the first
+    fifth of the steps, mean halves' cosine and its bound, KL to π_b, whether it diverged."""
+    rows = []
+    for run, result in results:
+        a, records = run.args, result["records"]
+        ok = [r for r in records if not r.get("diverged")]
+        late = [r for r in ok if r["step"] >= a.steps // 5]
+        start = next((r["accuracy"] for r in ok if measured(r.get("accuracy"))), math.nan)
+        halves = float(np.nanmean([r["cos_halves"] for r in ok if measured(r.get("cos_halves"))] or [np.nan]))
+        rows.append({
+            "figure": "+".join(run.roles), "arm": arm_name(a.method, a.gac_space, a.staleness),
+            "warm_seed": a.warm_seed, "seed": a.seed, "method": a.run_method, "gac_space": a.gac_space,
+            "staleness": a.staleness, "lr": a.lr, "steps": a.steps, "prompts_per_step": a.prompts_per_step,
+            "group_size": a.group_size, "start_accuracy": start,
+            "final_accuracy": result["summary"]["final_accuracy"],
+            "gain": result["summary"]["final_accuracy"] - start,
+            "cos_prev": float(np.mean([r["cos_prev"] for r in late if measured(r.get("cos_prev"))] or [np.nan])),
+            "cos_update": float(np.mean([r["cos_update"] for r in late if measured(r.get("cos_update"))] or [np.nan])),
+            "cos_halves": halves, "cos_bound": snr_bound(halves),
+            "kl_behaviour": float(np.mean([r["kl_behaviour"] for r in ok] or [np.nan])),
+            "diverged": any(r.get("diverged") for r in records),
+        })
+    return pd.DataFrame(rows)
+
+
+def over_warm_starts(values: pd.Series, warm_seeds: pd.Series) -> tuple[float, float, float]:
+    """(mean, low, high): the mean over warm starts of each warm start's seed mean, with a 95 % t-interval over warm
+    starts (the unit that varies most); NaN bounds with one warm start."""
+    means = values.groupby(warm_seeds.to_numpy()).mean().dropna().to_numpy()
+    if len(means) < 2:
+        return (float(means.mean()) if len(means) else math.nan), math.nan, math.nan
+    half = stats.t.ppf(0.975, len(means) - 1) * means.std(ddof=1) / math.sqrt(len(means))
+    return float(means.mean()), float(means.mean() - half), float(means.mean() + half)
+
+
+def arm_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per arm: final accuracy, gain over the warm start, cosine, bound, each with its interval over warm starts."""
+    out = []
+    for arm, rows in table.groupby("arm", sort=False):
+        row = {"arm": arm, "staleness": int(rows.staleness.iloc[0]), "runs": len(rows),
+               "warm_starts": rows.warm_seed.nunique(), "diverged": int(rows.diverged.sum())}
+        for key in ("final_accuracy", "gain", "cos_prev", "cos_bound", "cos_update", "kl_behaviour"):
+            row[key], row[f"{key}_low"], row[f"{key}_high"] = over_warm_starts(rows[key], rows.warm_seed)
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def step_rows(results: list[tuple[Run, dict]], role: str) -> list[dict]:
+    """Per-step records of the runs in ``role`` with their arm and warm seed, plus the final accuracy as a last row
+    (step = steps) so that accuracy curves reach the end."""
+    rows = []
+    for run, result in results:
+        if role not in run.roles:
+            continue
+        a = run.args
+        arm = arm_name(a.method, a.gac_space, a.staleness)
+        extra = {"arm": arm, "label": arm, "warm_seed": a.warm_seed, "gac_space": a.gac_space}
+        rows += [dict(r, **extra, cos_bound=snr_bound(r.get("cos_halves", math.nan))) for r in result["records"]]
+        if not any(r.get("diverged") for r in result["records"]):
+            rows.append({"sim": "llm", "step": a.steps, "seed": a.seed, "method": a.run_method,
+                         "staleness": a.staleness, "lr": a.lr, **extra, "cos_bound": math.nan,
+                         "accuracy": result["summary"]["final_accuracy"], "diverged": False,
+                         "final_eval": True})
+    return rows
+
+
+def with_run_means(rows: list[dict]) -> list[dict]:
+    """``rows`` (per-step records of one panel, no final-eval rows) each with its run's mean cosine after the first
+    fifth of the steps (NaN if the run diverged), its mean over all steps before divergence, and whether it diverged
+    (fig1's table columns; a run is (staleness, warm seed, seed))."""
+    frame = pd.DataFrame(rows)
+    for _, run in frame.groupby(["staleness", "warm_seed", "seed"]):
+        steps = run
+        diverged = bool(steps.diverged.astype(bool).any())
+        alive = steps[~steps.diverged.astype(bool) & steps.cos_prev.notna()]
+        late = alive[alive.step >= steps.step.max() // 5]
+        for i in run.index:
+            rows[i].update(run_mean_cos_prev=float(late.cos_prev.mean()) if len(late) and not diverged else math.nan,
+                           run_mean_cos_prev_alive=float(alive.cos_prev.mean()) if len(alive) else math.nan,
+                           run_diverged=diverged, config=CONFIG)
+    return rows
+
+
+def band(rows: list[dict], key: str, arm: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, mean, low, high) of ``key`` for ``arm`` over warm starts (each warm start's seed mean first; 95 %
+    t-interval over warm starts), diverged runs' rows left out."""
+    table = pd.DataFrame([r for r in rows if r["arm"] == arm and measured(r.get(key)) and not r.get("diverged")])
+    if table.empty:
+        return (np.array([]),) * 4
+    per_warm = table.groupby(["step", "warm_seed"])[key].mean().unstack("warm_seed")  # steps × warm starts
+    values = per_warm.to_numpy(dtype=float)
+    n = np.isfinite(values).sum(1)
+    mean = np.nanmean(values, 1)
+    sd = np.where(n > 1, np.nanstd(values, 1, ddof=1), np.nan)
+    half = np.where(n > 1, stats.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(np.maximum(n, 1)), np.nan)
+    return per_warm.index.to_numpy(), mean, mean - half, mean + half
+
+
+# -- SNR against the batch size -------------------------------------------------------------------------------------
+SNR_BATCHES = ((8, 8), (16, 8), (32, 8), (64, 8), (16, 16), (32, 16))
+"""(prompts per step, group size) pairs the SNR probe measures."""
+
+
+def snr_runs(warm_seeds=(TUNING_WARM_SEED,), batches=SNR_BATCHES, seeds=(0, 1, 2), steps: int = 4) -> list[Run]:
+    """Short sync runs (probe at every step) from each warm start at each batch size: their ``cos_halves`` near the
+    warm start is the batch's SNR probe."""
+    base = Args(**{**BASE, "eval_every": steps, "snr_every": 1}, method="sync", steps=steps, progress=False,
+                on_nonfinite="mark")
+    return [Run(replace(base, prompts_per_step=p, group_size=g, warm_seed=w, seed=seed), ("snr",))
+            for w in warm_seeds for p, g in batches for seed in seeds]
+
+
+def snr_rows(results: list[tuple[Run, dict]]) -> pd.DataFrame:
+    """Per batch size: the mean halves' cosine (over warm starts, seeds and steps), the per-half and whole-batch SNR
+    it implies, and the bound SNR/(1+SNR) on the consecutive cosine."""
+    rows = [{"prompts_per_step": run.args.prompts_per_step, "group_size": run.args.group_size,
+             "samples": run.args.prompts_per_step * run.args.group_size, "warm_seed": run.args.warm_seed,
+             "cos_halves": r["cos_halves"]}
+            for run, result in results for r in result["records"] if measured(r.get("cos_halves"))]
+    table = pd.DataFrame(rows).groupby(["prompts_per_step", "group_size", "samples"], as_index=False).agg(
+        cos_halves=("cos_halves", "mean"), cos_halves_std=("cos_halves", "std"), probes=("cos_halves", "size"))
+    c = table.cos_halves.clip(lower=0)
+    table["snr_half"] = c / (1 - c)
+    table["snr_batch"] = 2 * table.snr_half
+    table["cos_bound"] = table.snr_batch / (1 + table.snr_batch)
+    return table.sort_values("samples")
+
+
+@dataclass
+class Cli:
+    """Compute the LLM figures' runs (cached) and write their table; --snr writes the SNR-vs-batch table instead."""
+
+    out: tyro.conf.Positional[str]
+    """CSV to write (docs/data/llm_figures_runs.csv; with --snr docs/data/llm_snr_batch.csv)"""
+    profile: Literal["quick", "full"] = "full"
+    """which runs: quick (2 warm starts × 1 seed) or full (8 × 2)"""
+    snr: bool = False
+    """measure the SNR against the batch size instead (sync, at the tuning warm start)"""
+    jobs: int | None = None
+    """worker processes (default: one per core, memory permitting)"""
+
+
+def main(cli: Cli) -> pd.DataFrame:
+    from sim.record import check_output_dir
+
+    check_output_dir(str(Path(cli.out).parent), "out")
+    selected = snr_runs() if cli.snr else runs(cli.profile)
+    try:
+        results = results_of(selected, jobs=cli.jobs, name="llm figures")
+    except WarmStartRejected as err:
+        raise SystemExit(f"error: {err}") from None
+    table = snr_rows(results) if cli.snr else run_table(results)
+    tmp = Path(cli.out).with_suffix(".csv.tmp")
+    table.to_csv(tmp, index=False)
+    tmp.replace(cli.out)
+    print(table.to_string() if cli.snr else arm_summary(table).to_string())
+    return table
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Cli))

@@ -1,0 +1,105 @@
+"""The LLM figures' warm starts, and how reproducible they are: ``docs/data/warm_starts.csv``.
+
+``python -m experiments.warm_starts OUT.csv --seeds 0 1 ... --compare-seeds 0 1 2 3 4`` trains (or finds in the
+warm-start cache, where the figures' runs read them) the warm start of each seed with one thread, and the
+``--compare-seeds`` again with two threads (not cached: their only use is this table), so that the same seed is
+seen under other float bits. One row per (seed, threads): steps, held-out accuracy, whether it was accepted.
+A refused warm start (no attempt reached its target) is a row with ``accepted`` False, never an error here.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+import tyro
+
+from sim.llm.args import Args
+from sim.llm.warmstart import WarmStartConfig, WarmStartRejected, train_warm_start, warm_start
+from sim.record import check_output_dir
+
+COLUMNS = ("warm_seed", "size", "digits", "sft_problems", "threads", "steps", "heldout_accuracy",
+           "heldout_problems", "target_accuracy", "accepted", "attempt", "seed_used", "stopped",
+           "attempt_accuracies", "cpu_s")
+
+
+def figure_warm_start(seed: int) -> WarmStartConfig:
+    """The warm start of the LLM figures' runs with warm seed ``seed`` (the trainer's defaults)."""
+    return Args(size="small", digits=2, warm_seed=seed).warm_start()
+
+
+def warm_start_row(config: WarmStartConfig, threads: int) -> dict:
+    """Train ``config`` on ``threads`` threads (one thread: through the cache the runs read) and describe it."""
+    torch.set_num_threads(threads)
+    start = time.process_time()
+    base = {"warm_seed": config.seed, "size": config.size, "digits": config.digits,
+            "sft_problems": config.sft_problems, "threads": threads, "target_accuracy": config.target_accuracy}
+    try:
+        if threads == 1:
+            _, info = warm_start(config, log=lambda *a: None)
+        else:
+            _, info = train_warm_start(config, log=lambda *a: None)
+    except WarmStartRejected as err:
+        return {**base, "accepted": False, "stopped": str(err), "cpu_s": time.process_time() - start}
+    return {**base, "steps": info["steps"], "heldout_accuracy": info["heldout_accuracy"],
+            "heldout_problems": info["heldout_problems"], "accepted": info["accepted"], "attempt": info["attempt"],
+            "seed_used": info["seed_used"], "stopped": info["stopped"],
+            "attempt_accuracies": " ".join(f"{a:.4f}" for a in info["attempt_accuracies"]),
+            "cpu_s": time.process_time() - start}
+
+
+@dataclass
+class Cli:
+    """Train the LLM figures' warm starts and write their table (one row per seed and thread count)."""
+
+    out: tyro.conf.Positional[str]
+    """CSV to write (e.g. docs/data/warm_starts.csv)"""
+    seeds: list[int] = field(default_factory=lambda: list(range(10)))
+    """warm seeds, trained with one thread"""
+    compare_seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    """warm seeds trained again with two threads"""
+    jobs: int = 2
+    """one-thread warm starts trained at once"""
+
+
+def main(cli: Cli) -> pd.DataFrame:
+    check_output_dir(str(Path(cli.out).parent), "out")
+    if cli.jobs < 1 or not cli.seeds or any(s < 0 for s in [*cli.seeds, *cli.compare_seeds]):
+        raise SystemExit("error: --jobs >= 1 and non-negative --seeds (at least one) required")
+    configs = [figure_warm_start(s) for s in cli.seeds]
+    with ProcessPoolExecutor(cli.jobs) as pool:
+        rows = list(pool.map(warm_start_row, configs, [1] * len(configs)))
+        for row in rows:
+            print(f"[warm starts] seed {row['warm_seed']} 1 thread: accuracy "
+                  f"{row.get('heldout_accuracy', float('nan')):.3f} accepted {row['accepted']}", flush=True)
+    with ProcessPoolExecutor(1) as pool:  # two threads each: one at a time on two cores
+        for row in pool.map(warm_start_row, [figure_warm_start(s) for s in cli.compare_seeds],
+                            [2] * len(cli.compare_seeds)):
+            print(f"[warm starts] seed {row['warm_seed']} 2 threads: accuracy "
+                  f"{row.get('heldout_accuracy', float('nan')):.3f} accepted {row['accepted']}", flush=True)
+            rows.append(row)
+    table = pd.DataFrame(rows).reindex(columns=list(COLUMNS))
+    tmp = Path(cli.out).with_suffix(".csv.tmp")
+    table.to_csv(tmp, index=False)
+    tmp.replace(cli.out)
+    print(summary(table))
+    return table
+
+
+def summary(table: pd.DataFrame) -> str:
+    """Accepted count, accuracy range, and the largest 1- vs 2-thread difference per compared seed."""
+    one = table[table.threads == 1].set_index("warm_seed")
+    two = table[table.threads == 2].set_index("warm_seed")
+    accepted = one[one.accepted.astype(bool)]
+    diff = (one.heldout_accuracy - two.heldout_accuracy).dropna().abs()
+    return (f"accepted {len(accepted)}/{len(one)} (1 thread), accuracy {accepted.heldout_accuracy.min():.3f}.."
+            f"{accepted.heldout_accuracy.max():.3f}; |1 - 2 threads| per seed: "
+            + ", ".join(f"{s}: {d:.3f}" for s, d in diff.items()))
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Cli))

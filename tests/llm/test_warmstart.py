@@ -1,0 +1,120 @@
+"""The warm start's rules: a plateau stop, an acceptance check that retrains or refuses, distinct evaluation problems,
+one metric before and after RL. The rules are tested on scripted accuracies, so no test depends on where a
+supervised run's float bits happen to land."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from sim.llm import warmstart
+from sim.llm.task import AdditionTask
+from sim.llm.train import Args, run_records
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST = dict(size="tiny", digits=1, batch_size=4, eval_every=1, eval_problems=4, lr=1e-3)
+
+
+def scripted(monkeypatch, accuracies):
+    """Held-out checks return ``accuracies`` in turn (then the last one forever); returns the list of calls."""
+    calls = []
+
+    def fake(model, task, operands):
+        calls.append(len(operands))
+        return accuracies[min(len(calls), len(accuracies)) - 1]
+
+    monkeypatch.setattr(warmstart, "heldout_accuracy", fake)
+    return calls
+
+
+def test_the_plateau_rule_stops_after_patience_checks_without_improvement(monkeypatch):
+    # improvements of >= min_delta at checks 1..4, then nothing that beats the best by 0.01
+    scripted(monkeypatch, [0.1, 0.2, 0.3, 0.4, 0.405, 0.39, 0.409, 0.4, 0.41, 0.5])
+    cfg = warmstart.WarmStartConfig(**FAST, min_steps=2, patience=4, min_delta=0.01, max_steps=50)
+    _, info = warmstart.train_attempt(cfg, seed=0)
+    assert info["stopped"] == "plateau" and info["steps"] == 8  # best at check 4, four checks without: 5..8
+    assert info["heldout_accuracy"] == 0.4 and info["history"] == [0.1, 0.2, 0.3, 0.4, 0.405, 0.39, 0.409, 0.4]
+
+
+def test_no_plateau_stop_before_min_steps(monkeypatch):
+    scripted(monkeypatch, [0.3])  # flat from the first check
+    cfg = warmstart.WarmStartConfig(**FAST, min_steps=9, patience=2, max_steps=50)
+    _, info = warmstart.train_attempt(cfg, seed=0)
+    assert info["stopped"] == "plateau" and info["steps"] == 9
+
+
+def test_max_steps_ends_a_run_that_keeps_improving(monkeypatch):
+    scripted(monkeypatch, [0.1 * k for k in range(1, 20)])
+    cfg = warmstart.WarmStartConfig(**FAST, min_steps=0, patience=2, max_steps=5)
+    _, info = warmstart.train_attempt(cfg, seed=0)
+    assert info["stopped"] == "max_steps" and info["steps"] == 5 and info["heldout_accuracy"] == pytest.approx(0.5)
+
+
+def test_a_warm_start_below_target_is_retrained_from_the_next_seed_then_accepted(monkeypatch):
+    outcomes = iter([0.05, 0.31])
+    seeds = []
+
+    def attempt(cfg, seed, device="cpu", log=print):
+        seeds.append(seed)
+        return torch.nn.Linear(1, 1), {"heldout_accuracy": next(outcomes), "steps": 3}
+
+    monkeypatch.setattr(warmstart, "train_attempt", attempt)
+    cfg = warmstart.WarmStartConfig(**FAST, seed=7, target_accuracy=0.3)
+    _, info = warmstart.train_warm_start(cfg, log=lambda *a: None)
+    assert seeds == [7, 7 + warmstart.ATTEMPT_STRIDE]
+    assert info["accepted"] and info["attempt"] == 1 and info["attempt_accuracies"] == [0.05, 0.31]
+
+
+def test_a_warm_start_that_never_reaches_its_target_is_refused_in_one_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(warmstart, "RUNS_DIR", tmp_path)
+    monkeypatch.setattr(warmstart, "train_attempt",
+                        lambda cfg, seed, device="cpu", log=print: (None, {"heldout_accuracy": 0.1, "steps": 3}))
+    cfg = warmstart.WarmStartConfig(**FAST, seed=3, target_accuracy=0.3, attempts=2)
+    with pytest.raises(warmstart.WarmStartRejected) as err:
+        warmstart.warm_start(cfg, log=lambda *a: None)
+    message = str(err.value)
+    assert "\n" not in message and "seed 3" in message and "0.100, 0.100" in message and "0.3" in message
+    assert not any(p.name.startswith("tiny") for p in (tmp_path / "warmstart").iterdir())  # nothing cached
+
+
+def test_heldout_and_train_sets_are_distinct_fixed_and_in_their_split():
+    for digits, available in ((2, 997), (4, 1000)):  # 2 digits: the whole held-out split is 997 problems
+        task = AdditionTask(digits=digits)
+        held = task.heldout_set(1000)
+        assert len(held) == available and len(torch.unique(held, dim=0)) == available
+        assert task.is_heldout(held[:, 0], held[:, 1]).all() and torch.equal(held, task.heldout_set(1000))
+        assert torch.equal(task.heldout_set(10), held[:10])  # a smaller set is the first n of the same problems
+        train = task.train_set(500, seed=3)
+        assert len(torch.unique(train, dim=0)) == 500 and not task.is_heldout(train[:, 0], train[:, 1]).any()
+        assert not torch.equal(train, task.train_set(500, seed=4))
+    assert len(AdditionTask(digits=1).heldout_set(1000)) == 12  # the whole 1-digit held-out split
+
+
+def test_warm_start_and_rl_measure_the_same_accuracy(tmp_path, monkeypatch):
+    # the run's first evaluation (step 0, before any update) is the warm start's own number: same problems, greedy
+    monkeypatch.setattr(warmstart, "RUNS_DIR", tmp_path / "runs")
+    torch.set_num_threads(1)
+    args = Args(size="tiny", digits=1, warm_target=0.0, warm_ceiling=1.0, warm_max_steps=30, warm_sft_problems=50,
+                steps=1, prompts_per_step=2, group_size=2, eval_every=1, progress=False, out_dir=str(tmp_path / "run"))
+    result = run_records(args, log=lambda *a: None)
+    assert result["records"][0]["accuracy"] == result["summary"]["warm_start"]["heldout_accuracy"]
+
+
+def test_bad_warm_start_settings_fail_in_one_line_before_training(tmp_path):
+    with pytest.raises(ValueError, match="target_accuracy must be in"):
+        Args(warm_target=1.5).validate()
+    with pytest.raises(ValueError, match="sft_problems must be >= 1"):
+        Args(warm_sft_problems=0).validate()
+    done = subprocess.run([sys.executable, "-m", "sim.llm.warmstart", "--out", str(tmp_path / "w"),
+                           "--config.patience", "0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0 and "patience" in done.stderr
+    assert not (tmp_path / "w").exists()
+
+
+def test_the_committed_tiny_warm_start_names_the_command_that_made_it():
+    meta = json.loads((ROOT / "tests" / "data" / "tiny_warm_start" / "warmstart.json").read_text())
+    assert meta["command"].startswith("python -m sim.llm.warmstart --out tests/data/tiny_warm_start")
+    assert meta["config"]["size"] == "tiny" and meta["info"]["accepted"] and len(meta["code_fingerprint"]) == 16
