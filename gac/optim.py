@@ -11,8 +11,12 @@ Spaces (``GACConfig.space``), with v the controlled vector and d its reference:
 - ``"gradient"``: v = the raw ``.grad``, controlled in place before the inner step; skip = no inner step.
 - ``"update"``: θ_before is saved, the inner step runs, v = Δ = θ_after − θ_before (weight decay included);
   d is built from previous proposed Δ; θ = θ_before + Δ' (skip: θ = θ_before), computed as θ_after − α·d.
-  The inner optimizer's state stays as its step left it. Memory: the reference (one previous Δ per
-  parameter) as state, θ_before and Δ (one parameter-sized copy each) during ``step()`` only.
+  The inner optimizer's state stays as its step left it. A skip is a zero step: it restarts the reference
+  (as at init), so the next step is measured against nothing (cosine 0) and applied. Otherwise a skip would
+  lock in: θ is restored but the optimizer's momentum has advanced and proposes the skipped direction again,
+  so with AdamW or SGD-momentum every later step would be skipped. At most every other step is skipped.
+  Memory: the reference (one previous Δ per parameter) as state, θ_before and Δ (one parameter-sized copy
+  each) during ``step()`` only.
 - ``"momentum"``: v = the first moment m_t the inner step is about to form (Adam/AdamW:
   β1·exp_avg + (1−β1)·g; SGD: μ·buf + (1−δ)·g, buf = g at its first step; g includes coupled weight decay
   and ``maximize``); d is built from previous uncontrolled m. Acting shifts the stored buffer so that the
@@ -154,10 +158,18 @@ class GACOptimizer(torch.optim.Optimizer):
                     torch._foreach_add_([t for t, _ in pairs], [r.to(t.dtype) for t, r in pairs], alpha=-coef)
 
         try:
-            return self.gac.apply(deltas, before_write=move_parameters)
+            report = self.gac.apply(deltas, before_write=move_parameters)
         except NonFiniteGradientError:
             self._restore(stepped, before)
             raise
+        if report.regime == "skip" and report.nonfinite:
+            self._restore(stepped, before)  # a non-finite Δ (overflow in the inner step) is not applied either
+        elif report.regime == "skip":
+            # θ is back at θ_before but the inner state advanced, so its momentum proposes the skipped direction
+            # again; measured against that direction every later step would be skipped too. A skip is a zero step:
+            # the reference restarts (as at init), so the step after a skip is always applied.
+            self.gac.restart_reference()
+        return report
 
     @staticmethod
     def _restore(stepped: list[torch.Tensor], values: list[torch.Tensor]) -> None:

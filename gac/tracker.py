@@ -146,6 +146,12 @@ class GradientAlignmentControl:
                              f"threshold={self.cfg.threshold!r}; load it with the GACConfig it was saved with")
         return tuple(s.to(f.dtype) for s, f in zip(saved, fresh, strict=True))
 
+    def restart_reference(self) -> None:
+        """Forget the reference direction (as at init): the next step is measured against zero (cosine 0)."""
+        for index in range(len(self.params)):
+            self._set_reference(index, None)
+        self._last_g_sq = None
+
     def reference_bytes(self) -> int:
         """Memory held by the reference direction on this rank."""
         return sum(r.numel() * r.element_size() for r in self.reference if r is not None)
@@ -285,8 +291,7 @@ class GradientAlignmentControl:
                                              f"(NaN or inf in some parameter's tensor); nothing was changed")
             torch._foreach_zero_(grads)
             if reference_nonfinite > 0:  # a broken reference would skip every later step: start it anew
-                for index in range(len(self.params)):
-                    self._set_reference(index, None)
+                self.restart_reference()
             self.skipped_nonfinite += 1
             report = GACReport(self.step, 0.0, "skip", 0.0, float("nan"), 0.0, threshold, nonfinite=True)
             self.step += 1

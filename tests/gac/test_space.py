@@ -92,6 +92,8 @@ def run_by_hand(space, optimizer, cfg):
             proposed, m, v, buf, t = apply_step(theta, first_moment(g_eff), g_eff, t)
             delta, regime = control_by_hand(proposed - theta, d, cfg)
             d = next_reference(d, proposed - theta, cfg)
+            if regime == "skip":  # a skip is a zero step: the reference restarts (as at init)
+                d = torch.zeros_like(d)
             theta = theta + delta
         else:
             g_eff = g + coupled * theta
