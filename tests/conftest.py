@@ -1,7 +1,8 @@
 """Test-wide settings: figure runs cache into a temporary folder, never into the checkout; the committed tiny
 warm start (tests/data/tiny_warm_start, made by ``python -m sim.llm.warmstart``, command in its warmstart.json),
 which ``--perturb-weights EPS`` perturbs (relative noise of size EPS on every weight: other float bits, as on
-another CPU) to check that no test hangs on the exact bits of a training outcome."""
+another CPU), and ``--torch-threads N``, the LLM runs' thread count: both check that no test hangs on the exact bits
+of a training outcome."""
 
 import shutil
 from pathlib import Path
@@ -14,6 +15,14 @@ TINY_WARM_START = Path(__file__).parent / "data" / "tiny_warm_start"
 def pytest_addoption(parser):
     parser.addoption("--perturb-weights", type=float, default=0.0, metavar="EPS",
                      help="perturb the committed tiny warm start's weights by relative noise EPS (default 0: as saved)")
+    parser.addoption("--torch-threads", type=int, default=1, metavar="N",
+                     help="torch CPU threads of the LLM tests' runs (default 1; 2 changes the last bits of long sums)")
+
+
+@pytest.fixture(scope="session")
+def torch_threads(request) -> int:
+    """The thread count the LLM tests' runs use (``--torch-threads``)."""
+    return request.config.getoption("--torch-threads")
 
 
 @pytest.fixture(scope="session")

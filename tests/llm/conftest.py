@@ -10,25 +10,26 @@ from sim.llm.train import Args
 
 
 @pytest.fixture
-def tiny_testbed(tiny_checkpoint, monkeypatch):
+def tiny_testbed(tiny_checkpoint, monkeypatch, torch_threads):
     """experiments.llm_figures' profile "test": its arms on the tiny checkpoint, 2 warm seeds × 1 seed, 4 steps."""
     from experiments import llm_figures
 
     monkeypatch.setitem(llm_figures.PROFILES, "test", dict(
         warm_seeds=(1, 2), seeds=(0,), steps=4,
         base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, prompts_per_step=4, group_size=4,
-                  eval_every=2, eval_problems=8, snr_every=2, temperature=0.5, lr=3e-3)))
+                  eval_every=2, eval_problems=8, snr_every=2, temperature=0.5, lr=3e-3,
+                  threads=torch_threads)))
     return llm_figures.PROFILES["test"]
 
 
 @pytest.fixture
-def tiny_args(tiny_checkpoint, tmp_path):
-    torch.set_num_threads(1)
+def tiny_args(tiny_checkpoint, tmp_path, torch_threads):
+    torch.set_num_threads(torch_threads)
 
     def make(**overrides) -> Args:
         base = dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=4, prompts_per_step=8, group_size=8,
                     temperature=0.5, minibatches=2, eval_every=2, eval_problems=16, lr=3e-3, progress=False,
-                    out_dir=str(tmp_path / "run"))
+                    out_dir=str(tmp_path / "run"), threads=torch_threads)
         base.update(overrides)
         return Args(**base)
 

@@ -118,3 +118,27 @@ def test_the_committed_tiny_warm_start_names_the_command_that_made_it():
     meta = json.loads((ROOT / "tests" / "data" / "tiny_warm_start" / "warmstart.json").read_text())
     assert meta["command"].startswith("python -m sim.llm.warmstart --out tests/data/tiny_warm_start")
     assert meta["config"]["size"] == "tiny" and meta["info"]["accepted"] and len(meta["code_fingerprint"]) == 16
+
+
+def test_the_figures_bound_and_intervals_against_direct_computations():
+    import math
+
+    import pandas as pd
+    from scipy import stats
+
+    from experiments import llm_figures
+
+    for c in (0.05, 0.3, 0.8):  # SNR = 2c/(1 − c) for the whole batch, so SNR/(1+SNR) = 2c/(1+c)
+        assert llm_figures.snr_bound(c) == pytest.approx(2 * c / (1 + c), rel=1e-12)
+    assert math.isnan(llm_figures.snr_bound(-0.1)) and math.isnan(llm_figures.snr_bound(float("nan")))
+    values = pd.Series([0.1, 0.3, 0.2, 0.6, 0.5, 0.5])
+    warm = pd.Series([1, 1, 2, 2, 3, 3])
+    mean, low, high = llm_figures.over_warm_starts(values, warm)
+    means = [0.2, 0.4, 0.5]  # each warm start's seed mean first: the warm start is the unit
+    expected = stats.t.interval(0.95, 2, loc=sum(means) / 3, scale=stats.sem(means))
+    assert mean == pytest.approx(sum(means) / 3) and (low, high) == pytest.approx(expected)
+    rows = [{"arm": "sync", "step": step, "warm_seed": w, "seed": s, "cos_prev": v, "diverged": False}
+            for step in (0, 1) for (w, s, v) in zip(warm, range(6), values, strict=True)]
+    steps, band_mean, band_low, band_high = llm_figures.band(rows, "cos_prev", "sync")
+    assert list(steps) == [0, 1] and band_mean == pytest.approx([mean, mean])
+    assert band_low == pytest.approx([low, low]) and band_high == pytest.approx([high, high])
