@@ -29,7 +29,7 @@ COLUMNS = ("warm_seed", "size", "digits", "sft_problems", "threads", "steps", "h
 
 def figure_warm_start(seed: int) -> WarmStartConfig:
     """The warm start of the LLM figures' runs with warm seed ``seed`` (the trainer's defaults)."""
-    return Args(size="small", digits=2, warm_seed=seed).warm_start()
+    return Args(size="small", digits=2, warm_seed=seed, warm_ceiling=0.5).warm_start()
 
 
 def warm_start_row(config: WarmStartConfig, threads: int) -> dict:

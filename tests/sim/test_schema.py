@@ -10,7 +10,6 @@ from sim.bandit import GaussianBandit, SoftmaxBandit, run_bandit, sim_name
 from sim.grid import setting
 from sim.llm import batched, train
 from sim.quadratic import QuadraticProblem, run_quadratic
-from tests.llm.conftest import tiny_checkpoint  # noqa: F401  (fixture of the LLM case)
 
 GRID = [setting("naive", 0, 0.1), setting("gac", 2, 0.1), setting("tis", 2, 0.1)]
 BANDITS = [GaussianBandit(dim=3), SoftmaxBandit(arms=4), SoftmaxBandit(arms=4, contexts=3, features="linear",
@@ -48,7 +47,7 @@ TRAINER_USES_SCHEMA = hasattr(train, "run_records") and "make_row(" in inspect.g
 
 @pytest.mark.skipif(not TRAINER_USES_SCHEMA, reason="sim/llm/train.py does not build its rows through "
                     "sim.schema.make_row (and expose run_records) yet; the trainer refactor adds both")
-def test_llm_rows_have_exactly_the_schema_columns(tiny_checkpoint, tmp_path):  # noqa: F811
+def test_llm_rows_have_exactly_the_schema_columns(tiny_checkpoint, tmp_path):
     args = train.Args(size="tiny", model=str(tiny_checkpoint), digits=1, steps=2, prompts_per_step=4, group_size=4,
                       minibatches=2, eval_every=1, eval_problems=8, temperature=0.5, progress=False,
                       out_dir=str(tmp_path / "run"))
