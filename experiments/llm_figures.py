@@ -49,9 +49,10 @@ FIG3_ARMS = (("sync", "gradient", 0), ("naive", "gradient", FIG3_STALENESS), ("g
 
 PROFILES = {
     # quick: 2 warm starts × 1 RL seed, 60 steps (what `make figures` affords); full: the committed runs, on the
-    # first 8 accepted warm starts of docs/data/warm_starts.csv (warm seed 5 was refused: 0.810, 0.072, 0.611)
+    # first 8 accepted warm starts of docs/data/warm_starts.csv (warm seed 5 was refused: 0.810, 0.072, 0.611),
+    # 200 steps: at 100 steps sync had gained +0.075 [0.023, 0.128] and was still climbing (RESULTS.md)
     "quick": dict(warm_seeds=(1, 2), seeds=(0,), steps=60, base={}),
-    "full": dict(warm_seeds=(1, 2, 3, 4, 6, 7, 8, 9), seeds=(0, 1), steps=100, base={}),
+    "full": dict(warm_seeds=(1, 2, 3, 4, 6, 7, 8, 9), seeds=(0, 1), steps=200, base={}),
 }
 TUNING_WARM_SEED = 0
 """The warm start the configuration and step size were looked at on; never among the reported ones."""
@@ -170,6 +171,8 @@ def with_run_means(rows: list[dict]) -> list[dict]:
     """``rows`` (per-step records of one panel, no final-eval rows) each with its run's mean cosine after the first
     fifth of the steps (NaN if the run diverged), its mean over all steps before divergence, and whether it diverged
     (fig1's table columns; a run is (staleness, warm seed, seed))."""
+    if not rows:  # a figure drawn without its LLM runs (the toy panels' smoke test)
+        return rows
     frame = pd.DataFrame(rows)
     for _, run in frame.groupby(["staleness", "warm_seed", "seed"]):
         steps = run
@@ -183,19 +186,33 @@ def with_run_means(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def band(rows: list[dict], key: str, arm: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def band(rows: list[dict], key: str, arm: str, log: bool = False) -> tuple[np.ndarray, ...]:
     """(steps, mean, low, high) of ``key`` for ``arm`` over warm starts (each warm start's seed mean first; 95 %
-    t-interval over warm starts), diverged runs' rows left out."""
+    t-interval over warm starts), diverged runs' rows left out; ``log``: the same on log(key), exponentiated back (a
+    geometric mean and band, positive for a positive quantity such as a norm)."""
     table = pd.DataFrame([r for r in rows if r["arm"] == arm and measured(r.get(key)) and not r.get("diverged")])
     if table.empty:
         return (np.array([]),) * 4
+    if log:
+        table = table.assign(**{key: np.log(table[key].astype(float).clip(lower=1e-300))})
     per_warm = table.groupby(["step", "warm_seed"])[key].mean().unstack("warm_seed")  # steps × warm starts
     values = per_warm.to_numpy(dtype=float)
     n = np.isfinite(values).sum(1)
     mean = np.nanmean(values, 1)
     sd = np.where(n > 1, np.nanstd(values, 1, ddof=1), np.nan)
     half = np.where(n > 1, stats.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(np.maximum(n, 1)), np.nan)
-    return per_warm.index.to_numpy(), mean, mean - half, mean + half
+    out = mean, mean - half, mean + half
+    return (per_warm.index.to_numpy(), *(np.exp(v) for v in out)) if log else (per_warm.index.to_numpy(), *out)
+
+
+def mean_bound(rows: list[dict], stalenesses=None) -> tuple[float, float]:
+    """(mean halves' cosine, the bound SNR/(1+SNR) at it) over the probes of ``rows`` (those with staleness in
+    ``stalenesses`` if given): the bound of the mean SNR, not the mean of per-probe bounds (a probe's bound is
+    undefined at a negative cosine, so that mean would leave the negative probes out and sit too high)."""
+    values = [r["cos_halves"] for r in rows if measured(r.get("cos_halves"))
+              and (stalenesses is None or r["staleness"] in stalenesses)]
+    mean = float(np.mean(values)) if values else math.nan
+    return mean, (0.0 if mean <= 0 else snr_bound(mean))  # a mean at or below 0: no signal measured, SNR 0
 
 
 # -- SNR against the batch size -------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ A refused warm start (no attempt reached its target) is a row with ``accepted`` 
 
 from __future__ import annotations
 
+import platform
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -24,7 +25,15 @@ from sim.record import check_output_dir
 
 COLUMNS = ("warm_seed", "size", "digits", "sft_problems", "threads", "steps", "heldout_accuracy",
            "heldout_problems", "target_accuracy", "accepted", "attempt", "seed_used", "stopped",
-           "attempt_accuracies", "cpu_s")
+           "attempt_accuracies", "cpu_s", "machine")
+
+
+def machine() -> str:
+    """The CPU model and torch version a warm start was trained with (float kernels differ between them)."""
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor() or "unknown cpu") \
+        if Path("/proc/cpuinfo").exists() else (platform.processor() or "unknown cpu")
+    return f"{model}, torch {torch.__version__}"
 
 
 def figure_warm_start(seed: int) -> WarmStartConfig:
@@ -37,7 +46,8 @@ def warm_start_row(config: WarmStartConfig, threads: int) -> dict:
     torch.set_num_threads(threads)
     start = time.process_time()
     base = {"warm_seed": config.seed, "size": config.size, "digits": config.digits,
-            "sft_problems": config.sft_problems, "threads": threads, "target_accuracy": config.target_accuracy}
+            "sft_problems": config.sft_problems, "threads": threads, "target_accuracy": config.target_accuracy,
+            "machine": machine()}
     try:
         if threads == 1:
             _, info = warm_start(config, log=lambda *a: None)

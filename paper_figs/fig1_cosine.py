@@ -36,7 +36,7 @@ def plot_cosine(ax, rows: list[dict], title: str) -> None:
 def plot_llm(ax, rows: list[dict]) -> None:
     """The testbed's consecutive-gradient cosine over RL steps, one line per staleness (mean over warm starts of each
     warm start's seed mean, smoothed; band: 95 % interval over warm starts), and the theory's bound SNR/(1+SNR) at
-    the SNR measured by the half-batch probe in the async runs (dashed)."""
+    the SNR of the async runs' mean half-batch cosine (dashed; ``llm_figures.mean_bound``)."""
     rows = [r for r in rows if not r.get("final_eval")]
     stalenesses = sorted({r["staleness"] for r in rows})
     for s in stalenesses:
@@ -45,11 +45,10 @@ def plot_llm(ax, rows: list[dict]) -> None:
         color = STALENESS_COLORS.get(s, "#7f7f7f")
         ax.plot(steps, centered_mean(mean), color=color, label="sync" if s == 0 else f"async s={s}")
         ax.fill_between(steps, centered_mean(low), centered_mean(high), color=color, alpha=0.12, lw=0)
-    bounds = [r["cos_bound"] for r in rows if r["staleness"] > 0 and r.get("cos_bound") == r.get("cos_bound")
-              and r.get("cos_bound") is not None]
-    if bounds:
-        ax.axhline(sum(bounds) / len(bounds), color="#555555", ls="--", lw=1.0,
-                   label=f"bound SNR/(1+SNR) = {sum(bounds) / len(bounds):.2f}")
+    halves, bound = llm_figures.mean_bound(rows, [s for s in stalenesses if s > 0])
+    if bound == bound:
+        ax.axhline(bound, color="#555555", ls="--", lw=1.0,
+                   label=f"bound SNR/(1+SNR) = {bound:.2f}\n(halves' cosine {halves:.3f})")
     ax.axhline(0, color="grey", lw=0.6)
     warm = len({r["warm_seed"] for r in rows})
     ax.set(xlabel="RL step", ylabel="consecutive-gradient cosine\n(mean over warm starts, smoothed)", ylim=(-0.6, 1.0))

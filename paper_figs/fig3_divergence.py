@@ -40,14 +40,15 @@ def llm_panel(results: Results) -> list[dict]:
 
 def plot_llm(axes, rows: list[dict]) -> None:
     """Three panels: held-out accuracy, reward, gradient norm over steps (mean over warm starts of each warm start's
-    seed mean; band: 95 % interval over warm starts)."""
+    seed mean; band: 95 % interval over warm starts; the gradient norm's mean and band are geometric, taken on its
+    logarithm, so that the band stays positive on the log axis)."""
     arms = list(dict.fromkeys(llm_figures.arm_name(*arm) for arm in llm_figures.FIG3_ARMS))
     styles = {"sync": ("#000000", "-"), "naive": (method_color("naive"), "-"),
               "gac gradient": (method_color("gac"), "--"), "gac update": ("#17becf", "-")}
     for arm in (a for a in arms if any(r["arm"] == a for r in rows)):
         color, style = next(v for k, v in styles.items() if arm.startswith(k))
         for ax, key, smoothed in zip(axes, ("accuracy", "objective", "grad_norm"), (False, True, True), strict=True):
-            steps, mean, low, high = llm_figures.band(rows, key, arm)
+            steps, mean, low, high = llm_figures.band(rows, key, arm, log=key == "grad_norm")
             if smoothed:
                 mean, low, high = centered_mean(mean), centered_mean(low), centered_mean(high)
             ax.plot(steps, mean, color=color, ls=style, label=arm, marker=None if smoothed else "o", ms=2)

@@ -28,7 +28,7 @@ def tiny_args(tiny_checkpoint, tmp_path, torch_threads):
 
     def make(**overrides) -> Args:
         base = dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=4, prompts_per_step=8, group_size=8,
-                    temperature=0.5, minibatches=2, eval_every=2, eval_problems=16, lr=3e-3, progress=False,
+                    temperature=1.0, minibatches=2, eval_every=2, eval_problems=16, lr=3e-3, progress=False,
                     out_dir=str(tmp_path / "run"), threads=torch_threads)
         base.update(overrides)
         return Args(**base)

@@ -23,6 +23,13 @@ def cos(a, b) -> float:
     return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
+def relative(error: np.ndarray, reference: np.ndarray) -> float:
+    """max |error| / max |reference|; where the reference is all zero (an update whose groups all tied, so no
+    gradient), max |error| itself: nothing may have moved then."""
+    scale = np.abs(reference).max()
+    return float(np.abs(error).max() / scale) if scale else float(np.abs(error).max())
+
+
 def braking_error(args, adamw_hooks) -> float:
     """Largest |applied − (1 − α·cos(raw, v)) raw| / |raw| over every update of a short run, where raw is the gradient
     of the backward pass, v AdamW's first moment before the step, applied the gradient AdamW receives."""
@@ -37,11 +44,13 @@ def braking_error(args, adamw_hooks) -> float:
     adamw_hooks(pre_step)
     for _ in range(args.steps):
         rl_step(state)
-    errors = []
+    errors, checked = [], 0
     for raw, velocity, applied in seen:
-        factor = 1.0 if velocity is None else 1 - args.braking.braking_alpha * cos(raw, velocity)
-        errors.append(np.abs(applied - factor * raw).max() / np.abs(raw).max())
-    assert len(seen) == args.steps * args.minibatches and any(v is not None for _, v, _ in seen)
+        moving = velocity is not None and bool(np.linalg.norm(velocity))
+        factor = 1 - args.braking.braking_alpha * cos(raw, velocity) if moving else 1.0
+        checked += moving
+        errors.append(relative(applied - factor * raw, raw))
+    assert len(seen) == args.steps * args.minibatches and checked, "no update had both a gradient and a velocity"
     return max(errors)
 
 
@@ -92,18 +101,24 @@ def test_gac_with_tis_uses_the_tis_loss_and_projects_its_gradient(tiny_args):
     gradient with no positive alignment to the previous raw gradient."""
     runs = {}
     for method in ("tis", "tis+gac", "gac"):
-        args = tiny_args(method=method, staleness=2, max_grad_norm=1e9, snr_every=1000, minibatches=1,
+        args = tiny_args(method=method, staleness=2, max_grad_norm=1e9, snr_every=1000, minibatches=1, steps=8,
                          tis=stabilizers.TISConfig(tis_cap=0.5))
         result = run_records(args, **QUIET)
         runs[method] = result["records"]
     both = runs["tis+gac"]
+    # float32 losses of two different graphs (capped weight × log-prob vs log-prob): their norms agree to a few
+    # float32 roundings summed over ~2·10^4 parameters (seen: 1.4e-6 relative), far from any other factor than 0.5
     assert both[0]["grad_norm"] == runs["tis"][0]["grad_norm"] == pytest.approx(0.5 * runs["gac"][0]["grad_norm"],
-                                                                                 rel=1e-6)
-    assert all(r["regime"] in ("keep", "project") for r in both) and any(r["regime"] == "project" for r in both)
+                                                                                 rel=1e-5)
+    # GAC's discrete decision at every step, against the cosine the same run recorded (whether a given step of this
+    # short run is aligned depends on float bits; the rule may not): project exactly where cos(g_t, g_{t−1}) > τ = 0
+    assert both[0]["regime"] == "keep" and math.isnan(both[0]["cos_prev"])
+    assert [r["regime"] for r in both[1:]] == ["project" if r["cos_prev"] > 0 else "keep" for r in both[1:]]
     assert all(r["regime"] == "n/a" for r in runs["tis"])
     assert (both[0]["objective_fn"], both[0]["direction_control"], both[0]["step_control"]) == ("tis", "gac", "none")
     assert both[0]["method"] == "tis+gac"
-    assert all(r["cos_applied"] <= r["cos_prev"] + 1e-9 for r in both[1:] if not math.isnan(r["cos_prev"]))
+    # project mode removes the whole parallel part; a kept step is applied whole
+    assert all(r["parallel_scale"] == (0.0 if r["regime"] == "project" else 1.0) for r in both[1:])
 
 
 def test_method_names_compose_and_bad_combinations_fail_before_work(tiny_args):
@@ -137,7 +152,7 @@ def update_space_error(args, adamw_hooks) -> tuple[float, int]:
         delta = prop - b
         expected = projected(delta, previous)
         projections += int(expected is not delta)
-        errors.append(np.abs((a - b) - expected).max() / np.abs(delta).max())
+        errors.append(relative((a - b) - expected, delta))
         previous = delta
     return max(errors), projections
 
@@ -169,7 +184,7 @@ def momentum_space_error(args, adamw_hooks) -> tuple[float, int]:
         formed = beta1 * kept_moment + (1 - beta1) * g
         expected = projected(formed, previous)
         projections += int(expected is not formed)
-        errors.append(np.abs(m_stored - expected).max() / np.abs(formed).max())
+        errors.append(relative(m_stored - expected, formed))
         previous, kept_moment = formed, m_stored
     return max(errors), projections
 

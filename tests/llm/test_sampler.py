@@ -33,8 +33,13 @@ def max_error_against_full_forward(model, prompts, temperature=1.0, greedy=False
     responses, logp, mask = sample(model, prompts, max_new_tokens or TASK.answer_len,
                                    torch.Generator().manual_seed(1), temperature, greedy)
     full, _ = token_logprobs(model, prompts, responses, temperature)
-    # Relative to 1 + |log p|: float sums in another order differ by ~1e-5 at log p ≈ −5.
+    # Relative to 1 + |log p|: float32 sums in another order differ by ~1e-5 at log p ≈ −5, and by up to 2e-5 where
+    # temperature 0.5 doubles the logits of a model that is sure of itself (seen with the committed tiny warm start).
     return float(((logp[mask] - full[mask]).abs() / (1 + full[mask].abs())).max())
+
+
+TOLERANCE = 1e-4
+"""5× the largest rounding difference seen; a wrong KV cache (the mutation tests below) errs by more than 1e-3."""
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +68,8 @@ def test_same_tokens_and_logprobs_as_the_reference_sampler(models, which, layout
 @pytest.mark.parametrize("layout", [grouped_prompts, distinct_prompts])
 def test_logprobs_equal_a_full_forward(models, layout):
     for model in models.values():
-        assert max_error_against_full_forward(model, layout()) < 1e-5
-        assert max_error_against_full_forward(model, layout(), temperature=0.5, max_new_tokens=9) < 1e-5
+        assert max_error_against_full_forward(model, layout()) < TOLERANCE
+        assert max_error_against_full_forward(model, layout(), temperature=0.5, max_new_tokens=9) < TOLERANCE
 
 
 def test_the_trained_model_finishes_rows_at_different_steps(models):

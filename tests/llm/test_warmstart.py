@@ -142,3 +142,25 @@ def test_the_figures_bound_and_intervals_against_direct_computations():
     steps, band_mean, band_low, band_high = llm_figures.band(rows, "cos_prev", "sync")
     assert list(steps) == [0, 1] and band_mean == pytest.approx([mean, mean])
     assert band_low == pytest.approx([low, low]) and band_high == pytest.approx([high, high])
+
+
+def test_the_log_band_is_geometric_and_the_bound_is_taken_at_the_mean_snr():
+    import math
+
+    from scipy import stats
+
+    from experiments import llm_figures
+
+    norms = {1: [1.0, 4.0], 2: [0.01, 0.01], 3: [100.0, 1.0]}  # warm seed -> its two seeds' gradient norms
+    rows = [{"arm": "naive", "step": 5, "warm_seed": w, "seed": i, "grad_norm": v, "diverged": False}
+            for w, vs in norms.items() for i, v in enumerate(vs)]
+    logs = [sum(map(math.log, vs)) / 2 for vs in norms.values()]  # each warm start's mean log norm
+    low, high = stats.t.interval(0.95, 2, loc=sum(logs) / 3, scale=stats.sem(logs))
+    _, mean, band_low, band_high = llm_figures.band(rows, "grad_norm", "naive", log=True)
+    assert mean == pytest.approx([math.exp(sum(logs) / 3)]) and band_low[0] > 0
+    assert (band_low[0], band_high[0]) == pytest.approx((math.exp(low), math.exp(high)))
+    assert llm_figures.band(rows, "grad_norm", "naive")[2][0] < 0  # the arithmetic band crosses 0 here
+    probes = [{"staleness": s, "cos_halves": c} for s, c in ((2, 0.3), (2, -0.1), (16, 0.1), (0, 0.9))]
+    halves, bound = llm_figures.mean_bound(probes, [2, 16])
+    assert halves == pytest.approx(0.1) and bound == pytest.approx(2 * 0.1 / 1.1)  # not the mean of 0.46 and 0.18
+    assert llm_figures.mean_bound([{"staleness": 2, "cos_halves": -0.02}]) == (-0.02, 0.0)
