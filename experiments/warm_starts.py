@@ -38,7 +38,10 @@ def machine() -> str:
 
 def figure_warm_start(seed: int) -> WarmStartConfig:
     """The warm start of the LLM figures' runs with warm seed ``seed`` (the trainer's defaults)."""
-    return Args(size="small", digits=2, warm_seed=seed, warm_ceiling=0.5).warm_start()
+    from experiments.llm_figures import BASE
+
+    return Args(**{k: v for k, v in BASE.items() if k.startswith("warm_") or k in ("size", "digits")},
+                warm_seed=seed).warm_start()
 
 
 def warm_start_row(config: WarmStartConfig, threads: int) -> dict:

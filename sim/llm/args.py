@@ -104,6 +104,9 @@ class Args:
     """warm start: size of its finite supervised data set (sets its plateau)"""
     warm_max_steps: int = 3000
     """warm start: most supervised steps (a plateau usually stops it first)"""
+    warm_attempts: int = 3
+    """warm start: tries (the next seed of its stream each) before it is refused; the LLM testbed takes 10, as which
+    attempt lands in range differs between machines"""
     checkpoint_every: int = 0
     """save a checkpoint every this many steps (0: never)"""
     out_dir: str = "runs/llm"
@@ -139,6 +142,8 @@ class Args:
             raise ValueError("steps, prompts_per_step, eval_every, eval_problems and digits must be >= 1")
         if self.snr_every < 1:
             raise ValueError(f"snr_every must be >= 1, got {self.snr_every}")
+        if self.warm_attempts < 1:
+            raise ValueError(f"warm_attempts must be >= 1, got {self.warm_attempts}")
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 (group-normalised advantages), got {self.group_size}")
         if self.minibatches < 1 or self.prompts_per_step % self.minibatches:
@@ -182,7 +187,7 @@ class Args:
         return WarmStartConfig(size=self.size, digits=self.digits, seed=self.warm_seed,
                                sft_problems=self.warm_sft_problems, target_accuracy=self.warm_target,
                                ceiling_accuracy=self.warm_ceiling,
-                               max_steps=self.warm_max_steps)
+                               max_steps=self.warm_max_steps, attempts=self.warm_attempts)
 
     @property
     def axes(self) -> Combination:

@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from sim.llm.args import Args
 
 PER_RUN = ("seed", "lr", "staleness", "staleness_kind", "method", "warm_seed", "warm_target", "warm_ceiling",
-           "warm_sft_problems", "warm_max_steps", "model", "clip_eps", "kl_coef", "max_grad_norm", "tis", "m2po",
-           "bapo", "braking", "kl_target", "out_dir", "progress")
+           "warm_sft_problems", "warm_max_steps", "warm_attempts", "model", "clip_eps", "kl_coef", "max_grad_norm",
+           "tis", "m2po", "bapo", "braking", "kl_target", "out_dir", "progress")
 """Args fields that may differ between the runs of one batch (besides GAC's fixed threshold τ); every other field
 (model size, task and batch shapes, steps, the method's axes and placement, device, threads) is the batch's."""
 
