@@ -41,14 +41,16 @@ def llm_panel(results: Results) -> list[dict]:
 def plot_llm(axes, rows: list[dict]) -> None:
     """Three panels: held-out accuracy, reward, gradient norm over steps (mean over warm starts of each warm start's
     seed mean; band: 95 % interval over warm starts; the gradient norm's mean and band are geometric, taken on its
-    logarithm, so that the band stays positive on the log axis)."""
+    logarithm over the steps that had a gradient, so that the band stays positive on the log axis)."""
     arms = list(dict.fromkeys(llm_figures.arm_name(*arm) for arm in llm_figures.FIG3_ARMS))
     styles = {"sync": ("#000000", "-"), "naive": (method_color("naive"), "-"),
               "gac gradient": (method_color("gac"), "--"), "gac update": ("#17becf", "-")}
     for arm in (a for a in arms if any(r["arm"] == a for r in rows)):
         color, style = next(v for k, v in styles.items() if arm.startswith(k))
         for ax, key, smoothed in zip(axes, ("accuracy", "objective", "grad_norm"), (False, True, True), strict=True):
-            steps, mean, low, high = llm_figures.band(rows, key, arm, log=key == "grad_norm")
+            # a step whose groups all tied has no gradient (norm 0): no norm to average on a log scale
+            drawn = [r for r in rows if r.get(key, 0) > 0] if key == "grad_norm" else rows
+            steps, mean, low, high = llm_figures.band(drawn, key, arm, log=key == "grad_norm")
             if smoothed:
                 mean, low, high = centered_mean(mean), centered_mean(low), centered_mean(high)
             ax.plot(steps, mean, color=color, ls=style, label=arm, marker=None if smoothed else "o", ms=2)

@@ -47,3 +47,28 @@ def test_parallel_sweep_equals_serial(tiny_checkpoint, tmp_path, monkeypatch):
                          for item, res in results])
         assert len(list((tmp_path / f"cache{jobs}").glob("llm_grpo-*.json"))) == len(results)  # workers used it
     assert json.dumps(outcomes[0]) == json.dumps(outcomes[1])  # records hold NaN (never equal to itself)
+
+
+def test_the_testbed_figures_draw_from_their_per_step_csv_alone(tiny_testbed, tmp_path, monkeypatch):
+    """``python -m paper_figs.llm_testbed --compute`` writes one row per (run, step) + a final-eval row per run, each
+    run once with the figures it belongs to; drawing needs that CSV only (no cache, no run)."""
+    import pandas as pd
+
+    from experiments import llm_figures
+    from paper_figs import llm_testbed
+
+    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    data = tmp_path / "steps.csv"
+    llm_testbed.main(llm_testbed.Cli(data=str(data), out=str(tmp_path / "figs"), compute=True, profile="test",
+                                     jobs=1))
+    table = pd.read_csv(data)
+    runs = llm_figures.runs("test")
+    assert len(table.groupby(["arm", "warm_seed", "seed"])) == len(runs) == 2 * 7  # 7 distinct arms, once each
+    assert set(table.figure) == {"fig1", "fig3", "fig1+fig3"}
+    assert table.final_eval.sum() == len(runs) and (table[~table.final_eval].groupby(
+        ["arm", "warm_seed", "seed"]).size() == 4).all()  # 4 steps each
+    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "empty")  # drawing computes nothing
+    paths = llm_testbed.main(llm_testbed.Cli(data=str(data), out=str(tmp_path / "again")))
+    assert sorted(p.name for p in paths) == ["fig1_cosine_llm_testbed.pdf", "fig1_cosine_llm_testbed.png",
+                                             "fig3_divergence_llm_testbed.pdf", "fig3_divergence_llm_testbed.png"]
+    assert not (tmp_path / "empty").exists()
