@@ -151,6 +151,25 @@ def arm_summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def paired_summary(table: pd.DataFrame, reference: str = "sync") -> pd.DataFrame:
+    """Per arm: its gain over the warm start and its final accuracy minus ``reference``'s on the same warm start and
+    RL seed (a paired difference: the warm start's share of the variance cancels), each the mean over warm starts of
+    each warm start's seed mean with a 95 % t-interval over warm starts; the mean cosine and its bound."""
+    ref = table[table.arm == reference].set_index(["warm_seed", "seed"]).final_accuracy
+    out = []
+    for arm, rows in table.groupby("arm", sort=False):
+        paired = rows.set_index(["warm_seed", "seed"]).final_accuracy - ref
+        row = {"arm": arm, "runs": len(rows), "warm_starts": rows.warm_seed.nunique()}
+        row["gain"], row["gain_low"], row["gain_high"] = over_warm_starts(rows.gain, rows.warm_seed)
+        row["minus_sync"], row["minus_sync_low"], row["minus_sync_high"] = over_warm_starts(
+            paired.reset_index(drop=True), paired.index.get_level_values("warm_seed").to_series())
+        row["cos_prev"] = over_warm_starts(rows.cos_prev, rows.warm_seed)[0]
+        row["cos_bound"] = over_warm_starts(rows.cos_bound, rows.warm_seed)[0]
+        row["kl_behaviour"] = over_warm_starts(rows.kl_behaviour, rows.warm_seed)[0]
+        out.append(row)
+    return pd.DataFrame(out)
+
+
 def step_rows(results: list[tuple[Run, dict]], role: str) -> list[dict]:
     """Per-step records of the runs in ``role`` with their arm and warm seed, plus the final accuracy as a last row
     (step = steps) so that accuracy curves reach the end."""
@@ -275,7 +294,7 @@ def main(cli: Cli) -> pd.DataFrame:
     tmp = Path(cli.out).with_suffix(".csv.tmp")
     table.to_csv(tmp, index=False)
     tmp.replace(cli.out)
-    print(table.to_string() if cli.snr else arm_summary(table).to_string())
+    print(table.to_string() if cli.snr else paired_summary(table).round(3).to_string(index=False))
     return table
 
 

@@ -5,6 +5,8 @@ warm-start cache, where the figures' runs read them) the warm start of each seed
 ``--compare-seeds`` again with two threads (not cached: their only use is this table), so that the same seed is
 seen under other float bits. One row per (seed, threads): steps, held-out accuracy, whether it was accepted.
 A refused warm start (no attempt reached its target) is a row with ``accepted`` False, never an error here.
+``--append`` keeps the rows of other machines (``machine``: CPU model and torch version), so that one table compares
+where the same seeds land on different CPUs; ``cpu_s`` of a warm start found in the cache is its load time.
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ class Cli:
     """warm seeds trained again with two threads"""
     jobs: int = 2
     """one-thread warm starts trained at once"""
+    append: bool = False
+    """keep OUT's rows of other machines (and of seeds/threads not trained now): the table then compares machines"""
 
 
 def main(cli: Cli) -> pd.DataFrame:
@@ -96,6 +100,8 @@ def main(cli: Cli) -> pd.DataFrame:
                   f"{row.get('heldout_accuracy', float('nan')):.3f} accepted {row['accepted']}", flush=True)
             rows.append(row)
     table = pd.DataFrame(rows).reindex(columns=list(COLUMNS))
+    if cli.append and Path(cli.out).exists():
+        table = merged(pd.read_csv(cli.out), table)
     tmp = Path(cli.out).with_suffix(".csv.tmp")
     table.to_csv(tmp, index=False)
     tmp.replace(cli.out)
@@ -103,15 +109,35 @@ def main(cli: Cli) -> pd.DataFrame:
     return table
 
 
+def merged(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """``old``'s rows that ``new`` does not redo (same seed, threads and machine), then ``new``'s."""
+    old = old.reindex(columns=list(COLUMNS))
+    key = ["warm_seed", "threads", "machine"]
+    redone = old[key].astype(str).apply(tuple, axis=1).isin(set(new[key].astype(str).apply(tuple, axis=1)))
+    return pd.concat([old[~redone], new], ignore_index=True)
+
+
 def summary(table: pd.DataFrame) -> str:
-    """Accepted count, accuracy range, and the largest 1- vs 2-thread difference per compared seed."""
-    one = table[table.threads == 1].set_index("warm_seed")
-    two = table[table.threads == 2].set_index("warm_seed")
-    accepted = one[one.accepted.astype(bool)]
-    diff = (one.heldout_accuracy - two.heldout_accuracy).dropna().abs()
-    return (f"accepted {len(accepted)}/{len(one)} (1 thread), accuracy {accepted.heldout_accuracy.min():.3f}.."
-            f"{accepted.heldout_accuracy.max():.3f}; |1 - 2 threads| per seed: "
-            + ", ".join(f"{s}: {d:.3f}" for s, d in diff.items()))
+    """Per machine: accepted count, accuracy range, the largest 1- vs 2-thread difference per compared seed; across
+    machines: each seed's one-thread accuracies and their spread."""
+    lines = []
+    table = table.assign(machine=table.machine.fillna("not recorded"))
+    for machine, rows in table.groupby("machine", sort=False):
+        one = rows[rows.threads == 1].set_index("warm_seed")
+        two = rows[rows.threads == 2].set_index("warm_seed")
+        accepted = one[one.accepted.astype(bool)]
+        diff = (one.heldout_accuracy - two.heldout_accuracy).dropna().abs()
+        lines.append(f"{machine}: accepted {len(accepted)}/{len(one)} (1 thread), accuracy "
+                     f"{accepted.heldout_accuracy.min():.3f}..{accepted.heldout_accuracy.max():.3f}"
+                     + ("; |1 - 2 threads| per seed: " + ", ".join(f"{s}: {d:.3f}" for s, d in diff.items())
+                        if len(diff) else ""))
+    one = table[(table.threads == 1) & table.accepted.astype(bool)]
+    spread = one.groupby("warm_seed").heldout_accuracy.agg(["count", "min", "max"])
+    spread = spread[spread["count"] > 1]
+    if len(spread):
+        lines.append("across machines (1 thread), max - min per seed: " + ", ".join(
+            f"{s}: {r['max'] - r['min']:.3f} ({int(r['count'])})" for s, r in spread.iterrows()))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -164,3 +164,24 @@ def test_the_log_band_is_geometric_and_the_bound_is_taken_at_the_mean_snr():
     halves, bound = llm_figures.mean_bound(probes, [2, 16])
     assert halves == pytest.approx(0.1) and bound == pytest.approx(2 * 0.1 / 1.1)  # not the mean of 0.46 and 0.18
     assert llm_figures.mean_bound([{"staleness": 2, "cos_halves": -0.02}]) == (-0.02, 0.0)
+
+
+def test_paired_summary_against_a_direct_computation():
+    import pandas as pd
+    from scipy import stats
+
+    from experiments import llm_figures
+
+    rows = []
+    for warm, base in ((1, 0.2), (2, 0.5), (3, 0.3)):  # warm starts far apart: the pairing must remove that
+        for seed, noise in ((0, 0.01), (1, -0.01)):
+            for arm, effect in (("sync", 0.0), ("naive s=16", -0.05 - 0.01 * warm)):
+                rows.append({"arm": arm, "warm_seed": warm, "seed": seed, "final_accuracy": base + effect + noise,
+                             "gain": 0.1 + effect, "cos_prev": 0.0, "cos_bound": 0.1, "kl_behaviour": 0.0})
+    summary = llm_figures.paired_summary(pd.DataFrame(rows)).set_index("arm")
+    diffs = [-0.06, -0.07, -0.08]  # each warm start's naive − sync (the seed noise is shared, so it cancels)
+    low, high = stats.t.interval(0.95, 2, loc=-0.07, scale=stats.sem(diffs))
+    naive = summary.loc["naive s=16"]
+    assert naive.minus_sync == pytest.approx(-0.07) and (naive.minus_sync_low, naive.minus_sync_high) == pytest.approx(
+        (low, high))
+    assert summary.loc["sync"].minus_sync == 0 and naive.runs == 6 and naive.warm_starts == 3
