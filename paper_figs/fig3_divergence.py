@@ -51,6 +51,8 @@ def plot_llm(axes, rows: list[dict]) -> None:
             # a step whose groups all tied has no gradient (norm 0): no norm to average on a log scale
             drawn = [r for r in rows if r.get(key, 0) > 0] if key == "grad_norm" else rows
             steps, mean, low, high = llm_figures.band(drawn, key, arm, log=key == "grad_norm")
+            if not len(steps):
+                continue
             if smoothed:
                 mean, low, high = centered_mean(mean), centered_mean(low), centered_mean(high)
             ax.plot(steps, mean, color=color, ls=style, label=arm, marker=None if smoothed else "o", ms=2)
@@ -59,7 +61,9 @@ def plot_llm(axes, rows: list[dict]) -> None:
     axes[0].set(xlabel="RL step", ylabel="held-out accuracy (greedy)",
                 title=f"small LLM, GRPO, {warm} warm starts, one step size")
     axes[1].set(xlabel="RL step", ylabel="mean reward (train batch)")
-    axes[2].set(xlabel="RL step", ylabel="raw gradient norm", yscale="log")
+    # log scale only where some step had a gradient (a 2-step smoke run may have none)
+    axes[2].set(xlabel="RL step", ylabel="raw gradient norm",
+                yscale="log" if any(r.get("grad_norm", 0) > 0 for r in rows) else "linear")
     axes[0].legend(fontsize="x-small")
 
 
