@@ -87,8 +87,10 @@ def test_every_cosine_equals_a_direct_computation(tiny_args, adamw_hooks):
     for t in (1, 2, 3):
         r = records[t]
         assert r["cos_prev"] == pytest.approx((cos(raw[t][0], raw[t - 1][1]) + cos(raw[t][1], raw[t][0])) / 2, abs=1e-9)
+        # applied is captured after the clip's float32 scalar multiply: each element rounded (≤ 6e-8 relative), which
+        # moves a cosine by up to ~1e-8 (seen 1.3e-9 with perturbed weights); a wrong vector moves it by far more
         assert r["cos_applied"] == pytest.approx(
-            (cos(applied[t][0], applied[t - 1][1]) + cos(applied[t][1], applied[t][0])) / 2, abs=1e-9)
+            (cos(applied[t][0], applied[t - 1][1]) + cos(applied[t][1], applied[t][0])) / 2, abs=1e-7)
         # The trainer sums the updates' gradients in float32, the test in float64.
         assert r["cos_prev_step"] == pytest.approx(cos(sum(raw[t]), sum(raw[t - 1])), abs=1e-7)
         assert r["cos_update"] == pytest.approx(
