@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import fcntl
+import hashlib
 import io
 import json
 import math
@@ -136,27 +137,45 @@ def _locked_fd(path: Path, what: str, wait: bool) -> int:
         os.close(fd)
 
 
-def publish_together(staging: Path | str, out_dir: Path | str, name: str) -> list[Path]:
-    """Move every file of ``staging`` into ``out_dir`` as one set, then write ``NAME.complete`` (their names) last.
+OUT_LOCK = ".lock"
+"""The lock file of an output folder (``exclusive_lock``): one writer of a figure set or a run at a time."""
 
-    The old marker is removed first, so a reader that finds ``NAME.complete`` (``is_complete``) knows every file
-    it lists is from the same, finished run; a kill in between leaves no marker rather than a mixed set.
+
+def publish_together(staging: Path | str, out_dir: Path | str, name: str) -> list[Path]:
+    """Move every file of ``staging`` into ``out_dir`` as one set, then write ``NAME.complete`` last: each file's
+    name and SHA-256.
+
+    Publishers of one folder take turns (its ``OUT_LOCK``, waited for), so two runs never interleave their files.
+    The old marker is removed first, so a reader that finds ``NAME.complete`` and checks it (``is_complete``)
+    knows that every file it lists is the one that finished run wrote; a kill in between leaves no marker rather
+    than a mixed set, and a reader that raced a later publish sees a checksum that does not match.
     """
     staging, out_dir = Path(staging), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     marker = out_dir / f"{name}.complete"
-    marker.unlink(missing_ok=True)
     files = sorted(p for p in staging.iterdir() if p.is_file())
-    for path in files:
-        os.replace(path, out_dir / path.name)
-    atomic_write_bytes(marker, "".join(f"{p.name}\n" for p in files).encode())
+    listing = "".join(f"{p.name} {_file_sha256(p)}\n" for p in files)
+    with exclusive_lock(out_dir / OUT_LOCK, f"the output folder {out_dir}", wait=True):
+        marker.unlink(missing_ok=True)
+        for path in files:
+            os.replace(path, out_dir / path.name)
+        atomic_write_bytes(marker, listing.encode())
     return [out_dir / p.name for p in files]
 
 
 def is_complete(out_dir: Path | str, name: str) -> bool:
-    """Whether ``out_dir`` holds a finished set of ``name``'s files (its marker, and every file the marker lists)."""
+    """Whether ``out_dir`` holds a finished set of ``name``'s files: its marker, and every file the marker lists
+    with the SHA-256 it lists (a marker without checksums, from before they were written, is not a finished set)."""
     marker = Path(out_dir) / f"{name}.complete"
-    return marker.exists() and all((Path(out_dir) / f).exists() for f in marker.read_text().split())
+    try:
+        lines = [line.split() for line in marker.read_text().splitlines() if line.strip()]
+        return all(len(line) == 2 and _file_sha256(Path(out_dir) / line[0]) == line[1] for line in lines)
+    except OSError:  # no marker, or a listed file gone
+        return False
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def current_umask() -> int:
