@@ -40,19 +40,37 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temp file in the same folder and a rename.
 
     The file gets the mode a plain ``open`` would give it (0666 minus the umask), not the temp file's 0600.
+    A failed write (disk full: a ``write`` error carries no file name) raises an OSError whose ``filename`` is
+    ``path``, so every caller can name it in its one-line error.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise _naming(err, path) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             os.fchmod(handle.fileno(), 0o666 & ~current_umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise _naming(err, path) from None
         raise
     return path
+
+
+def _naming(err: OSError, path: Path) -> OSError:
+    """``err`` with ``path`` as its file name (OSError picks the subclass of the errno), unless it names one."""
+    return err if err.filename is not None else OSError(err.errno, err.strerror or str(err), str(path))
+
+
+def one_line_os_error(err: OSError, fallback: Path | str | None = None) -> str:
+    """``PATH: reason`` for a failed read or write (disk full, permissions): the path first, one line."""
+    reason = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return f"{err.filename or fallback}: {reason}"
 
 
 def check_output_dir(path: Path | str, flag: str) -> Path:
@@ -247,5 +265,6 @@ def _json_safe(value):
     return value
 
 
-__all__ = ["columns_of", "exclusive_lock", "publish_together", "is_complete", "atomic_write_bytes", "write_records",
+__all__ = ["columns_of", "exclusive_lock", "one_line_os_error",
+           "publish_together", "is_complete", "atomic_write_bytes", "write_records",
            "read_records", "write_tensorboard", "RUN_KEYS"]
