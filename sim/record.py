@@ -219,13 +219,83 @@ def write_records(rows: Sequence[dict], path: Path | str, columns: Iterable[str]
     return atomic_write_bytes(path, buffer.getvalue().encode())
 
 
+class RecordStream:
+    """A records CSV that grows one row at a time, flushed after each, so a killed run keeps the steps it made.
+
+    The file is made (header, then the ``earlier`` rows: a resumed run's) atomically on the first ``append``, not
+    before: whoever clears the folder first (``--overwrite``) has done so by then. Its bytes equal
+    ``write_records(every row, path, columns)``'s.
+    """
+
+    def __init__(self, path: Path | str, columns: Iterable[str], earlier: Sequence[dict] = ()):
+        self.path, self.columns, self.earlier = Path(path), list(columns), list(earlier)
+        self.handle, self.writer = None, None
+
+    def append(self, row: dict) -> None:
+        if self.handle is None:
+            write_records(self.earlier, self.path, self.columns)
+            self.handle = self.path.open("a", newline="")
+            self.writer = csv.DictWriter(self.handle, fieldnames=self.columns, lineterminator="\n",
+                                         extrasaction="raise")
+        try:
+            self.writer.writerow(row)
+            self.handle.flush()
+        except OSError as err:
+            raise _naming(err, self.path) from None
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+    def __enter__(self) -> RecordStream:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def read_records(path: Path | str) -> list[dict]:
-    """Read a CSV or JSONL record file back (CSV values come back as strings)."""
+    """Read a CSV or JSONL record file back with typed columns: a column whose every value is True/False is bool,
+    one of whole numbers int, one of numbers (nan and inf included) float, any other str; an empty CSV cell of a
+    number column is None. JSONL's non-finite floats (written as "nan", "inf") come back as floats."""
     path = Path(path)
     if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text().splitlines() if line]
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line]
+        for name in columns_of(rows):
+            values = [row[name] for row in rows if name in row]
+            if any(v in _NON_FINITE for v in values if isinstance(v, str)) and all(
+                    v in _NON_FINITE or isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                for row in rows:
+                    if isinstance(row.get(name), str):
+                        row[name] = float(row[name])
+        return rows
     with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
+        rows = list(csv.DictReader(handle))
+    for name in columns_of(rows):
+        convert = _column_type([row[name] for row in rows if row.get(name) not in (None, "")])
+        if convert is not str:
+            for row in rows:
+                row[name] = None if row[name] in (None, "") else convert(row[name])
+    return rows
+
+
+_NON_FINITE = ("nan", "inf", "-inf")
+
+
+def _column_type(values: Sequence[str]):
+    """The type of a CSV column from its non-empty values: bool, int, float or str (an empty column stays str)."""
+    if not values:
+        return str
+    if all(v in ("True", "False") for v in values):
+        return lambda v: v == "True"
+    for kind in (int, float):
+        try:
+            for v in values:
+                kind(v)
+        except ValueError:
+            continue
+        return kind
+    return str
 
 
 RUN_KEYS = ("sim", "method", "label", "staleness", "seed")
@@ -267,4 +337,4 @@ def _json_safe(value):
 
 __all__ = ["columns_of", "exclusive_lock", "one_line_os_error",
            "publish_together", "is_complete", "atomic_write_bytes", "write_records",
-           "read_records", "write_tensorboard", "RUN_KEYS"]
+           "read_records", "RecordStream", "write_tensorboard", "RUN_KEYS"]
