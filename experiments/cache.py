@@ -5,6 +5,10 @@
 cacheable piece of work (a GRPO run, a toy simulation): its key holds a fingerprint of the code that computes it
 (gac/, sim/, theory/, experiments/; not the plotting code), so editing that code recomputes. ``GAC_LAB_FORCE=1``
 always recomputes.
+
+Each entry carries the SHA-256 of its content (as a checkpoint does), so an entry altered into other valid JSON is
+a miss that warns with its path, never a silent change of a figure. A write that fails (disk full, a read-only
+folder) warns with the path and hands back the computed result: a full cache never loses a finished run.
 """
 
 from __future__ import annotations
@@ -52,16 +56,33 @@ _warned: set[Path] = set()
 _MISSING = object()
 
 
+def content_checksum(entry: dict) -> str:
+    """SHA-256 of an entry's kind, config and result as ``json.dumps`` writes them (Python's JSON round trip is
+    exact: floats by repr, keys in order, NaN as NaN), so a reader recomputes it from what it parsed."""
+    return hashlib.sha256(json.dumps(entry).encode()).hexdigest()
+
+
 def _read(path: Path) -> Any:
-    """The stored result at ``path``; _MISSING when absent or unreadable (a corrupt entry warns once, with its path)."""
+    """The stored result at ``path``; _MISSING when absent or unreadable (a corrupt entry warns once, with its path).
+
+    An entry without a checksum (written before checksums) is a miss too: nothing vouches for its content, and
+    the code fingerprint in every unit's key changed with the change that added checksums, so such entries are
+    unreachable for units anyway; recomputing keeps the promise that every entry used was verified.
+    """
     if not path.exists():
         return _MISSING
     try:
-        result = json.loads(path.read_text())["result"]
+        entry = json.loads(path.read_text())
+        stored = entry.pop("sha256", None)
+        if stored is None:
+            raise ValueError("it has no checksum (written by an older version)")
+        if stored != content_checksum(entry):
+            raise ValueError("its content does not match its SHA-256 (altered after it was written)")
+        result = entry["result"]
         if result is None:  # no computation returns None: an entry written by a failed or foreign writer
             raise ValueError("its result is null")
         return result
-    except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    except (ValueError, KeyError, TypeError, AttributeError) as error:  # JSONDecodeError is a ValueError
         if path not in _warned:
             _warned.add(path)
             warnings.warn(f"corrupt cache entry {path} ({type(error).__name__}: {error}); recomputing it",
@@ -76,10 +97,20 @@ def lookup(kind: str, config: dict, folder: Path | None = None) -> Any | None:
 
 
 def store(kind: str, config: dict, result: Any, folder: Path | None = None) -> Any:
-    """Write ``result`` as the entry of (kind, config), atomically; returns it as a later read would (through JSON,
-    so a fresh and a cached result have the same types)."""
-    text = json.dumps({"kind": kind, "config": config, "result": result})
-    atomic_write_bytes(cache_path(kind, config, folder), text.encode())
+    """Write ``result`` as the entry of (kind, config) with its checksum, atomically; returns it as a later read
+    would (through JSON, so a fresh and a cached result have the same types).
+
+    A write that fails with an OSError (disk full, quota, a read-only folder) warns in one line naming the path and
+    still returns the result: the run goes on with it, and only the cache misses it next time.
+    """
+    entry = {"kind": kind, "config": config, "result": result}
+    text = json.dumps({**entry, "sha256": content_checksum(entry)})
+    path = cache_path(kind, config, folder)
+    try:
+        atomic_write_bytes(path, text.encode())
+    except OSError as error:
+        warnings.warn(f"cache entry {path} not written ({error.strerror or error}); the result is used but will be "
+                      "recomputed next time", RuntimeWarning, stacklevel=2)
     return json.loads(text)["result"]
 
 

@@ -423,33 +423,59 @@ class VerdictArgs:
 
     profile: Literal["quick", "full", "gpu"] = "quick"
     """the run sizes (``PROFILES``)"""
-    out: Path = Path("docs/data/verdict_llm.csv")
-    """table CSV (runs, tuning and controls beside it)"""
+    out: Path | None = None
+    """table CSV (runs, tuning and controls beside it); default: docs/data/verdict_llm.csv for the full profile (the
+    committed table), paper_figs/out/verdict_llm_PROFILE.csv for the others"""
     stage: Literal["tuning", "reporting", "controls", "all"] = "all"
     """stop after this stage (tuning, reporting, the controls, or all incl. the milder one)"""
     device: str = "cpu"
     """cpu, cuda or cuda:N"""
+    force: bool = False
+    """overwrite committed (git-tracked) CSVs with a profile other than full"""
+
+
+OUTPUT_SUFFIXES = ("", "_tuning", "_runs", "_controls")
+"""The files a verdict writes: the table and, beside it, its tuning grid, its runs and its controls."""
+
+
+def default_out(profile: str) -> Path:
+    """Where a verdict of ``profile`` goes without --out: only the full profile writes the committed table."""
+    root = Path(__file__).resolve().parents[1]
+    if profile == "full":
+        return root / "docs" / "data" / "verdict_llm.csv"
+    return root / "paper_figs" / "out" / f"verdict_llm_{profile}.csv"
 
 
 def main(argv=None) -> int:
-    from sim.record import write_records
+    from experiments.outputs import check_output_files
+    from sim.record import one_line_os_error, write_records
 
     args = tyro.cli(VerdictArgs, args=argv, prog="python -m experiments.verdict")
-    out = args.out
-    if out.suffix != ".csv":
-        print(f"error: --out must name a .csv file, got {out}", file=sys.stderr)
-        raise SystemExit(2)
+    out = default_out(args.profile) if args.out is None else args.out
+    try:  # before any work: a run of hours that cannot write its table is refused now
+        check_output_files(out, [out.with_name(out.stem + s + ".csv") for s in OUTPUT_SUFFIXES], args.profile,
+                           args.force)
+        if args.profile == "gpu" and not args.device.startswith("cuda"):
+            raise ValueError("profile gpu needs --device cuda (the 25M model); use quick or full on the CPU")
+    except ValueError as err:
+        print(f"python -m experiments.verdict: error: {err}", file=sys.stderr)
+        return 2
     result = verdict(args.profile, args.device, lambda *a: print(*a, flush=True), args.stage)
-    if result["tuning"]:
-        write_records(result["tuning"], out.with_name(out.stem + "_tuning.csv"))
+    tables = {"_tuning": result["tuning"], "_runs": result["runs"], "": result["table"] if result["runs"] else [],
+              "_controls": control_differences(result["runs"]) if result["runs"] else []}
+    written = []
+    try:
+        for suffix, rows in tables.items():
+            if rows:
+                written.append(write_records(rows, out.with_name(out.stem + suffix + ".csv")))
+    except OSError as err:  # disk full, a folder made read-only during the run
+        print(f"python -m experiments.verdict: error: {one_line_os_error(err, out)}; every run is cached (or was "
+              "warned about): fix that and rerun the same command to write the tables", file=sys.stderr)
+        return 4
     if result["runs"]:
-        write_records(result["runs"], out.with_name(out.stem + "_runs.csv"))
-        write_records(result["table"], out)
-        controls = control_differences(result["runs"])
-        if controls:
-            write_records(controls, out.with_name(out.stem + "_controls.csv"))
         rho, n = drift_correlation(result["runs"])
         print(f"Spearman rho(mean KL to behaviour policy, final accuracy) over {n} stale non-TIS runs: {rho:+.2f}")
+    print(f"wrote {', '.join(map(str, written)) or 'nothing (no rows)'}")
     return 0
 
 

@@ -220,16 +220,24 @@ class VerdictToysArgs:
     """CSV to write (atomically), in an existing folder"""
     profile: Literal["quick", "full"] = "quick"
     """the run sizes (``PROFILES``)"""
+    force: bool = False
+    """overwrite a committed (git-tracked) CSV with the quick profile"""
 
 
 def main(argv=None) -> int:
     """``python -m experiments.verdict_toys --profile quick|full --out PATH.csv``"""
+    from experiments.outputs import check_output_files
     from sim.record import write_records
 
     args = tyro.cli(VerdictToysArgs, args=argv, prog="python -m experiments.verdict_toys")
     if args.out.suffix != ".csv" or not args.out.parent.is_dir():
         print(f"error: --out must be a .csv in an existing folder, got {args.out}", file=sys.stderr)
         raise SystemExit(2)
+    try:
+        check_output_files(args.out, [args.out], args.profile, args.force)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     rows = toy_verdict_rows(args.profile)
     write_records(rows, args.out, COLUMNS)
     edges = [f"{r['sim']}/{r['optimizer']}/{r['structure']}/s={r['staleness']}/{r['arm']}" for r in rows

@@ -13,7 +13,7 @@ import tyro
 
 from experiments.llm import default_jobs, largest_size
 from paper_figs.driver import DRY_RUN_DIR, FIGURES, LLM_FIGURES, FigureArgs, declare, make_figures
-from sim.record import check_output_dir
+from sim.record import check_output_dir, one_line_os_error
 
 
 def _fail(message: str) -> None:
@@ -71,6 +71,11 @@ def main(argv=None) -> int:
         print(f"python -m paper_figs: interrupted; the figures finished so far are in {args.out} and every finished "
               "run is cached: rerun the same command to continue", file=sys.stderr)
         return 130
+    except OSError as err:  # disk full, a folder made read-only during the run: the path and the next step
+        print(f"python -m paper_figs: error: {one_line_os_error(err, args.out)}; the figures finished so far are in "
+              f"{args.out} and every finished run is cached (or was warned about): fix that and rerun the same "
+              "command", file=sys.stderr)
+        return 4
     return 0
 
 

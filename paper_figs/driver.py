@@ -11,6 +11,7 @@ travel as arguments; the same graph runs on every device, with that device's job
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import shutil
 import tempfile
@@ -26,7 +27,7 @@ from experiments import cache, llm
 from experiments.cache import Unit
 from experiments.pool import Task, run_tasks
 from paper_figs.common import OUT_DIR, Results
-from sim.record import publish_together
+from sim.record import OUT_LOCK, exclusive_lock, publish_together
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = listing order for "all".
 FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region", "fig5_llm_grpo",
@@ -148,9 +149,34 @@ def declare(args: FigureArgs) -> dict[str, list[Unit]]:
     return {name: module(name).runs(args.profile, args.device, args.dry_run) for name in args.names}
 
 
+@contextlib.contextmanager
+def out_lock(out: Path, log=print):
+    """Hold the out folder's lock for the block. A second run into the same folder waits (one line naming the
+    holder) instead of computing the same units beside the first: once it gets the lock, it finds them cached."""
+    path, what = Path(out) / OUT_LOCK, f"--out {out}"
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(exclusive_lock(path, what))
+        except ValueError:
+            try:
+                holder = path.read_text().strip() or "another process"
+            except OSError:
+                holder = "another process"
+            log(f"[paper_figs] --out {out} is in use by {holder}; waiting for it to finish (its finished runs are "
+                f"cached, so this run reuses them)", flush=True)
+            stack.enter_context(exclusive_lock(path, what, wait=True))
+        yield
+
+
 def make_figures(args: FigureArgs, jobs: int, log=print, declared: dict[str, list[Unit]] | None = None
                  ) -> dict[str, list[Path]]:
-    """Every figure of ``args.names`` and every unit they read, as one graph of tasks on ``jobs`` workers."""
+    """Every figure of ``args.names`` and every unit they read, as one graph of tasks on ``jobs`` workers, with the
+    out folder locked throughout (``out_lock``)."""
+    with out_lock(args.out, log):
+        return _make_figures(args, jobs, log, declared)
+
+
+def _make_figures(args: FigureArgs, jobs: int, log, declared: dict[str, list[Unit]] | None) -> dict[str, list[Path]]:
     declared = declare(args) if declared is None else declared
     written: dict[str, list[Path]] = {}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import fcntl
+import hashlib
 import io
 import json
 import math
@@ -39,19 +40,37 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temp file in the same folder and a rename.
 
     The file gets the mode a plain ``open`` would give it (0666 minus the umask), not the temp file's 0600.
+    A failed write (disk full: a ``write`` error carries no file name) raises an OSError whose ``filename`` is
+    ``path``, so every caller can name it in its one-line error.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise _naming(err, path) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             os.fchmod(handle.fileno(), 0o666 & ~current_umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise _naming(err, path) from None
         raise
     return path
+
+
+def _naming(err: OSError, path: Path) -> OSError:
+    """``err`` with ``path`` as its file name (OSError picks the subclass of the errno), unless it names one."""
+    return err if err.filename is not None else OSError(err.errno, err.strerror or str(err), str(path))
+
+
+def one_line_os_error(err: OSError, fallback: Path | str | None = None) -> str:
+    """``PATH: reason`` for a failed read or write (disk full, permissions): the path first, one line."""
+    reason = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return f"{err.filename or fallback}: {reason}"
 
 
 def check_output_dir(path: Path | str, flag: str) -> Path:
@@ -136,27 +155,45 @@ def _locked_fd(path: Path, what: str, wait: bool) -> int:
         os.close(fd)
 
 
-def publish_together(staging: Path | str, out_dir: Path | str, name: str) -> list[Path]:
-    """Move every file of ``staging`` into ``out_dir`` as one set, then write ``NAME.complete`` (their names) last.
+OUT_LOCK = ".lock"
+"""The lock file of an output folder (``exclusive_lock``): one writer of a figure set or a run at a time."""
 
-    The old marker is removed first, so a reader that finds ``NAME.complete`` (``is_complete``) knows every file
-    it lists is from the same, finished run; a kill in between leaves no marker rather than a mixed set.
+
+def publish_together(staging: Path | str, out_dir: Path | str, name: str) -> list[Path]:
+    """Move every file of ``staging`` into ``out_dir`` as one set, then write ``NAME.complete`` last: each file's
+    name and SHA-256.
+
+    Publishers of one folder take turns (its ``OUT_LOCK``, waited for), so two runs never interleave their files.
+    The old marker is removed first, so a reader that finds ``NAME.complete`` and checks it (``is_complete``)
+    knows that every file it lists is the one that finished run wrote; a kill in between leaves no marker rather
+    than a mixed set, and a reader that raced a later publish sees a checksum that does not match.
     """
     staging, out_dir = Path(staging), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     marker = out_dir / f"{name}.complete"
-    marker.unlink(missing_ok=True)
     files = sorted(p for p in staging.iterdir() if p.is_file())
-    for path in files:
-        os.replace(path, out_dir / path.name)
-    atomic_write_bytes(marker, "".join(f"{p.name}\n" for p in files).encode())
+    listing = "".join(f"{p.name} {_file_sha256(p)}\n" for p in files)
+    with exclusive_lock(out_dir / OUT_LOCK, f"the output folder {out_dir}", wait=True):
+        marker.unlink(missing_ok=True)
+        for path in files:
+            os.replace(path, out_dir / path.name)
+        atomic_write_bytes(marker, listing.encode())
     return [out_dir / p.name for p in files]
 
 
 def is_complete(out_dir: Path | str, name: str) -> bool:
-    """Whether ``out_dir`` holds a finished set of ``name``'s files (its marker, and every file the marker lists)."""
+    """Whether ``out_dir`` holds a finished set of ``name``'s files: its marker, and every file the marker lists
+    with the SHA-256 it lists (a marker without checksums, from before they were written, is not a finished set)."""
     marker = Path(out_dir) / f"{name}.complete"
-    return marker.exists() and all((Path(out_dir) / f).exists() for f in marker.read_text().split())
+    try:
+        lines = [line.split() for line in marker.read_text().splitlines() if line.strip()]
+        return all(len(line) == 2 and _file_sha256(Path(out_dir) / line[0]) == line[1] for line in lines)
+    except OSError:  # no marker, or a listed file gone
+        return False
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def current_umask() -> int:
@@ -182,13 +219,83 @@ def write_records(rows: Sequence[dict], path: Path | str, columns: Iterable[str]
     return atomic_write_bytes(path, buffer.getvalue().encode())
 
 
+class RecordStream:
+    """A records CSV that grows one row at a time, flushed after each, so a killed run keeps the steps it made.
+
+    The file is made (header, then the ``earlier`` rows: a resumed run's) atomically on the first ``append``, not
+    before: whoever clears the folder first (``--overwrite``) has done so by then. Its bytes equal
+    ``write_records(every row, path, columns)``'s.
+    """
+
+    def __init__(self, path: Path | str, columns: Iterable[str], earlier: Sequence[dict] = ()):
+        self.path, self.columns, self.earlier = Path(path), list(columns), list(earlier)
+        self.handle, self.writer = None, None
+
+    def append(self, row: dict) -> None:
+        if self.handle is None:
+            write_records(self.earlier, self.path, self.columns)
+            self.handle = self.path.open("a", newline="")
+            self.writer = csv.DictWriter(self.handle, fieldnames=self.columns, lineterminator="\n",
+                                         extrasaction="raise")
+        try:
+            self.writer.writerow(row)
+            self.handle.flush()
+        except OSError as err:
+            raise _naming(err, self.path) from None
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+    def __enter__(self) -> RecordStream:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def read_records(path: Path | str) -> list[dict]:
-    """Read a CSV or JSONL record file back (CSV values come back as strings)."""
+    """Read a CSV or JSONL record file back with typed columns: a column whose every value is True/False is bool,
+    one of whole numbers int, one of numbers (nan and inf included) float, any other str; an empty CSV cell of a
+    number column is None. JSONL's non-finite floats (written as "nan", "inf") come back as floats."""
     path = Path(path)
     if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text().splitlines() if line]
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line]
+        for name in columns_of(rows):
+            values = [row[name] for row in rows if name in row]
+            if any(v in _NON_FINITE for v in values if isinstance(v, str)) and all(
+                    v in _NON_FINITE or isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                for row in rows:
+                    if isinstance(row.get(name), str):
+                        row[name] = float(row[name])
+        return rows
     with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
+        rows = list(csv.DictReader(handle))
+    for name in columns_of(rows):
+        convert = _column_type([row[name] for row in rows if row.get(name) not in (None, "")])
+        if convert is not str:
+            for row in rows:
+                row[name] = None if row[name] in (None, "") else convert(row[name])
+    return rows
+
+
+_NON_FINITE = ("nan", "inf", "-inf")
+
+
+def _column_type(values: Sequence[str]):
+    """The type of a CSV column from its non-empty values: bool, int, float or str (an empty column stays str)."""
+    if not values:
+        return str
+    if all(v in ("True", "False") for v in values):
+        return lambda v: v == "True"
+    for kind in (int, float):
+        try:
+            for v in values:
+                kind(v)
+        except ValueError:
+            continue
+        return kind
+    return str
 
 
 RUN_KEYS = ("sim", "method", "label", "staleness", "seed")
@@ -228,5 +335,6 @@ def _json_safe(value):
     return value
 
 
-__all__ = ["columns_of", "exclusive_lock", "publish_together", "is_complete", "atomic_write_bytes", "write_records",
-           "read_records", "write_tensorboard", "RUN_KEYS"]
+__all__ = ["columns_of", "exclusive_lock", "one_line_os_error",
+           "publish_together", "is_complete", "atomic_write_bytes", "write_records",
+           "read_records", "RecordStream", "write_tensorboard", "RUN_KEYS"]

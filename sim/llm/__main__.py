@@ -14,7 +14,15 @@ from pathlib import Path
 
 import gac
 from sim.llm.checkpoint import out_dir_lock, prepare_out_dir
-from sim.llm.train import Args, NonFiniteError, run_records
+
+try:
+    from sim.llm.train import Args, NonFiniteError, run_records
+except ModuleNotFoundError as missing_module:  # the model needs transformers, from the research extra
+    if __name__ != "__main__" or missing_module.name not in ("transformers", "tqdm", "tyro"):
+        raise
+    print(f"error: python -m sim.llm needs the research extra ({missing_module.name} not installed): "
+          "pip install -e '.[research]' (or pip install 'gac-lab[research]')", file=sys.stderr)
+    sys.exit(2)
 from sim.record import atomic_write_bytes, check_output_dir, write_records
 from sim.schema import columns
 from sim.stabilizers import BAPOConfig, M2POConfig, TISConfig
@@ -81,7 +89,31 @@ def check_method_flags(argv: list[str], args: Args) -> None:
                              f"drop it or add {method} to --method")
 
 
+RESEARCH_MODULES = ("tyro", "tqdm", "transformers")
+"""What the command line and the trainer import from the ``research`` extra (not a dependency of the library)."""
+
+
+def missing_research_extra() -> str | None:
+    """The one-line error when a module of the ``research`` extra is missing, else None."""
+    import importlib
+
+    missing = []
+    for name in RESEARCH_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError:
+            missing.append(name)
+    if not missing:
+        return None
+    return (f"python -m sim.llm needs the research extra ({', '.join(missing)} not installed): "
+            "pip install -e '.[research]' (or pip install 'gac-lab[research]')")
+
+
 def main(argv: list[str] | None = None) -> int:
+    missing = missing_research_extra()
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
     import tyro
 
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -93,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         out_dir = check_output_dir(args.out_dir, "--out-dir")
         with out_dir_lock(out_dir):
             prepare_out_dir(args)
-            result = run_records(args)
+            result = run_records(args, records_path=out_dir / "records.csv")  # streamed: a killed run keeps them
             write_records(result["records"], out_dir / "records.csv", columns("llm"))
             atomic_write_bytes(out_dir / "summary.json", json.dumps(result["summary"], indent=1).encode())
     except (ValueError, ConfigError) as err:
@@ -126,12 +158,13 @@ def os_error_hint(err: OSError, out_dir: Path | None) -> str:
 
 
 def interrupted_hint(out_dir: Path | None) -> str:
-    """What a Ctrl-C left behind and how to go on (records.csv is only written at the end)."""
+    """What a Ctrl-C left behind and how to go on (records.csv holds the records of the steps made so far)."""
     if out_dir is None:
         return "nothing was written"
+    kept = f"{Path(out_dir) / 'records.csv'} holds the steps made so far"
     if (Path(out_dir) / "checkpoint.pt").exists():
-        return f"records.csv was not written; rerun with --resume to continue from {Path(out_dir) / 'checkpoint.pt'}"
-    return f"nothing new was written to {out_dir}; rerun (with --checkpoint-every N to be able to --resume)"
+        return f"{kept}; rerun with --resume to continue from {Path(out_dir) / 'checkpoint.pt'}"
+    return f"{kept}; rerun with --overwrite to start over (with --checkpoint-every N to be able to --resume)"
 
 
 if __name__ == "__main__":

@@ -33,6 +33,11 @@ from sim.staleness import KINDS, Staleness
 GAC_REFERENCES = ("update", "step")
 
 
+def flag(name: str) -> str:
+    """The command-line flag of the ``Args`` field ``name`` (tyro writes underscores as hyphens)."""
+    return "--" + name.replace("_", "-")
+
+
 @dataclass
 class Args:
     method: str = "naive"
@@ -138,21 +143,21 @@ class Args:
             raise ValueError(f"staleness_kind must be one of {KINDS}")
         if self.size not in SIZES:
             raise ValueError(f"unknown size {self.size!r}; choose from {', '.join(SIZES)}")
-        if min(self.steps, self.prompts_per_step, self.eval_every, self.eval_problems, self.digits) < 1:
-            raise ValueError("steps, prompts_per_step, eval_every, eval_problems and digits must be >= 1")
-        if self.snr_every < 1:
-            raise ValueError(f"snr_every must be >= 1, got {self.snr_every}")
-        if self.warm_attempts < 1:
-            raise ValueError(f"warm_attempts must be >= 1, got {self.warm_attempts}")
+        for name in ("steps", "prompts_per_step", "eval_every", "eval_problems", "digits", "snr_every", "threads",
+                     "warm_attempts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{flag(name)} must be >= 1, got {getattr(self, name)}")
         if self.group_size < 2:
-            raise ValueError(f"group_size must be >= 2 (group-normalised advantages), got {self.group_size}")
+            raise ValueError(f"--group-size must be >= 2 (group-normalised advantages), got {self.group_size}")
         if self.minibatches < 1 or self.prompts_per_step % self.minibatches:
-            raise ValueError(f"minibatches ({self.minibatches}) must divide prompts_per_step ({self.prompts_per_step})")
+            raise ValueError(f"--minibatches ({self.minibatches}) must divide --prompts-per-step "
+                             f"({self.prompts_per_step})")
         for name in ("lr", "clip_eps", "temperature", "max_grad_norm"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.kl_coef < 0 or self.checkpoint_every < 0 or self.threads < 1:
-            raise ValueError("kl_coef >= 0, checkpoint_every >= 0, threads >= 1 required")
+                raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")
+        for name in ("kl_coef", "checkpoint_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{flag(name)} must be >= 0, got {getattr(self, name)}")
         # The method configs (gac, tis, m2po, bapo) checked their own values when they were built.
         if self.gac_reference not in GAC_REFERENCES:
             raise ValueError(f"gac_reference must be one of {GAC_REFERENCES}, got {self.gac_reference!r}")

@@ -35,6 +35,8 @@ from sim.llm.checkpoint import (
     trainer_fingerprint,
 )
 from sim.llm.warmstart import WarmStartConfig, warm_start
+from sim.record import RecordStream
+from sim.schema import columns
 
 __all__ = ["Args", "NonFiniteError", "TrainState", "setup", "rl_step", "train", "summary", "run_records",
            "prepare_warm_start", "warm_start_config"]
@@ -109,11 +111,18 @@ def summary(state: TrainState) -> dict:
             "code_fingerprint": trainer_fingerprint()}
 
 
-def run_records(args: Args, log=print) -> dict:
-    """Train to the end; ``{"records": every record (a resumed run's earlier ones too), "summary": ...}``."""
+def run_records(args: Args, log=print, records_path: Path | str | None = None) -> dict:
+    """Train to the end; ``{"records": every record (a resumed run's earlier ones too), "summary": ...}``.
+
+    ``records_path``: each record is also appended to this CSV as it is made (a resumed run's earlier ones first),
+    flushed, so a run killed at any step leaves the records of the steps it made.
+    """
     state = setup(args, log)
-    for _ in train(args, state, log):
-        pass
+    stream = RecordStream(records_path, columns("llm"), list(state.runs[0].records)) if records_path else None
+    with stream or contextlib.nullcontext():
+        for record in train(args, state, log):
+            if stream is not None:
+                stream.append(record)
     return {"records": state.runs[0].records, "summary": summary(state)}
 
 

@@ -139,7 +139,8 @@ def test_disk_full_or_read_only_at_the_end_is_one_line_with_the_next_step(run_di
     assert cli.main([*argv, "--resume", "--steps", "5"]) == 4
     err = one_line(capsys)
     assert str(out / "records.csv") in err and needle in err and "--resume" in err
-    assert (out / "records.csv").read_bytes() == before
+    kept = (out / "records.csv").read_bytes()  # the streamed records: 2 restored, 3 made again
+    assert kept.startswith(before) and len(kept.splitlines()) == 1 + 5
 
 
 @pytest.mark.parametrize("damage", ["missing", "truncated"])
@@ -222,3 +223,58 @@ def test_a_corrupt_cached_warm_start_is_one_line_naming_its_folder(warm_dir, tin
     assert cli.main(argv) == 2
     assert f"cached warm start {path} is damaged" in one_line(capsys)
     assert not Path(args.out_dir, "records.csv").exists()
+
+
+# -- issue 35.11: the research extra, flags named, records streamed ---------------------------------------------
+def test_without_the_research_extra_the_cli_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    import subprocess
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tyro", None)  # as if tyro were not installed
+    assert cli.main(["--size", "tiny", "--out-dir", str(tmp_path / "out")]) == 2
+    err = one_line(capsys)
+    assert "tyro" in err and "pip install -e '.[research]'" in err
+    without_transformers = ("import sys, runpy; sys.modules['transformers'] = None; "
+                            "runpy.run_module('sim.llm', run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", without_transformers], capture_output=True, text=True,
+                          cwd=Path(cli.__file__).resolve().parents[2])
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "transformers" in done.stderr and "pip install -e '.[research]'" in done.stderr
+
+
+@pytest.mark.parametrize("flags,named", [(["--steps", "-5"], "--steps"), (["--eval-every", "0"], "--eval-every"),
+                                         (["--lr", "0"], "--lr"), (["--kl-coef", "-1"], "--kl-coef"),
+                                         (["--threads", "0"], "--threads")])
+def test_a_bad_number_is_one_line_naming_its_flag(tmp_path, capsys, monkeypatch, flags, named):
+    from sim.llm import train
+
+    monkeypatch.setattr(train, "setup_batch", lambda *a: pytest.fail("work started"))
+    assert cli.main([*QUICK, *flags, "--out-dir", str(tmp_path / "out")]) == 2
+    err = one_line(capsys)
+    assert err.startswith(f"error: {named} must be") and flags[1] in err
+
+
+def test_records_are_streamed_so_a_killed_run_keeps_its_steps_with_their_types(run_dir, tmp_path, capsys,
+                                                                                monkeypatch):
+    from sim.llm import train
+    from sim.record import read_records
+
+    argv, finished = run_dir
+    real_step, made = train.rl_step, []
+
+    def killed_at_step_3(state, log=print):
+        if len(made) == 2:
+            raise KeyboardInterrupt  # as a kill after two steps
+        made.append(1)
+        return real_step(state, log)
+
+    monkeypatch.setattr(train, "rl_step", killed_at_step_3)
+    out = tmp_path / "killed"
+    fresh = [*argv[:argv.index("--checkpoint-every")], "--out-dir", str(out)]  # the same run, no checkpoint
+    assert cli.main(fresh) == 130
+    assert f"{out / 'records.csv'} holds the steps made so far" in one_line(capsys)
+    whole = (finished / "records.csv").read_text().splitlines()
+    assert (out / "records.csv").read_text().splitlines() == whole[:3]  # header + the first two steps, as uninterrupted
+    rows = read_records(out / "records.csv")
+    assert [r["step"] for r in rows] == [0, 1] and all(r["diverged"] is False for r in rows)
+    assert all(isinstance(r["objective"], float) and isinstance(r["regime"], str) for r in rows)

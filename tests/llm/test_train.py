@@ -229,11 +229,11 @@ def test_nonfinite_loss_names_the_step_and_is_not_checkpointed(tiny_args, tmp_pa
     (["--gac.threshold", "1.5"], "threshold must be in [0, 1)"),
     (["--tis.tis-cap", "0"], "tis_cap must be > 0"),
     (["--method", "sync", "--staleness", "4"], "method sync means staleness 0"),
-    (["--minibatches", "3"], "must divide prompts_per_step"),
+    (["--minibatches", "3"], "must divide --prompts-per-step"),
     (["--model", "/nonexistent"], "no config.json"),
     (["--device", "gpu"], "--device must be cpu, cuda or cuda:N"),
     (["--digits", "0"], "digits must be >= 1"),
-    (["--snr-every", "0"], "snr_every must be >= 1"),
+    (["--snr-every", "0"], "--snr-every must be >= 1"),
     (["--method", "gac", "--gac-reference", "rl"], "gac_reference must be one of"),
 ])
 def test_invalid_configuration_fails_with_one_line(argv, needle, capsys, monkeypatch):
@@ -345,5 +345,5 @@ def test_checkpoint_temp_names_are_unique(tiny_checkpoint, tmp_path):
 
 
 def test_args_validate_rejects_before_work():
-    with pytest.raises(ValueError, match="group_size"):
+    with pytest.raises(ValueError, match="--group-size"):
         Args(group_size=1).validate()

@@ -103,3 +103,51 @@ def test_corrupt_entry_is_a_miss_that_warns_with_its_path_and_is_rewritten(conte
         warnings.simplefilter("error")  # warned once per entry, not again
         assert cache.cached("unit-corrupt", {"c": content}, lambda: [1, 2]) == [1, 2]
     assert json.loads(path.read_text())["result"] == [1, 2]
+
+
+def test_an_entry_altered_into_other_valid_json_warns_with_its_path_and_is_recomputed():
+    calls = []
+    cache.cached("unit-altered", {"a": 1}, lambda: calls.append(1) or {"accuracy": 0.25, "steps": [1, 2]})
+    path = cache.cache_path("unit-altered", {"a": 1})
+    path.write_text(path.read_text().replace("0.25", "0.75"))  # still valid JSON, another number
+    json.loads(path.read_text())
+    with pytest.warns(RuntimeWarning, match=f"{path}.*does not match its SHA-256"):
+        assert cache.cached("unit-altered", {"a": 1}, lambda: calls.append(1) or {"accuracy": 0.25, "steps": [1, 2]}
+                            ) == {"accuracy": 0.25, "steps": [1, 2]}
+    assert len(calls) == 2
+    assert cache.lookup("unit-altered", {"a": 1}) == {"accuracy": 0.25, "steps": [1, 2]}  # rewritten, verified
+
+
+def test_an_entry_without_a_checksum_is_recomputed_with_a_warning():
+    path = cache.cache_path("unit-old", {"a": 1})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"kind": "unit-old", "config": {"a": 1}, "result": [9]}))  # the old format
+    with pytest.warns(RuntimeWarning, match=f"{path}.*no checksum"):
+        assert cache.cached("unit-old", {"a": 1}, lambda: [1]) == [1]
+    assert "sha256" in json.loads(path.read_text())
+
+
+def test_a_checksum_survives_nan_and_nested_values():
+    result = {"x": [float("nan"), 1e-300, -0.0, 3], "y": {"z": "s", "t": True}}
+    cache.store("unit-nan", {"a": 1}, result)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stored = cache.lookup("unit-nan", {"a": 1})
+    assert math.isnan(stored["x"][0]) and stored["x"][1:] == [1e-300, -0.0, 3] and stored["y"] == result["y"]
+
+
+def _disk_full(*args, **kwargs):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_warns_with_the_path_and_keeps_the_computed_result(monkeypatch, tmp_path):
+    monkeypatch.setattr(cache, "atomic_write_bytes", _disk_full)
+    path = cache.cache_path("unit-full", {"a": 1})
+    with pytest.warns(RuntimeWarning, match=f"{path} not written \\(No space left on device\\)"):
+        assert cache.cached("unit-full", {"a": 1}, lambda: {"seeds": (1, 2)}) == {"seeds": [1, 2]}
+    item = cache.unit("unit-full", len, "xyz")
+    with pytest.warns(RuntimeWarning, match=str(tmp_path / "folder")):
+        assert cache.compute_unit(item, tmp_path / "folder") == 3  # a worker hands its result back all the same
+    assert not path.exists()

@@ -10,7 +10,7 @@ import torch
 import gac
 from sim import stabilizers
 from sim.grid import setting
-from sim.record import atomic_write_bytes, read_records, write_records
+from sim.record import atomic_write_bytes, read_records, same_records, write_records
 from sim.schema import columns, make_row
 from sim.staleness import Staleness, TensorVersionBuffer, VersionRing, versions
 
@@ -94,7 +94,7 @@ def test_record_row_and_writers(tmp_path):
     assert read_records(tmp_path / "r.csv")[0]["regime"] == "project"
     back = read_records(tmp_path / "r.jsonl")[0]
     assert list(back) == list(row)
-    assert {k: v for k, v in back.items() if v != "nan"} == {k: v for k, v in row.items() if v == v}  # NaN -> "nan"
+    assert same_records([back], [row]) and same_records(read_records(tmp_path / "r.csv"), [row])  # typed, NaN too
 
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
