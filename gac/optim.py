@@ -23,17 +23,32 @@ Spaces (``GACConfig.space``), with v the controlled vector and d its reference:
   inner step forms m' = m − α·d: exp_avg −= α·d/β1 (SGD: buf −= α·d/μ); the second moment is untouched.
   At a step where some parameter has no first moment yet, GAC measures but keeps. Skip = no inner step,
   buffers unchanged. Memory: the reference (one previous m per parameter).
+
+Which parameters: every parameter of the inner optimizer's ``param_groups``, as they are at each step. One that
+joins after ``wrap`` (a group added with ``add_param_group`` on the wrapper or on the inner optimizer, a parameter
+unfrozen with ``requires_grad_(True)``) is controlled, and counted in the cosine, from its first gradient on, with a
+fresh reference (zero, as at init); a parameter without a gradient at a step counts as a zero gradient. Complex
+parameters are measured and projected in their real view (``torch.view_as_real``; see ``gac.control.real_view``).
+Refused in one line: a ``cfg`` that is not a ``GACConfig`` (TypeError), parameters on the meta device (named), sparse
+gradients, LBFGS, wrapping twice.
 """
 
 from __future__ import annotations
 
 import torch
 
-from gac.config import SPACES, GACConfig
+from gac.config import SPACES, GACConfig, check_config, reference_dtype_for
 from gac.control import ACT, SKIP, NonFiniteGradientError
 from gac.distributed import local_tensor
 from gac.state import init_threshold_stats
-from gac.tracker import REFERENCE_KEY, GACReport, GradientAlignmentControl, all_finite, check_reference_shape
+from gac.tracker import (
+    REFERENCE_KEY,
+    GACReport,
+    GradientAlignmentControl,
+    all_finite,
+    check_not_meta,
+    check_reference_shape,
+)
 
 COUNTERS_KEY = "gac_counters"
 """Key, in the first parameter's entry of ``state_dict()["state"]``, of GAC's step counts, threshold
@@ -56,7 +71,11 @@ def first_moment_kind(optimizer: torch.optim.Optimizer) -> str:
 
 
 class GACOptimizer(torch.optim.Optimizer):
-    """An optimizer that applies Gradient Alignment Control (in ``cfg.space``) around ``optimizer``'s step."""
+    """An optimizer that applies Gradient Alignment Control (in ``cfg.space``) around ``optimizer``'s step.
+
+    GAC covers the parameters the inner optimizer steps, including groups added and parameters unfrozen after
+    wrapping (each from its first gradient, with a fresh reference); see the module docstring.
+    """
 
     def __init__(self, optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process_group=None):
         if isinstance(optimizer, GACOptimizer) or getattr(optimizer, "_gac_wrapped", False):
@@ -66,12 +85,14 @@ class GACOptimizer(torch.optim.Optimizer):
         if isinstance(optimizer, torch.optim.LBFGS):
             raise ValueError("wrap(): LBFGS re-evaluates its closure several times within one step, so GAC has no "
                              "single gradient to control; use GAC with a first-order optimizer")
-        cfg = cfg if cfg is not None else GACConfig()
+        cfg = check_config(cfg, "wrap()")
         self._moment_kind = first_moment_kind(optimizer) if cfg.space == "momentum" else None
         self._wrapped = False
         self.optimizer = optimizer
+        check_not_meta(named_parameters(optimizer.param_groups))
         params = [p for group in optimizer.param_groups for p in group["params"]]
         self.gac = GradientAlignmentControl(params, cfg, process_group, param_state=optimizer.state)
+        self.gac.set_params(params)  # frozen ones too: GAC follows what the optimizer steps (see _follow_params)
         # Sets up hook dictionaries and the step profiler the way torch expects; then the group and
         # state containers are replaced by the inner optimizer's own objects (shared, not copied).
         super().__init__(params, optimizer.defaults)
@@ -96,6 +117,7 @@ class GACOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._follow_params()
         if any(p.grad is not None and p.grad.is_sparse for p in self.gac.params):
             raise ValueError("GAC does not support sparse gradients (e.g. nn.Embedding(sparse=True)): use dense "
                              "gradients, or leave those parameters out of the optimizer GAC wraps")
@@ -108,6 +130,16 @@ class GACOptimizer(torch.optim.Optimizer):
         if report.regime == "skip":
             self.skipped_steps += 1
         return loss
+
+    def _follow_params(self) -> None:
+        """GAC controls every parameter of the inner optimizer's groups, frozen or not, so one unfrozen later (its
+        first gradient) or added in a new group (``add_param_group``, on this wrapper or the inner optimizer) is
+        controlled and counted in the cosine from its first gradient on, with a fresh reference (zero)."""
+        params = [p for group in self.param_groups for p in group["params"]]
+        tracked = self.gac.params
+        if len(params) != len(tracked) or any(a is not b for a, b in zip(params, tracked, strict=True)):
+            check_not_meta(named_parameters(self.param_groups))
+            self.gac.set_params(params)
 
     def _is_state_initialisation(self) -> bool:
         """A step that cannot move the parameters (lr 0 everywhere, every gradient 0 or absent): what torch's
@@ -229,9 +261,12 @@ class GACOptimizer(torch.optim.Optimizer):
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def add_param_group(self, param_group: dict) -> None:
+        """Add a group to the inner optimizer; GAC controls its parameters from the next step (fresh reference)."""
         if self._wrapped:
-            raise NotImplementedError("GACOptimizer: add parameter groups before wrapping the optimizer")
-        super().add_param_group(param_group)
+            self.optimizer.add_param_group(param_group)
+            self._follow_params()
+        else:  # torch.optim.Optimizer.__init__ building this wrapper's placeholder groups
+            super().add_param_group(param_group)
 
     def _counters(self) -> dict:
         # Numbers only: torch's load_state_dict rebuilds iterables element by element (a str never ends).
@@ -269,7 +304,7 @@ class GACOptimizer(torch.optim.Optimizer):
         if dtype is not None:  # torch casts loaded state to the parameter's dtype; keep the reference's
             for param_state in self.state.values():
                 if REFERENCE_KEY in param_state:
-                    param_state[REFERENCE_KEY] = param_state[REFERENCE_KEY].to(dtype)
+                    param_state[REFERENCE_KEY] = loaded_reference(param_state[REFERENCE_KEY], dtype)
 
     def _gac_state(self, counters: dict | None) -> dict:
         """The tracker's state_dict from the saved counters (none saved: fresh)."""
@@ -301,7 +336,7 @@ class GACOptimizer(torch.optim.Optimizer):
         dtype = self.cfg.reference_dtype
         for param_state in self.state.values():
             if dtype is not None and REFERENCE_KEY in param_state:
-                param_state[REFERENCE_KEY] = param_state[REFERENCE_KEY].to(dtype)
+                param_state[REFERENCE_KEY] = loaded_reference(param_state[REFERENCE_KEY], dtype)
 
     def _check_saved_references(self, state_dict: dict) -> None:
         """Every saved reference has its parameter's shape (saved ids map to parameters in group order)."""
@@ -312,6 +347,20 @@ class GACOptimizer(torch.optim.Optimizer):
 
     def __repr__(self) -> str:
         return f"GACOptimizer({self.gac.cfg}, {self.optimizer!r})"
+
+
+def loaded_reference(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A loaded reference back in ``GACConfig.reference_dtype`` (torch casts loaded state to the parameter's dtype)."""
+    return reference.to(reference_dtype_for(reference.dtype, dtype))
+
+
+def named_parameters(param_groups: list[dict]):
+    """(label, parameter) for every parameter of the groups: its name when the group has ``param_names``."""
+    for group_index, group in enumerate(param_groups):
+        names = group.get("param_names")
+        for index, param in enumerate(group["params"]):
+            where = f"param_groups[{group_index}]['params'][{index}]"
+            yield (f"parameter {names[index]!r} ({where})" if names else f"parameter {where}"), param
 
 
 def strip_gac_state(state_dict: dict) -> dict:
@@ -328,6 +377,9 @@ def strip_gac_state(state_dict: dict) -> dict:
 
 def wrap(optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process_group=None) -> GACOptimizer:
     """Return an optimizer whose ``step()`` applies GAC (``cfg``, in ``cfg.space``) and steps ``optimizer``.
+
+    ``cfg`` must be a ``GACConfig`` (or None for the defaults); anything else is a one-line TypeError. Parameters
+    added to ``optimizer`` or unfrozen later are controlled from their first gradient on (fresh reference).
 
     Example::
 

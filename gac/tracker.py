@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from gac.config import GACConfig
+from gac.config import GACConfig, check_config, reference_dtype_for
 from gac.control import ACT, SKIP, AlignmentStats, NonFiniteGradientError, decide, regime_name
 from gac.cosine64 import dot64
 from gac.distributed import all_reduce_stats, check_process_group, infer_process_group, local_tensor
@@ -59,6 +59,21 @@ def check_reference_shape(index: int, reference: torch.Tensor | None, param: tor
                          f"{tuple(reference.shape)}, parameter {index} has {tuple(expected)}")
 
 
+def check_not_meta(named_params) -> None:
+    """One-line ValueError naming the first of ``(label, parameter)`` whose storage is on the meta device (shapes
+    only, no values: GAC cannot measure anything, and torch would fail later inside the step)."""
+    for label, param in named_params:
+        if param.is_meta or local_tensor(param).is_meta:
+            raise ValueError(f"GAC: {label} (shape {tuple(param.shape)}) is on the meta device (no values); "
+                             f"materialise and initialise the model (e.g. model.to_empty(device=...), then load or "
+                             f"init its weights) before building the optimizer GAC controls")
+
+
+def real_parts(t: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as the real tensor of its real and imaginary parts (shape (..., 2), a view); else itself."""
+    return torch.view_as_real(t.resolve_conj()) if t.is_complex() else t
+
+
 def all_finite(tensors: list[torch.Tensor]) -> torch.Tensor:
     """True (a 0-dim bool tensor) when every entry of every tensor is finite."""
     return torch.stack([torch.isfinite(t).all() for t in tensors]).all() if tensors else torch.tensor(True)
@@ -77,7 +92,10 @@ class GradientAlignmentControl:
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
             raise ValueError("GradientAlignmentControl needs at least one parameter that requires grad")
-        self.cfg = cfg if cfg is not None else GACConfig()
+        self.cfg = check_config(cfg, "GradientAlignmentControl")
+        check_not_meta((f"parameter {index}", p) for index, p in enumerate(self.params))
+        for param in self.params:  # a complex parameter with a bfloat16 reference is refused here, not mid-run
+            reference_dtype_for(param.dtype, self.cfg.reference_dtype)
         self.process_group = check_process_group(process_group)
         # Per-parameter state (the reference under REFERENCE_KEY); gac.wrap passes optimizer.state.
         self.param_state = param_state if param_state is not None else defaultdict(dict)
@@ -108,6 +126,19 @@ class GradientAlignmentControl:
             from torch.distributed.tensor import DTensor
             local = DTensor.from_local(local, mesh, param.placements, run_check=False)
         self.param_state[param][REFERENCE_KEY] = local
+
+    def set_params(self, params: list[torch.Tensor]) -> None:
+        """Control exactly ``params`` from now on (``gac.wrap`` calls this when the optimizer's parameters change).
+
+        A parameter that joins starts with a fresh reference (none: zero, as at init), so its first gradient adds
+        to ‖g‖² but not to ⟨g, d⟩; one that leaves loses its reference.
+        """
+        staying = {id(p) for p in params}
+        for param in self.params:
+            if id(param) not in staying and param in self.param_state:
+                self.param_state[param].pop(REFERENCE_KEY, None)
+        self.params = list(params)
+        self._last_g_sq = None  # indices into the old list
 
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self, with_reference: bool = True) -> dict:
@@ -221,7 +252,8 @@ class GradientAlignmentControl:
 
     def _new_reference(self, grad: torch.Tensor) -> torch.Tensor:
         # Contiguous whatever the gradient's layout, so that chunked views always work.
-        return torch.zeros(grad.shape, dtype=self.cfg.reference_dtype or grad.dtype, device=grad.device)
+        return torch.zeros(grad.shape, dtype=reference_dtype_for(grad.dtype, self.cfg.reference_dtype),
+                           device=grad.device)
 
     def _update_reference_piece(self, ref: torch.Tensor, grad: torch.Tensor) -> None:
         if self.cfg.reference == "prev":
@@ -235,6 +267,7 @@ class GradientAlignmentControl:
         if reference is None:  # the reference starts at zero, as in gac.init
             self._set_reference(index, self._new_reference(grad))
             reference = self._reference_of(index)
+        grad, reference = real_parts(grad), real_parts(reference)
         if regime != ACT and reference.dtype == grad.dtype:  # no g' to form: one pass, nothing to chunk
             self._update_reference_piece(reference, grad)
             if regime == SKIP:
@@ -273,9 +306,11 @@ class GradientAlignmentControl:
         entries = [(i, local_tensor(v)) for i, v in enumerate(source) if v is not None]
         if not entries:
             raise ValueError(f"GAC step {self.step}: no parameter has a gradient; call backward() first")
-        indices, grads = [i for i, _ in entries], [g for _, g in entries]
+        indices, vectors = [i for i, _ in entries], [g for _, g in entries]
         all_refs = self.reference
-        refs = [all_refs[i] for i in indices]
+        # Complex tensors are measured in their real view: ⟨g, d⟩ = Re Σ g·conj(d) (see gac.control.real_view).
+        grads, refs = [real_parts(g) for g in vectors], [None if all_refs[i] is None else real_parts(all_refs[i])
+                                                          for i in indices]
         group = self.process_group if self.process_group is not None else infer_process_group(
             [p.grad for p in self.params if p.grad is not None] + [v for v in source if v is not None])
         local = self._local_stats(grads, refs, self._cached_d_sq(indices, grads))
@@ -305,8 +340,8 @@ class GradientAlignmentControl:
         regime, coef = int(decision.regime), float(decision.ref_coef)
         if before_write is not None:
             before_write(regime, coef)
-        for index, grad in zip(indices, grads, strict=True):
-            self._apply_to_tensor(index, grad, regime, coef)
+        for index, vector in zip(indices, vectors, strict=True):
+            self._apply_to_tensor(index, vector, regime, coef)
         for index, reference in enumerate(self.reference):
             if source[index] is None and reference is not None:
                 # No gradient this step counts as a zero gradient for the reference.
