@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import gac
+import gac.tracker
 from tests.gac.helpers import batches, loss_fn, tiny_model
 
 OPTIMIZERS = {
@@ -119,11 +120,14 @@ def complex_and_real_twin(seed: int = 0):
     return torch.nn.Parameter(values.clone()), torch.nn.Parameter(torch.view_as_real(values).clone())
 
 
+@pytest.mark.parametrize("chunk", [None, 4])
 @pytest.mark.parametrize("space", ["gradient", "update", "momentum"])
-def test_complex_parameters_are_controlled_like_their_real_view(space):
+def test_complex_parameters_are_controlled_like_their_real_view(monkeypatch, space, chunk):
     """Cosine and projection used only the real parts (a real-part cosine of -0.24 where the real-view cosine is
     +0.25). A complex parameter now trains exactly like its real view ``torch.view_as_real`` (which is how AdamW
-    itself steps complex parameters)."""
+    itself steps complex parameters), also when it is summed and written in chunks (``chunk``)."""
+    if chunk is not None:
+        monkeypatch.setattr(gac.tracker, "CHUNK_NUMEL", chunk)
     complex_param, real_param = complex_and_real_twin()
     cfg = gac.GACConfig(threshold=0.0, space=space)
     complex_opt = gac.wrap(torch.optim.AdamW([complex_param], lr=0.05), cfg)
