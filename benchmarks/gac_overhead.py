@@ -7,7 +7,10 @@ buffer, fp32 and bf16). ``--sharded`` adds FSDP2 on 2 CPU processes: optimizer s
 without GAC, collectives per step, reference memory against the gradient shard. ``--spaces`` adds the
 whole wrapped AdamW step in each GAC space (gradient, update, momentum) over the plain AdamW step, measured
 alternately, and the bytes of state each keeps.
-Run: ``python -m benchmarks.gac_overhead [--sizes 1 10 100] [--repeats 7] [--sharded] [--spaces 1 10]``.
+Each space's ratio is printed beside its memory-traffic floor (``traffic_floor``); ``--baseline DIR`` times another
+copy of gac (an earlier commit's) alternately in the same run, for before/after numbers.
+Run: ``python -m benchmarks.gac_overhead [--sizes 1 10 100] [--repeats 7] [--sharded] [--spaces 1 10]
+[--baseline DIR] [--skip-apply]``.
 """
 
 from __future__ import annotations
@@ -85,9 +88,53 @@ def measure(total_millions: float, repeats: int) -> dict:
 
 SPACES = ("gradient", "update", "momentum")
 
+ADAMW_PASSES = 20
+"""Passes over parameter-sized tensors (each tensor read or written once = 1) of ``torch.optim.AdamW(foreach=True)``'s
+step as torch implements it (torch/optim/adam.py, ``_multi_tensor_adam``, decoupled weight decay): θ·(1 − lr·wd) 2,
+lerp of exp_avg 3, exp_avg_sq·β2 2, addcmul into exp_avg_sq 3, sqrt into a new tensor 2, ÷ bias correction 2, + eps 2,
+addcdiv into θ 4. (A fused AdamW needs 7: read θ, g, m, v; write θ, m, v.)"""
 
-def measure_spaces(total_millions: float, repeats: int) -> dict:
-    """Median time of ``opt.step()`` for plain AdamW and AdamW wrapped in each space (project regime), alternately.
+GAC_FLOOR_PASSES = {"gradient": 6, "update": 10, "momentum": 8}
+"""Fewest passes each space adds to the step, GAC acting (project) with reference "prev": the decision needs the
+sums before anything is written, so one reading pass and one writing pass at least. gradient: read g, d (⟨g,d⟩, ‖g‖²;
+‖d‖² is last step's ‖g‖²), then read g, d and write g' and d ← g (6). update: copy θ into θ_before (2); read θ_after,
+θ_before, d (Δ formed on the fly); read them again and write θ ← θ_after − α·d and d ← Δ (5): 10. momentum: form m_t
+from exp_avg and g (3); read m_t, d (2); exp_avg −= α·d/β1 (3); d ← m_t by keeping m_t's buffer (0): 8."""
+
+
+def traffic_floor(space: str) -> float:
+    """The lowest ratio (step with GAC) / (AdamW step) if both ran at memory bandwidth: (AdamW + GAC passes) / AdamW."""
+    return (ADAMW_PASSES + GAC_FLOOR_PASSES[space]) / ADAMW_PASSES
+
+
+def load_baseline(path: str):
+    """The ``gac`` package under ``path`` (e.g. ``git archive OLD gac | tar -x -C path``), imported beside the
+    working tree's so that both are timed alternately in one process."""
+    import importlib
+    import sys
+
+    def ours():
+        return {name: module for name, module in sys.modules.items() if name == "gac" or name.startswith("gac.")}
+
+    current = ours()
+    for name in current:
+        del sys.modules[name]
+    sys.path.insert(0, path)
+    try:
+        baseline = importlib.import_module("gac")
+        if not baseline.__file__.startswith(str(path)):
+            raise ValueError(f"--baseline {path}: no gac package there")
+    finally:
+        sys.path.remove(path)
+        for name in ours():
+            del sys.modules[name]
+        sys.modules.update(current)
+    return baseline
+
+
+def measure_spaces(total_millions: float, repeats: int, baseline=None) -> dict:
+    """Median time of ``opt.step()`` for plain AdamW and AdamW wrapped in each space (project regime), alternately;
+    with ``baseline`` (another gac module) its wrapped steps too, named "before:SPACE".
 
     Each variant has its own copy of the parameters (steps move them); every step gets the same fresh gradient,
     so consecutive gradients, proposed steps and first moments are aligned and GAC projects every time.
@@ -96,12 +143,17 @@ def measure_spaces(total_millions: float, repeats: int) -> dict:
     shapes = transformer_shapes(total_millions)
     start = [torch.randn(shape) * 0.02 for shape in shapes]
     grads = [torch.randn_like(t) for t in start]
+    libraries = {"": gac} | ({"before:": baseline} if baseline is not None else {})
     variants = {}
-    for name in ("adamw", *SPACES):
+    for name in ("adamw", *(prefix + space for prefix in libraries for space in SPACES)):
         params = [torch.nn.Parameter(t.clone()) for t in start]
         inner = torch.optim.AdamW(params, lr=1e-4, foreach=True)
-        opt = inner if name == "adamw" else gac.wrap(inner, gac.GACConfig(threshold=0.0, space=name))
-        variants[name] = (params, opt)
+        if name == "adamw":
+            variants[name] = (params, inner)
+            continue
+        prefix, space = name.rsplit(":", 1) if ":" in name else ("", name)
+        library = libraries[prefix + ":" if prefix else ""]
+        variants[name] = (params, library.wrap(inner, library.GACConfig(threshold=0.0, space=space)))
 
     def timed(name):
         params, opt = variants[name]
@@ -120,29 +172,29 @@ def measure_spaces(total_millions: float, repeats: int) -> dict:
     med = {name: statistics.median(v) for name, v in samples.items()}
     param_bytes = sum(t.numel() * t.element_size() for t in start)
     result = {"params_M": sum(t.numel() for t in start) / 1e6, "adamw_ms": med["adamw"] * 1e3,
-              "param_MB": param_bytes / 2**20}
-    for name in SPACES:
+              "param_MB": param_bytes / 2**20, "variants": [n for n in variants if n != "adamw"]}
+    for name in result["variants"]:
         opt = variants[name][1]
         assert opt.last_report.regime == "project", (name, opt.last_report)
         result[f"{name}_ms"] = med[name] * 1e3
         result[f"{name}_ratio"] = med[name] / med["adamw"]
-        result[f"{name}_state_MB"] = opt.gac.reference_bytes() / 2**20
-        # update space holds θ_before and Δ (one parameter-sized copy each) during step() only
-        result[f"{name}_transient_MB"] = 2 * param_bytes / 2**20 if name == "update" else 0.0
+        # kept between steps: the reference, plus (this code) the buffer update / momentum space reuse
+        kept = opt.gac.reference_bytes() + (opt.gac.scratch_bytes() if hasattr(opt.gac, "scratch_bytes") else 0)
+        result[f"{name}_kept_MB"] = kept / 2**20
     return result
 
 
-def print_spaces(sizes: list[float], repeats: int) -> None:
-    print("\nWrapped AdamW step in each GAC space / plain AdamW step (medians, alternated; project regime):")
-    print(f"{'params':>8} {'AdamW ms':>9} " + " ".join(f"{s + ' ms':>12} {'x':>5}" for s in SPACES)
-          + f" {'state MB (each space)':>22} {'update transient MB':>19}")
+def print_spaces(sizes: list[float], repeats: int, baseline=None) -> None:
+    print("\nWrapped AdamW step in each GAC space / plain AdamW step (medians, alternated; project regime);")
+    print(f"floor = (AdamW's {ADAMW_PASSES} passes + the space's fewest) / AdamW's: the ratio at memory bandwidth")
+    print(f"{'params':>8} {'AdamW ms':>9}  {'variant':<18} {'ms':>8} {'x':>5} {'floor':>5} {'kept MB':>8}")
     for size in sizes:
-        r = measure_spaces(size, repeats)
-        times = " ".join(f"{r[s + '_ms']:>12.2f} {r[s + '_ratio']:>5.2f}" for s in SPACES)
-        states = "/".join(f"{r[s + '_state_MB']:.1f}" for s in SPACES)
-        print(f"{r['params_M']:>7.1f}M {r['adamw_ms']:>9.2f} {times} {states:>22} "
-              f"{r['update_transient_MB']:>19.1f}", flush=True)
-    print("(state: the reference, one previous g / Δθ / m per parameter; GAC's added time = x − 1)")
+        r = measure_spaces(size, repeats, baseline)
+        for name in r["variants"]:
+            space = name.rsplit(":", 1)[-1]
+            print(f"{r['params_M']:>7.1f}M {r['adamw_ms']:>9.2f}  {name:<18} {r[name + '_ms']:>8.2f} "
+                  f"{r[name + '_ratio']:>5.2f} {traffic_floor(space):>5.2f} {r[name + '_kept_MB']:>8.1f}", flush=True)
+    print("(kept: memory held between steps, the reference and any reused buffer; GAC's added time = x − 1)")
 
 
 # -- sharded case: FSDP2 on 2 CPU processes (gloo) ---------------------------------------------------
@@ -252,26 +304,32 @@ def main(argv=None) -> None:
     parser.add_argument("--sharded", action="store_true", help="also measure FSDP2 on 2 CPU processes")
     parser.add_argument("--spaces", type=float, nargs="*", default=None,
                         help="also time the wrapped step in each GAC space at these sizes (millions)")
+    parser.add_argument("--baseline", default=None, metavar="DIR",
+                        help="with --spaces: also time the gac package under DIR (e.g. an earlier commit's, from "
+                             "'git archive COMMIT gac | tar -x -C DIR'), alternately in the same run")
+    parser.add_argument("--skip-apply", action="store_true", help="skip the apply()-alone table (--sizes)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, medians of {args.repeats}")
     header = (f"{'params':>8} {'tensors':>7} {'AdamW ms':>9} {'keep ms':>8} {'proj ms':>8} {'bf16 ms':>8} "
               f"{'keep/Adam':>9} {'proj/Adam':>9} {'bf16/Adam':>9} {'ref MB':>7} {'bf16 MB':>7}")
-    print(header)
-    for size in args.sizes:
+    if not args.skip_apply:
+        print(header)
+    for size in [] if args.skip_apply else args.sizes:
         r = measure(size, args.repeats)
         assert r["project_regime"] == "project"
         print(f"{r['params_M']:>7.1f}M {r['tensors']:>7} {r['adamw_ms']:>9.2f} {r['keep_ms']:>8.2f} "
               f"{r['project_ms']:>8.2f} {r['project_bf16_ms']:>8.2f} {r['ratio_keep']:>9.2f} "
               f"{r['ratio_project']:>9.2f} {r['ratio_project_bf16']:>9.2f} {r['extra_MB_fp32']:>7.1f} "
               f"{r['extra_MB_bf16']:>7.1f}", flush=True)
-    print("(x/Adam = GAC's apply() alone over the AdamW step, target proj/Adam <= "
-          f"{UNSHARDED_TARGET}; the step with GAC is 1 + proj/Adam of the plain step)")
+    if not args.skip_apply:
+        print("(x/Adam = GAC's apply() alone over the AdamW step, target proj/Adam <= "
+              f"{UNSHARDED_TARGET}; the step with GAC is 1 + proj/Adam of the plain step)")
     if args.sharded:
         print_sharded(sharded(repeats=args.repeats))
     if args.spaces is not None:
-        print_spaces(args.spaces or [1, 10], args.repeats)
+        print_spaces(args.spaces or [1, 10], args.repeats, load_baseline(args.baseline) if args.baseline else None)
 
 
 if __name__ == "__main__":

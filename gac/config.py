@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import reprlib
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -176,3 +177,29 @@ class GACConfig:
         if isinstance(self.threshold, ThresholdRule) and skip <= self.threshold.lowest:
             raise ValueError(f"GACConfig.skip_threshold ({self.skip_threshold}) must be greater than the "
                              f"adaptive threshold's lowest value ({self.threshold.lowest})")
+
+
+COMPLEX_OF = {torch.float16: torch.complex32, torch.float32: torch.complex64, torch.float64: torch.complex128}
+"""The complex dtype whose real and imaginary parts are stored in a given floating dtype."""
+
+
+def reference_dtype_for(grad_dtype: torch.dtype, reference_dtype: torch.dtype | None) -> torch.dtype:
+    """The reference's storage dtype for a gradient of ``grad_dtype``: ``reference_dtype`` (None: the gradient's),
+    as the matching complex dtype for a complex gradient (its real and imaginary parts in that precision)."""
+    if reference_dtype is None or not grad_dtype.is_complex:
+        return reference_dtype or grad_dtype
+    if reference_dtype not in COMPLEX_OF:
+        raise ValueError(f"GACConfig.reference_dtype={reference_dtype} has no complex counterpart for a {grad_dtype} "
+                         f"gradient; use reference_dtype=None, torch.float16, float32 or float64")
+    return COMPLEX_OF[reference_dtype]
+
+
+def check_config(cfg, where: str) -> GACConfig:
+    """``cfg`` itself, a fresh ``GACConfig()`` for None, or a one-line TypeError naming ``where`` and what it got
+    (``gac.wrap(opt, 0.3)`` used to end in an AttributeError deep inside the first step)."""
+    if cfg is None:
+        return GACConfig()
+    if not isinstance(cfg, GACConfig):
+        raise TypeError(f"{where} needs a gac.GACConfig (e.g. gac.GACConfig(threshold=0.3)) or None, "
+                        f"got {type(cfg).__name__} {reprlib.repr(cfg)}")
+    return cfg

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import torch
 
-from gac.config import GACConfig, check_threshold
+from gac.config import GACConfig, check_config, check_threshold
 
 KEEP, ACT, SKIP = 0, 1, 2
 """Regime codes in batched results; ``regime_name`` turns them into "keep" / mode / "skip"."""
@@ -56,6 +56,23 @@ class ControlResult(NamedTuple):
     parallel_scale: torch.Tensor
 
 
+def real_view(x: torch.Tensor) -> torch.Tensor:
+    """A complex x of shape (..., P) as the real vector (..., 2P) of its real and imaginary parts (a view, no copy);
+    a real x as itself. GAC measures and projects complex vectors in this view: ⟨g, d⟩ = Re Σ g·conj(d), the norms
+    are the complex norms, and g − α·d is the same vector whichever view it is formed in."""
+    if not x.is_complex():
+        return x
+    real = torch.view_as_real(x.resolve_conj())
+    return real if x.dim() == 0 else real.flatten(-2)
+
+
+def complex_view(real: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The inverse of ``real_view``: ``real`` of shape (..., 2P) back as a complex tensor of ``like``'s shape."""
+    if not like.is_complex():
+        return real
+    return torch.view_as_complex(real.reshape(*like.shape, 2).contiguous())
+
+
 def pow2_scale(x: torch.Tensor) -> torch.Tensor:
     """A power of two at most max|x| over the last dim (1 where x is 0), shape (..., 1), float64.
 
@@ -75,7 +92,9 @@ def _rescaled(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def alignment_stats(g: torch.Tensor, d: torch.Tensor) -> AlignmentStats:
-    """⟨g, d⟩, ‖g‖², ‖d‖² over the last dim, accumulated in float64 (no overflow for finite input)."""
+    """⟨g, d⟩, ‖g‖², ‖d‖² over the last dim, accumulated in float64 (no overflow for finite input); complex vectors
+    in their real view (``real_view``)."""
+    g, d = real_view(g), real_view(d)
     g64, d64 = g.to(torch.float64), d.to(torch.float64)
     return AlignmentStats((g64 * d64).sum(-1), (g64 * g64).sum(-1), (d64 * d64).sum(-1))
 
@@ -100,6 +119,9 @@ def alignment(g: torch.Tensor, d: torch.Tensor, eps: float = 0.0) -> torch.Tenso
     """
     if g.shape != d.shape:
         raise ValueError(f"alignment needs g and d of the same shape, got {tuple(g.shape)} and {tuple(d.shape)}")
+    if g.is_complex() != d.is_complex():
+        raise ValueError(f"alignment needs g and d both real or both complex, got {g.dtype} and {d.dtype}")
+    g, d = real_view(g), real_view(d)  # complex: the cosine of the real views (module ``real_view``)
     out_dtype = torch.promote_types(g.dtype, torch.float32)
     g_scaled, d_scaled = _rescaled(g, eps)[0], _rescaled(d, eps)[0]
     return cosine_from_stats(alignment_stats(g_scaled, d_scaled), eps).to(out_dtype)
@@ -148,6 +170,8 @@ def decide(stats: AlignmentStats, cfg: GACConfig, threshold: torch.Tensor | floa
 
 def apply_decision(g: torch.Tensor, d: torch.Tensor, decision: Decision) -> torch.Tensor:
     """g' = s·g − α·d per leading index, computed in float64; rows in the keep regime are returned as is."""
+    if g.is_complex():
+        return complex_view(apply_decision(real_view(g), real_view(d), decision), g)
     scale = decision.grad_scale.unsqueeze(-1)
     coef = decision.ref_coef.unsqueeze(-1)
     new = (scale * g.to(torch.float64) - coef * d.to(torch.float64)).to(g.dtype)
@@ -164,6 +188,8 @@ def check_gradient(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig, where: str)
         raise ValueError(f"{where} needs g and d of the same shape, got {tuple(g.shape)} and {tuple(d.shape)}")
     if g.dim() > 0 and g.shape[-1] == 0:
         raise ValueError(f"{where} needs a non-empty last dimension (P >= 1), got shape {tuple(g.shape)}")
+    if g.is_complex() != d.is_complex():
+        raise ValueError(f"{where} needs g and its reference both real or both complex, got {g.dtype} and {d.dtype}")
     if cfg.nonfinite == "raise" and not bool(torch.isfinite(g).all()):
         raise NonFiniteGradientError(f"{where}: non-finite gradient (NaN or inf); nothing was changed "
                                      f"(GACConfig(nonfinite='skip') skips such steps instead)")
@@ -179,6 +205,9 @@ def decide_and_apply(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
     Norms in the decision are in the input's units. Rows whose g or d is not finite are skipped (g' = 0)
     — callers reach this only under ``nonfinite="skip"``, as ``check_gradient`` raises otherwise.
     """
+    if g.is_complex():  # measured and projected in the real view (``real_view``)
+        new, decision = decide_and_apply(real_view(g), real_view(d), cfg, threshold)
+        return complex_view(new, g), decision
     # Work on exactly rescaled copies (powers of two) so extreme finite inputs cannot overflow.
     (g_scaled, g_scale), (d_scaled, _) = _rescaled(g, cfg.eps), _rescaled(d, cfg.eps)
     decision = decide(alignment_stats(g_scaled, d_scaled), cfg, threshold)
@@ -205,6 +234,7 @@ def control(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
     an adaptive rule's τ comes from its statistics, see ``gac.update``). A non-finite g raises
     ``NonFiniteGradientError`` under ``nonfinite="raise"`` and is skipped (g' = 0) under "skip".
     """
+    cfg = check_config(cfg, "gac.control")
     check_gradient(g, d, cfg, "control")
     if threshold is not None:
         threshold = check_threshold(threshold, "control: threshold")
@@ -228,5 +258,5 @@ def update_reference(d: torch.Tensor, g: torch.Tensor, cfg: GACConfig) -> torch.
 __all__ = [
     "KEEP", "ACT", "SKIP", "AlignmentStats", "Decision", "ControlResult", "alignment", "alignment_stats",
     "cosine_from_stats", "cap_scale", "pow2_scale", "decide", "apply_decision", "control", "update_reference",
-    "regime_name", "NonFiniteGradientError", "check_gradient", "decide_and_apply",
+    "regime_name", "NonFiniteGradientError", "check_gradient", "decide_and_apply", "real_view", "complex_view",
 ]

@@ -15,25 +15,45 @@ Spaces (``GACConfig.space``), with v the controlled vector and d its reference:
   (as at init), so the next step is measured against nothing (cosine 0) and applied. Otherwise a skip would
   lock in: θ is restored but the optimizer's momentum has advanced and proposes the skipped direction again,
   so with AdamW or SGD-momentum every later step would be skipped. At most every other step is skipped.
-  Memory: the reference (one previous Δ per parameter) as state, θ_before and Δ (one parameter-sized copy
-  each) during ``step()`` only.
+  Memory: the reference (one previous Δ per parameter) as state, and θ_before: one parameter-sized buffer, kept
+  between steps and reused (a fresh one each step costs page faults on CPU: 7× a copy into an existing buffer at
+  10M parameters). Δ is never stored whole: the tracker forms it chunk by chunk (``gac.tracker.Difference``), and
+  θ_after − α·d is written in the same pass. Peak: 2 parameter-sized tensors (was 3: θ_before and Δ per step).
 - ``"momentum"``: v = the first moment m_t the inner step is about to form (Adam/AdamW:
   β1·exp_avg + (1−β1)·g; SGD: μ·buf + (1−δ)·g, buf = g at its first step; g includes coupled weight decay
   and ``maximize``); d is built from previous uncontrolled m. Acting shifts the stored buffer so that the
   inner step forms m' = m − α·d: exp_avg −= α·d/β1 (SGD: buf −= α·d/μ); the second moment is untouched.
   At a step where some parameter has no first moment yet, GAC measures but keeps. Skip = no inner step,
-  buffers unchanged. Memory: the reference (one previous m per parameter).
+  buffers unchanged. Memory: the reference (one previous m per parameter) and one parameter-sized buffer that m_t
+  is formed in, kept between steps; with reference "prev" the buffer becomes the reference and the old reference
+  the next buffer (no copy).
+
+Which parameters: every parameter of the inner optimizer's ``param_groups``, as they are at each step. One that
+joins after ``wrap`` (a group added with ``add_param_group`` on the wrapper or on the inner optimizer, a parameter
+unfrozen with ``requires_grad_(True)``) is controlled, and counted in the cosine, from its first gradient on, with a
+fresh reference (zero, as at init); a parameter without a gradient at a step counts as a zero gradient. Complex
+parameters are measured and projected in their real view (``torch.view_as_real``; see ``gac.control.real_view``).
+Refused in one line: a ``cfg`` that is not a ``GACConfig`` (TypeError), parameters on the meta device (named), sparse
+gradients, LBFGS, wrapping twice.
 """
 
 from __future__ import annotations
 
 import torch
 
-from gac.config import SPACES, GACConfig
-from gac.control import ACT, SKIP, NonFiniteGradientError
+from gac.config import SPACES, GACConfig, check_config, reference_dtype_for
+from gac.control import ACT, NonFiniteGradientError
 from gac.distributed import local_tensor
 from gac.state import init_threshold_stats
-from gac.tracker import REFERENCE_KEY, GACReport, GradientAlignmentControl, all_finite, check_reference_shape
+from gac.tracker import (
+    REFERENCE_KEY,
+    Difference,
+    GACReport,
+    GradientAlignmentControl,
+    check_not_meta,
+    check_reference_shape,
+    real_parts,
+)
 
 COUNTERS_KEY = "gac_counters"
 """Key, in the first parameter's entry of ``state_dict()["state"]``, of GAC's step counts, threshold
@@ -56,7 +76,11 @@ def first_moment_kind(optimizer: torch.optim.Optimizer) -> str:
 
 
 class GACOptimizer(torch.optim.Optimizer):
-    """An optimizer that applies Gradient Alignment Control (in ``cfg.space``) around ``optimizer``'s step."""
+    """An optimizer that applies Gradient Alignment Control (in ``cfg.space``) around ``optimizer``'s step.
+
+    GAC covers the parameters the inner optimizer steps, including groups added and parameters unfrozen after
+    wrapping (each from its first gradient, with a fresh reference); see the module docstring.
+    """
 
     def __init__(self, optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process_group=None):
         if isinstance(optimizer, GACOptimizer) or getattr(optimizer, "_gac_wrapped", False):
@@ -66,12 +90,14 @@ class GACOptimizer(torch.optim.Optimizer):
         if isinstance(optimizer, torch.optim.LBFGS):
             raise ValueError("wrap(): LBFGS re-evaluates its closure several times within one step, so GAC has no "
                              "single gradient to control; use GAC with a first-order optimizer")
-        cfg = cfg if cfg is not None else GACConfig()
+        cfg = check_config(cfg, "wrap()")
         self._moment_kind = first_moment_kind(optimizer) if cfg.space == "momentum" else None
         self._wrapped = False
         self.optimizer = optimizer
+        check_not_meta(named_parameters(optimizer.param_groups))
         params = [p for group in optimizer.param_groups for p in group["params"]]
         self.gac = GradientAlignmentControl(params, cfg, process_group, param_state=optimizer.state)
+        self.gac.set_params(params)  # frozen ones too: GAC follows what the optimizer steps (see _follow_params)
         # Sets up hook dictionaries and the step profiler the way torch expects; then the group and
         # state containers are replaced by the inner optimizer's own objects (shared, not copied).
         super().__init__(params, optimizer.defaults)
@@ -96,6 +122,7 @@ class GACOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._follow_params()
         if any(p.grad is not None and p.grad.is_sparse for p in self.gac.params):
             raise ValueError("GAC does not support sparse gradients (e.g. nn.Embedding(sparse=True)): use dense "
                              "gradients, or leave those parameters out of the optimizer GAC wraps")
@@ -108,6 +135,16 @@ class GACOptimizer(torch.optim.Optimizer):
         if report.regime == "skip":
             self.skipped_steps += 1
         return loss
+
+    def _follow_params(self) -> None:
+        """GAC controls every parameter of the inner optimizer's groups, frozen or not, so one unfrozen later (its
+        first gradient) or added in a new group (``add_param_group``, on this wrapper or the inner optimizer) is
+        controlled and counted in the cosine from its first gradient on, with a fresh reference (zero)."""
+        params = [p for group in self.param_groups for p in group["params"]]
+        tracked = self.gac.params
+        if len(params) != len(tracked) or any(a is not b for a, b in zip(params, tracked, strict=True)):
+            check_not_meta(named_parameters(self.param_groups))
+            self.gac.set_params(params)
 
     def _is_state_initialisation(self) -> bool:
         """A step that cannot move the parameters (lr 0 everywhere, every gradient 0 or absent): what torch's
@@ -136,39 +173,32 @@ class GACOptimizer(torch.optim.Optimizer):
         grads = [local_tensor(p.grad) for p in params if p.grad is not None]
         if not grads:
             raise ValueError(f"GAC step {self.gac.step}: no parameter has a gradient; call backward() first")
-        if not bool(all_finite(grads)):
+        if not grads_look_finite(grads):
             # No inner step on a non-finite gradient (it would corrupt the optimizer's state): the tracker sees
             # the gradient itself, so every rank raises or skips together after its one all_reduce.
             return self.gac.apply([p.grad for p in params])
-        stepped = [local_tensor(p) for p in params if p.grad is not None]
-        before = [t.clone() for t in stepped]
+        indices = [i for i, p in enumerate(params) if p.grad is not None]
+        stepped = [local_tensor(params[i]) for i in indices]
+        before = [self.gac.take_spare(i, t) for i, t in zip(indices, stepped, strict=True)]
+        torch._foreach_copy_(before, stepped)
         self._inner_step()
-        deltas = iter(torch._foreach_sub(stepped, before))
-        deltas = [next(deltas) if p.grad is not None else None for p in params]
-        index_of = {p: i for i, p in enumerate(params)}
-
-        def move_parameters(regime: int, coef: float) -> None:
-            """θ_before + Δ' with Δ' = Δ − α·d is θ_after − α·d: one pass over the parameters, no Δ' needed."""
-            if regime == SKIP:
-                self._restore(stepped, before)
-            elif regime == ACT:
-                refs = [self.gac._reference_of(index_of[p]) for p in params if p.grad is not None]
-                pairs = [(t, r) for t, r in zip(stepped, refs, strict=True) if r is not None]
-                if pairs:
-                    torch._foreach_add_([t for t, _ in pairs], [r.to(t.dtype) for t, r in pairs], alpha=-coef)
-
+        # Δ = θ_after − θ_before is formed chunk by chunk inside the tracker (never stored whole), which writes
+        # θ_after − α·d in the same pass when it acts.
+        steps = iter([Difference(t, b) for t, b in zip(stepped, before, strict=True)])
         try:
-            report = self.gac.apply(deltas, before_write=move_parameters)
+            report = self.gac.apply([next(steps) if p.grad is not None else None for p in params])
         except NonFiniteGradientError:
             self._restore(stepped, before)
             raise
-        if report.regime == "skip" and report.nonfinite:
-            self._restore(stepped, before)  # a non-finite Δ (overflow in the inner step) is not applied either
-        elif report.regime == "skip":
+        if report.regime == "skip":  # skipped, or a non-finite Δ (overflow in the inner step): not applied
+            self._restore(stepped, before)
+        if report.regime == "skip" and not report.nonfinite:
             # θ is back at θ_before but the inner state advanced, so its momentum proposes the skipped direction
             # again; measured against that direction every later step would be skipped too. A skip is a zero step:
             # the reference restarts (as at init), so the step after a skip is always applied.
             self.gac.restart_reference()
+        for index, buffer in zip(indices, before, strict=True):
+            self.gac.keep_spare(index, buffer)
         return report
 
     @staticmethod
@@ -177,9 +207,9 @@ class GACOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def _momentum_step(self) -> GACReport:
-        moments, buffers = self._first_moments()
         params = self.gac.params
         index_of = {p: i for i, p in enumerate(params)}
+        moments, buffers = self._first_moments(index_of)
 
         def shift_buffers(regime: int, coef: float) -> None:
             if regime != ACT:
@@ -190,13 +220,17 @@ class GACOptimizer(torch.optim.Optimizer):
                     buffer.sub_(reference.to(buffer.dtype), alpha=coef * factor)
 
         complete = all(buffer is not None for buffer, _ in buffers.values())
-        report = self.gac.apply([moments.get(p) for p in params], allow_action=complete, before_write=shift_buffers)
+        # m_t is formed in a buffer kept between steps, and with reference "prev" becomes the reference itself
+        report = self.gac.apply([moments.get(p) for p in params], allow_action=complete, before_write=shift_buffers,
+                                scratch_vectors=True)
         if report.regime != "skip":
             self._inner_step()
         return report
 
-    def _first_moments(self) -> tuple[dict, dict]:
-        """{param: m_t} the inner step is about to form, and {param: (stored buffer or None, 1/β1 or 1/μ)}."""
+    def _first_moments(self, index_of: dict | None = None) -> tuple[dict, dict]:
+        """{param: m_t} the inner step is about to form, and {param: (stored buffer or None, 1/β1 or 1/μ)}.
+        Each m_t is written into the tracker's spare buffer for that parameter (same kernels, no allocation)."""
+        index_of = index_of if index_of is not None else {p: i for i, p in enumerate(self.gac.params)}
         moments, buffers = {}, {}
         for group in self.param_groups:
             for p in group["params"]:
@@ -211,7 +245,9 @@ class GACOptimizer(torch.optim.Optimizer):
                         grad = grad.add(local_tensor(p), alpha=group["weight_decay"])
                     buffer = state.get("exp_avg")
                     buffer = None if buffer is None else local_tensor(buffer)
-                    moments[p] = (1.0 - beta1) * grad if buffer is None else torch.lerp(buffer, grad, 1.0 - beta1)
+                    out = self.gac.take_spare(index_of[p], grad)
+                    moments[p] = (torch.mul(grad, 1.0 - beta1, out=out) if buffer is None
+                                  else torch.lerp(buffer, grad, 1.0 - beta1, out=out))
                     factor = 1.0 / beta1
                 else:
                     momentum, dampening = float(group["momentum"]), float(group["dampening"])
@@ -219,7 +255,13 @@ class GACOptimizer(torch.optim.Optimizer):
                         grad = grad.add(local_tensor(p), alpha=group["weight_decay"])
                     buffer = state.get("momentum_buffer")
                     buffer = None if buffer is None else local_tensor(buffer)
-                    moments[p] = grad.clone() if buffer is None else momentum * buffer + (1.0 - dampening) * grad
+                    if buffer is None:
+                        moments[p] = self.gac.take_spare(index_of[p], grad).copy_(grad)
+                    elif dampening == 0:  # (1 − 0)·g = g exactly: the same sum as below, without temporaries
+                        out = self.gac.take_spare(index_of[p], grad)
+                        moments[p] = torch.mul(buffer, momentum, out=out).add_(grad)
+                    else:
+                        moments[p] = momentum * buffer + (1.0 - dampening) * grad
                     factor = 1.0 / momentum
                 buffers[p] = (buffer, factor)
         return moments, buffers
@@ -229,9 +271,12 @@ class GACOptimizer(torch.optim.Optimizer):
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def add_param_group(self, param_group: dict) -> None:
+        """Add a group to the inner optimizer; GAC controls its parameters from the next step (fresh reference)."""
         if self._wrapped:
-            raise NotImplementedError("GACOptimizer: add parameter groups before wrapping the optimizer")
-        super().add_param_group(param_group)
+            self.optimizer.add_param_group(param_group)
+            self._follow_params()
+        else:  # torch.optim.Optimizer.__init__ building this wrapper's placeholder groups
+            super().add_param_group(param_group)
 
     def _counters(self) -> dict:
         # Numbers only: torch's load_state_dict rebuilds iterables element by element (a str never ends).
@@ -269,7 +314,7 @@ class GACOptimizer(torch.optim.Optimizer):
         if dtype is not None:  # torch casts loaded state to the parameter's dtype; keep the reference's
             for param_state in self.state.values():
                 if REFERENCE_KEY in param_state:
-                    param_state[REFERENCE_KEY] = param_state[REFERENCE_KEY].to(dtype)
+                    param_state[REFERENCE_KEY] = loaded_reference(param_state[REFERENCE_KEY], dtype)
 
     def _gac_state(self, counters: dict | None) -> dict:
         """The tracker's state_dict from the saved counters (none saved: fresh)."""
@@ -301,7 +346,7 @@ class GACOptimizer(torch.optim.Optimizer):
         dtype = self.cfg.reference_dtype
         for param_state in self.state.values():
             if dtype is not None and REFERENCE_KEY in param_state:
-                param_state[REFERENCE_KEY] = param_state[REFERENCE_KEY].to(dtype)
+                param_state[REFERENCE_KEY] = loaded_reference(param_state[REFERENCE_KEY], dtype)
 
     def _check_saved_references(self, state_dict: dict) -> None:
         """Every saved reference has its parameter's shape (saved ids map to parameters in group order)."""
@@ -312,6 +357,28 @@ class GACOptimizer(torch.optim.Optimizer):
 
     def __repr__(self) -> str:
         return f"GACOptimizer({self.gac.cfg}, {self.optimizer!r})"
+
+
+def grads_look_finite(grads: list[torch.Tensor]) -> bool:
+    """Whether every entry of the gradients is finite, from one read-only reduction per tensor (min and max: a NaN
+    makes both NaN, ±inf shows as an extreme; neither overflows) instead of a per-entry ``isfinite`` pass."""
+    extremes = torch.stack([torch.stack(torch.aminmax(real_parts(g).reshape(-1))) for g in grads if g.numel() > 0]
+                           or [torch.zeros(2)])
+    return bool(torch.isfinite(extremes).all())
+
+
+def loaded_reference(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A loaded reference back in ``GACConfig.reference_dtype`` (torch casts loaded state to the parameter's dtype)."""
+    return reference.to(reference_dtype_for(reference.dtype, dtype))
+
+
+def named_parameters(param_groups: list[dict]):
+    """(label, parameter) for every parameter of the groups: its name when the group has ``param_names``."""
+    for group_index, group in enumerate(param_groups):
+        names = group.get("param_names")
+        for index, param in enumerate(group["params"]):
+            where = f"param_groups[{group_index}]['params'][{index}]"
+            yield (f"parameter {names[index]!r} ({where})" if names else f"parameter {where}"), param
 
 
 def strip_gac_state(state_dict: dict) -> dict:
@@ -328,6 +395,9 @@ def strip_gac_state(state_dict: dict) -> dict:
 
 def wrap(optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process_group=None) -> GACOptimizer:
     """Return an optimizer whose ``step()`` applies GAC (``cfg``, in ``cfg.space``) and steps ``optimizer``.
+
+    ``cfg`` must be a ``GACConfig`` (or None for the defaults); anything else is a one-line TypeError. Parameters
+    added to ``optimizer`` or unfrozen later are controlled from their first gradient on (fresh reference).
 
     Example::
 

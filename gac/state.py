@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import torch
 
-from gac.config import GACConfig, check_threshold
+from gac.config import GACConfig, check_config, check_threshold, reference_dtype_for
 from gac.control import check_gradient, decide_and_apply, update_reference
 
 
@@ -40,8 +40,9 @@ class UpdateReport(NamedTuple):
 
 def init(g: torch.Tensor, cfg: GACConfig) -> GACState:
     """The state before the first step for gradients shaped like ``g`` (zero reference, no statistics)."""
+    cfg = check_config(cfg, "gac.init")
     batch_shape = tuple(g.shape[:-1])
-    reference = torch.zeros(g.shape, dtype=cfg.reference_dtype or g.dtype, device=g.device)
+    reference = torch.zeros(g.shape, dtype=reference_dtype_for(g.dtype, cfg.reference_dtype), device=g.device)
     return GACState(reference, init_threshold_stats(cfg, batch_shape, g.device),
                     torch.zeros(batch_shape, dtype=torch.int64, device=g.device))
 
@@ -77,6 +78,7 @@ def update(g: torch.Tensor, state: GACState, cfg: GACConfig,
     observes the cosine. A non-finite g or reference raises ``NonFiniteGradientError`` (nonfinite="raise") or
     skips its row (g' = 0; a non-finite reference restarts from zero). τ overrides outside [0, 1) are refused.
     """
+    cfg = check_config(cfg, "gac.update")
     g = g.detach()  # the state must not hold the caller's autograd graph
     check_gradient(g, state.reference, cfg, "update")
     if g.dim() == 0:
@@ -89,7 +91,8 @@ def update(g: torch.Tensor, state: GACState, cfg: GACConfig,
     new, decision = decide_and_apply(g, state.reference, cfg, tau)
     g_finite, d_finite = torch.isfinite(g).all(-1), torch.isfinite(state.reference).all(-1)
     finite = g_finite & d_finite
-    reference = update_reference(state.reference, g, cfg).to(cfg.reference_dtype or state.reference.dtype)
+    reference = update_reference(state.reference, g, cfg).to(state.reference.dtype if cfg.reference_dtype is None
+                                                              else reference_dtype_for(g.dtype, cfg.reference_dtype))
     if not bool(finite.all()):
         # a non-finite g leaves the reference as it was; a non-finite reference restarts from zero (as at init)
         kept = torch.where(d_finite.unsqueeze(-1), state.reference, torch.zeros_like(state.reference))

@@ -3,9 +3,10 @@
 A thin per-parameter shell over the pure core: the decision is ``gac.control.decide`` and the
 adaptive threshold's statistics advance with ``gac.state.observe_threshold``, exactly as in
 ``gac.update``. What it adds is memory: the reference is one buffer per parameter (optionally
-bfloat16), the three sums are ``gac.cosine64.dot64`` (float64 products and sums, as every cosine in gac) chunk by
-chunk and tensor by tensor (plus one all_reduce when gradients are sharded), and g' = s·g − α·d is written into
-``.grad`` chunk by chunk.
+bfloat16), the three sums are float64 products and sums (as every cosine in gac): ``gac.cosine64.dot64`` for a tensor
+of at most one chunk (its bits), float64 ``torch.dot`` of reused chunk buffers for larger ones (plus one all_reduce
+when gradients are sharded), and g' = s·g − α·d is written into ``.grad`` chunk by chunk. A non-finite entry shows as
+a non-finite sum, so finiteness costs no pass of its own.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
+from typing import NamedTuple
 
 import torch
 
-from gac.config import GACConfig
+from gac.config import GACConfig, check_config, reference_dtype_for
 from gac.control import ACT, SKIP, AlignmentStats, NonFiniteGradientError, decide, regime_name
 from gac.cosine64 import dot64
 from gac.distributed import all_reduce_stats, check_process_group, infer_process_group, local_tensor
@@ -59,6 +61,46 @@ def check_reference_shape(index: int, reference: torch.Tensor | None, param: tor
                          f"{tuple(reference.shape)}, parameter {index} has {tuple(expected)}")
 
 
+def check_not_meta(named_params) -> None:
+    """One-line ValueError naming the first of ``(label, parameter)`` whose storage is on the meta device (shapes
+    only, no values: GAC cannot measure anything, and torch would fail later inside the step)."""
+    for label, param in named_params:
+        if param.is_meta or local_tensor(param).is_meta:
+            raise ValueError(f"GAC: {label} (shape {tuple(param.shape)}) is on the meta device (no values); "
+                             f"materialise and initialise the model (e.g. model.to_empty(device=...), then load or "
+                             f"init its weights) before building the optimizer GAC controls")
+
+
+class Difference(NamedTuple):
+    """The vector after − before, given as its two tensors (update space: θ after the inner step, θ before it).
+
+    The tracker forms it chunk by chunk and never stores it whole; acting on it writes ``after`` = before + v'
+    (see ``GradientAlignmentControl._apply_to_tensor``)."""
+
+    after: torch.Tensor
+    before: torch.Tensor
+
+
+def _parts(vector) -> tuple[torch.Tensor, ...]:
+    return tuple(vector) if isinstance(vector, Difference) else (vector,)
+
+
+def _whole(vector) -> torch.Tensor:
+    """The vector as one tensor (a Difference is formed: an allocation, for the rare paths only)."""
+    return vector.after - vector.before if isinstance(vector, Difference) else vector
+
+
+def _real_parts(vector):
+    if isinstance(vector, Difference):
+        return Difference(real_parts(vector.after), real_parts(vector.before))
+    return real_parts(vector)
+
+
+def real_parts(t: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as the real tensor of its real and imaginary parts (shape (..., 2), a view); else itself."""
+    return torch.view_as_real(t.resolve_conj()) if t.is_complex() else t
+
+
 def all_finite(tensors: list[torch.Tensor]) -> torch.Tensor:
     """True (a 0-dim bool tensor) when every entry of every tensor is finite."""
     return torch.stack([torch.isfinite(t).all() for t in tensors]).all() if tensors else torch.tensor(True)
@@ -77,7 +119,10 @@ class GradientAlignmentControl:
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
             raise ValueError("GradientAlignmentControl needs at least one parameter that requires grad")
-        self.cfg = cfg if cfg is not None else GACConfig()
+        self.cfg = check_config(cfg, "GradientAlignmentControl")
+        check_not_meta((f"parameter {index}", p) for index, p in enumerate(self.params))
+        for param in self.params:  # a complex parameter with a bfloat16 reference is refused here, not mid-run
+            reference_dtype_for(param.dtype, self.cfg.reference_dtype)
         self.process_group = check_process_group(process_group)
         # Per-parameter state (the reference under REFERENCE_KEY); gac.wrap passes optimizer.state.
         self.param_state = param_state if param_state is not None else defaultdict(dict)
@@ -86,6 +131,7 @@ class GradientAlignmentControl:
         self.skipped_nonfinite = 0
         self.last_report: GACReport | None = None
         self._scratch_buffers: dict = {}
+        self._spare: dict[int, torch.Tensor] = {}  # parameter-sized buffers kept between steps (take_spare)
         self._last_g_sq: tuple[list[int], torch.Tensor] | None = None  # (indices, local ‖g‖²) of the last step
 
     @property
@@ -108,6 +154,20 @@ class GradientAlignmentControl:
             from torch.distributed.tensor import DTensor
             local = DTensor.from_local(local, mesh, param.placements, run_check=False)
         self.param_state[param][REFERENCE_KEY] = local
+
+    def set_params(self, params: list[torch.Tensor]) -> None:
+        """Control exactly ``params`` from now on (``gac.wrap`` calls this when the optimizer's parameters change).
+
+        A parameter that joins starts with a fresh reference (none: zero, as at init), so its first gradient adds
+        to ‖g‖² but not to ⟨g, d⟩; one that leaves loses its reference.
+        """
+        staying = {id(p) for p in params}
+        for param in self.params:
+            if id(param) not in staying and param in self.param_state:
+                self.param_state[param].pop(REFERENCE_KEY, None)
+        self.params = list(params)
+        self._last_g_sq = None  # indices into the old list
+        self._spare.clear()
 
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self, with_reference: bool = True) -> dict:
@@ -156,56 +216,107 @@ class GradientAlignmentControl:
         """Memory held by the reference direction on this rank."""
         return sum(r.numel() * r.element_size() for r in self.reference if r is not None)
 
+    def scratch_bytes(self) -> int:
+        """Memory of the parameter-sized buffers kept between steps for ``gac.wrap`` (see ``take_spare``)."""
+        return sum(t.numel() * t.element_size() for t in self._spare.values())
+
     # -- the step ---------------------------------------------------------------------------------
-    def _scratch(self, like: torch.Tensor, numel: int) -> torch.Tensor:
-        """A reused flat buffer (dtype/device of ``like``) of at least ``numel`` elements."""
-        key = (like.dtype, like.device)
+    def take_spare(self, index: int, like: torch.Tensor) -> torch.Tensor:
+        """A contiguous buffer shaped like ``like`` for parameter ``index``: the one kept from an earlier step when
+        it fits, else a new one. Reusing it matters on CPU, where a fresh parameter-sized allocation costs page
+        faults (measured: 35 ms to clone 10M float32 numbers, 5 ms to copy them into an existing buffer)."""
+        spare = self._spare.pop(index, None)
+        if (spare is not None and spare.shape == like.shape and spare.dtype == like.dtype
+                and spare.device == like.device and spare.is_contiguous()):
+            return spare
+        return torch.empty(like.shape, dtype=like.dtype, device=like.device)
+
+    def keep_spare(self, index: int, buffer: torch.Tensor) -> None:
+        """Keep ``buffer`` (no longer used by anything else) for ``take_spare`` at a later step."""
+        self._spare[index] = buffer
+
+    def _scratch(self, like: torch.Tensor, numel: int, slot: int = 0, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A reused flat buffer (device of ``like``, ``dtype`` or like's) of at least ``numel`` elements, per slot."""
+        key = (dtype or like.dtype, like.device, slot)
         buffer = self._scratch_buffers.get(key)
         if buffer is None or buffer.numel() < numel:
-            buffer = self._scratch_buffers[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
+            buffer = self._scratch_buffers[key] = torch.empty(numel, dtype=key[0], device=like.device)
         return buffer[:numel]
 
-    def _pieces(self, grad: torch.Tensor, ref: torch.Tensor):
-        """Matching flat chunks (views) of grad and ref; a non-contiguous grad comes as one piece."""
-        if not grad.is_contiguous():
-            yield grad, ref.view(grad.shape)
-            return
-        g_flat, r_flat = grad.view(-1), ref.view(-1)
-        for start in range(0, g_flat.numel(), CHUNK_NUMEL):
-            yield g_flat[start:start + CHUNK_NUMEL], r_flat[start:start + CHUNK_NUMEL]
+    @staticmethod
+    def _chunked(vector) -> bool:
+        """Whether the vector (a tensor or a Difference) is summed and written in flat chunks."""
+        first = vector[0] if isinstance(vector, Difference) else vector
+        return first.numel() > CHUNK_NUMEL and all(t.is_contiguous() for t in _parts(vector))
 
-    def _sums64(self, grads, refs, with_d_sq: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(⟨g,d⟩, ‖g‖², ‖d‖²) as sums of ``dot64`` over the tensors, chunk by chunk: each chunk converted to
-        float64 once, so the copies stay chunk-sized. A tensor of at most CHUNK_NUMEL elements is one chunk:
-        ``cosine64``'s own sums. ‖d‖² is left 0 unless ``with_d_sq``."""
-        dot, g_sq, d_sq = (torch.zeros((), dtype=torch.float64, device=grads[0].device) for _ in range(3))
-        for grad, ref in zip(grads, refs, strict=True):
-            for g_piece, r_piece in self._pieces(grad, grad if ref is None else ref):
-                g64 = g_piece.reshape(-1).to(torch.float64)
-                g_sq = g_sq + dot64(g64, g64)
+    def _pieces(self, vector, ref: torch.Tensor):
+        """Matching pieces (views) of the vector and ref: flat chunks of CHUNK_NUMEL elements, or the whole tensor
+        when it is at most one chunk or not contiguous. A Difference comes as (after, before) pieces."""
+        if not self._chunked(vector):
+            shape = vector[0].shape if isinstance(vector, Difference) else vector.shape
+            yield vector, ref.view(shape)
+            return
+        flats = [t.view(-1) for t in _parts(vector)]
+        r_flat = ref.view(-1)
+        for start in range(0, r_flat.numel(), CHUNK_NUMEL):
+            pieces = [t[start:start + CHUNK_NUMEL] for t in flats]
+            yield (Difference(*pieces) if isinstance(vector, Difference) else pieces[0]), r_flat[
+                start:start + CHUNK_NUMEL]
+
+    def _formed(self, piece) -> torch.Tensor:
+        """The vector piece itself, or for a Difference piece after − before (a chunk goes to scratch)."""
+        if not isinstance(piece, Difference):
+            return piece
+        after, before = piece
+        if after.dim() == 1 and after.numel() <= CHUNK_NUMEL:
+            return torch.sub(after, before, out=self._scratch(after, after.numel(), slot=1))
+        return after - before
+
+    def _sums64(self, vectors, refs, with_d_sq: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(⟨v,d⟩, ‖v‖², ‖d‖²) in float64 (products exact, sums in float64); ‖d‖² left 0 unless ``with_d_sq``.
+
+        A tensor of at most CHUNK_NUMEL elements (or a non-contiguous one) is summed with ``dot64``: ``cosine64``'s
+        own bits. A larger one is summed chunk by chunk: each chunk converted into a reused float64 buffer (no
+        allocation) and reduced with ``torch.dot`` (a float64 dot: other summation order than ``dot64``'s
+        multiply-then-sum, agreeing to float64 rounding, and no temporary for the products).
+        """
+        device = _parts(vectors[0])[0].device
+        dot, g_sq, d_sq = (torch.zeros((), dtype=torch.float64, device=device) for _ in range(3))
+        for vector, ref in zip(vectors, refs, strict=True):
+            chunked = self._chunked(vector)
+            for piece, r_piece in self._pieces(vector, _parts(vector)[0] if ref is None else ref):
+                piece = self._formed(piece)
+                if chunked:
+                    g64 = self._scratch(piece, piece.numel(), slot=0, dtype=torch.float64).copy_(piece)
+                    dot_fn = torch.dot
+                else:
+                    g64, dot_fn = piece.reshape(-1).to(torch.float64), dot64
+                g_sq = g_sq + dot_fn(g64, g64)
                 if ref is not None:
-                    r64 = r_piece.reshape(-1).to(torch.float64)
-                    dot = dot + dot64(g64, r64)
-                    d_sq = d_sq + dot64(r64, r64) if with_d_sq else d_sq
+                    r64 = (self._scratch(r_piece, r_piece.numel(), slot=1, dtype=torch.float64).copy_(r_piece)
+                           if chunked else r_piece.reshape(-1).to(torch.float64))
+                    dot = dot + dot_fn(g64, r64)
+                    d_sq = d_sq + dot_fn(r64, r64) if with_d_sq else d_sq
         return dot, g_sq, d_sq
 
-    def _local_stats(self, grads, refs, cached_d_sq: torch.Tensor | None) -> torch.Tensor:
-        """[⟨g,d⟩, ‖g‖², ‖d‖², non-finite flag] over this rank's tensors, as float64.
+    def _local_stats(self, vectors, refs, cached_d_sq: torch.Tensor | None) -> torch.Tensor:
+        """[⟨v,d⟩, ‖v‖², ‖d‖², non-finite flags of v and d] over this rank's tensors, as float64.
 
-        ``cached_d_sq``, when given, is this rank's ‖d‖² already known (see ``_cached_d_sq``).
+        ``cached_d_sq``, when given, is this rank's ‖d‖² already known (see ``_cached_d_sq``). Finiteness is read
+        from the sums (a NaN or inf entry makes ‖v‖² or ⟨v,d⟩ non-finite); the entries are looked at only when a
+        sum is not finite, since a finite vector's sum may still overflow.
         """
-        zero = torch.zeros((), dtype=torch.float64, device=grads[0].device)
-        dot, g_sq, d_sq = self._sums64(grads, refs, with_d_sq=cached_d_sq is None)
+        dot, g_sq, d_sq = self._sums64(vectors, refs, with_d_sq=cached_d_sq is None)
+        zero = torch.zeros_like(g_sq)
         d_sq = d_sq if cached_d_sq is None else cached_d_sq
-        pairs = [(g, r) for g, r in zip(grads, refs, strict=True) if r is not None]
-        # Decided from the entries, not from the sums: a finite vector's sum may still overflow.
-        nonfinite = zero if bool(torch.isfinite(g_sq)) else (~all_finite(grads)).double()
+        pairs = [(g, r) for g, r in zip(vectors, refs, strict=True) if r is not None]
+        nonfinite = zero if bool(torch.isfinite(g_sq)) else (~all_finite([_whole(v) for v in vectors])).double()
         # ‖d‖² may come from the cache (last step's ‖g‖²), so a non-finite ⟨g, d⟩ also sends us to look at d.
         suspect = not bool(torch.isfinite(d_sq) & torch.isfinite(dot))
         reference_nonfinite = (~all_finite([r for _, r in pairs])).double() if suspect else zero
         return torch.stack([dot, g_sq, d_sq, nonfinite, reference_nonfinite])
 
-    def _cached_d_sq(self, indices: list[int], grads: list[torch.Tensor]) -> torch.Tensor | None:
+    def _cached_d_sq(self, indices: list[int], grads) -> torch.Tensor | None:
         """This rank's ‖d‖² without a pass over d, when d is exactly last step's raw gradient.
 
         With reference="prev" stored in the gradient's dtype, d is a copy of the previous raw g whose
@@ -215,13 +326,15 @@ class GradientAlignmentControl:
         cached = self._last_g_sq
         if cached is None or cached[0] != indices or self.cfg.reference != "prev":
             return None
-        if self.cfg.reference_dtype is not None and any(g.dtype != self.cfg.reference_dtype for g in grads):
+        if self.cfg.reference_dtype is not None and any(_parts(g)[0].dtype != self.cfg.reference_dtype
+                                                        for g in grads):
             return None
         return cached[1]
 
     def _new_reference(self, grad: torch.Tensor) -> torch.Tensor:
         # Contiguous whatever the gradient's layout, so that chunked views always work.
-        return torch.zeros(grad.shape, dtype=self.cfg.reference_dtype or grad.dtype, device=grad.device)
+        return torch.zeros(grad.shape, dtype=reference_dtype_for(grad.dtype, self.cfg.reference_dtype),
+                           device=grad.device)
 
     def _update_reference_piece(self, ref: torch.Tensor, grad: torch.Tensor) -> None:
         if self.cfg.reference == "prev":
@@ -229,33 +342,63 @@ class GradientAlignmentControl:
         else:
             ref.lerp_(grad.to(ref.dtype), 1.0 - self.cfg.ema_decay)
 
-    def _apply_to_tensor(self, index: int, grad: torch.Tensor, regime: int, coef: float) -> None:
-        """g ← s·g − α·d and d ← update(d, raw g) for one tensor, chunk by chunk, with no allocation."""
+    def _adopts(self, vector, reference: torch.Tensor | None) -> bool:
+        """Whether a scratch vector can itself become the new "prev" reference (same storage dtype, contiguous)."""
+        return (self.cfg.reference == "prev" and isinstance(vector, torch.Tensor) and vector.is_contiguous()
+                and reference_dtype_for(vector.dtype, self.cfg.reference_dtype) == vector.dtype
+                and (reference is None or reference.shape == vector.shape))
+
+    def _apply_to_tensor(self, index: int, vector, regime: int, coef: float, scratch: bool = False) -> None:
+        """v ← s·v − α·d and d ← update(d, raw v) for one tensor, chunk by chunk, with no allocation.
+
+        A ``Difference(after, before)`` is the step v = after − before, formed chunk by chunk and never stored
+        whole: acting writes after ← before + v' = after − α·d; a skip leaves ``after`` to the caller (update space
+        restores θ_before, as it does for a non-finite step). With ``scratch`` the vector
+        is the caller's throwaway buffer: v' is not written, and with reference "prev" the buffer itself becomes
+        the reference (no copy; the old reference is kept for ``take_spare``).
+        """
         reference = self._reference_of(index)
-        if reference is None:  # the reference starts at zero, as in gac.init
-            self._set_reference(index, self._new_reference(grad))
-            reference = self._reference_of(index)
-        if regime != ACT and reference.dtype == grad.dtype:  # no g' to form: one pass, nothing to chunk
-            self._update_reference_piece(reference, grad)
-            if regime == SKIP:
-                grad.zero_()
+        if scratch and self._adopts(vector, reference):
+            self._set_reference(index, vector)
+            if reference is not None:
+                self.keep_spare(index, reference)
             return
-        for g_piece, r_piece in self._pieces(grad, reference):
-            if regime == ACT:
+        if reference is None:  # the reference starts at zero, as in gac.init
+            self._set_reference(index, self._new_reference(_parts(vector)[0]))
+            reference = self._reference_of(index)
+        if scratch:  # no v' to form: d ← update(d, v) in one pass, and the buffer is kept for the next step
+            self._update_reference_piece(real_parts(reference), _whole(_real_parts(vector)))
+            self.keep_spare(index, vector)
+            return
+        vector, reference = _real_parts(vector), real_parts(reference)
+        if regime != ACT and isinstance(vector, torch.Tensor) and reference.dtype == vector.dtype:
+            # no v' to form: one pass, nothing to chunk
+            self._update_reference_piece(reference, vector)
+            if regime == SKIP:
+                vector.zero_()
+            return
+        for piece, r_piece in self._pieces(vector, reference):
+            if isinstance(piece, Difference):
+                after, before = piece
+                step = self._formed(piece)  # the raw step, before ``after`` moves
+                if regime == ACT:
+                    after.add_(r_piece.to(after.dtype), alpha=-coef)
+                self._update_reference_piece(r_piece, step)
+            elif regime == ACT:
                 # g' goes to scratch first: the reference must take the raw g, exactly.
-                projected = (self._scratch(g_piece, g_piece.numel()) if g_piece.dim() == 1
-                             else torch.empty_like(g_piece))
-                torch.sub(g_piece, r_piece, alpha=coef, out=projected)
-                self._update_reference_piece(r_piece, g_piece)
-                g_piece.copy_(projected)
+                projected = (self._scratch(piece, piece.numel()) if piece.dim() == 1
+                             else torch.empty_like(piece))
+                torch.sub(piece, r_piece, alpha=coef, out=projected)
+                self._update_reference_piece(r_piece, piece)
+                piece.copy_(projected)
             else:
-                self._update_reference_piece(r_piece, g_piece)
+                self._update_reference_piece(r_piece, piece)
                 if regime == SKIP:
-                    g_piece.zero_()
+                    piece.zero_()
 
     @torch.no_grad()
-    def apply(self, vectors: list[torch.Tensor | None] | None = None, allow_action: bool = True,
-              before_write=None) -> GACReport:
+    def apply(self, vectors: list | None = None, allow_action: bool = True, before_write=None,
+              scratch_vectors: bool = False) -> GACReport:
         """Apply GAC to the current ``.grad`` of the parameters (in place) and return the report.
 
         ``vectors`` (one per parameter, None where it has no value this step) replaces ``.grad`` as the
@@ -263,21 +406,29 @@ class GradientAlignmentControl:
         ("momentum" space). ``allow_action=False`` measures and updates the reference but keeps the vector
         (regime "keep"). ``before_write(regime, coef)``, when given, runs after the decision and before
         any vector or reference is written (so it still sees the old reference): v' = v − coef·d.
+        A vector may be a ``Difference(after, before)`` (update space): v = after − before; acting writes
+        after ← before + v', a skip (or a non-finite step) leaves ``after`` for the caller to restore.
+        ``scratch_vectors=True``: the vectors are the caller's throwaway buffers; v' is not written, and with
+        reference "prev" each buffer becomes the new reference (no copy).
         """
         source = [p.grad for p in self.params] if vectors is None else list(vectors)
         if len(source) != len(self.params):
             raise ValueError(f"GAC: {len(source)} vectors given for {len(self.params)} parameters")
-        if any(v is not None and v.is_sparse for v in source):
+        if any(v is not None and any(t.is_sparse for t in _parts(v)) for v in source):
             raise ValueError("GAC does not support sparse gradients (e.g. nn.Embedding(sparse=True)): "
                              "use dense gradients, or leave those parameters out of the optimizer GAC wraps")
-        entries = [(i, local_tensor(v)) for i, v in enumerate(source) if v is not None]
+        entries = [(i, Difference(*map(local_tensor, v)) if isinstance(v, Difference) else local_tensor(v))
+                   for i, v in enumerate(source) if v is not None]
         if not entries:
             raise ValueError(f"GAC step {self.step}: no parameter has a gradient; call backward() first")
-        indices, grads = [i for i, _ in entries], [g for _, g in entries]
+        indices, vectors = [i for i, _ in entries], [g for _, g in entries]
         all_refs = self.reference
-        refs = [all_refs[i] for i in indices]
+        # Complex tensors are measured in their real view: ⟨g, d⟩ = Re Σ g·conj(d) (see gac.control.real_view).
+        grads, refs = [_real_parts(g) for g in vectors], [None if all_refs[i] is None else real_parts(all_refs[i])
+                                                           for i in indices]
         group = self.process_group if self.process_group is not None else infer_process_group(
-            [p.grad for p in self.params if p.grad is not None] + [v for v in source if v is not None])
+            [p.grad for p in self.params if p.grad is not None] + [t for v in source if v is not None
+                                                                   for t in _parts(v)])
         local = self._local_stats(grads, refs, self._cached_d_sq(indices, grads))
         self._last_g_sq = None  # valid again only once this step's references are written
         local_g_sq = local[1].clone()
@@ -289,7 +440,9 @@ class GradientAlignmentControl:
             if self.cfg.nonfinite == "raise":
                 raise NonFiniteGradientError(f"GAC: non-finite {what} at step {self.step} "
                                              f"(NaN or inf in some parameter's tensor); nothing was changed")
-            torch._foreach_zero_(grads)
+            for vector in grads:  # g' = 0; a Difference (a step already taken) is the caller's to undo
+                if not isinstance(vector, Difference):
+                    vector.zero_()
             if reference_nonfinite > 0:  # a broken reference would skip every later step: start it anew
                 self.restart_reference()
             self.skipped_nonfinite += 1
@@ -305,8 +458,8 @@ class GradientAlignmentControl:
         regime, coef = int(decision.regime), float(decision.ref_coef)
         if before_write is not None:
             before_write(regime, coef)
-        for index, grad in zip(indices, grads, strict=True):
-            self._apply_to_tensor(index, grad, regime, coef)
+        for index, vector in zip(indices, vectors, strict=True):
+            self._apply_to_tensor(index, vector, regime, coef, scratch=scratch_vectors)
         for index, reference in enumerate(self.reference):
             if source[index] is None and reference is not None:
                 # No gradient this step counts as a zero gradient for the reference.

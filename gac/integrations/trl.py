@@ -29,7 +29,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 import torch
 
-from gac.config import GACConfig
+from gac.config import GACConfig, check_config
 from gac.optim import GACOptimizer, wrap
 
 REGIME_CODES = {"keep": 0.0, "project": 1.0, "cap": 1.0, "skip": 2.0}
@@ -59,7 +59,8 @@ class GACCallback(TrainerCallback):
     """Wraps a transformers ``Trainer``'s optimizer with GAC when training begins and collects its reports."""
 
     def __init__(self, cfg: GACConfig | None = None, process_group=None, trainer=None):
-        self.cfg = cfg if cfg is not None else GACConfig()
+        self.cfg = check_config(cfg, "add_gac")
+        self.requested_cfg = cfg  # None: use the config of an optimizer that is already wrapped
         self.process_group = process_group
         self.trainer = trainer
         self.optimizer: GACOptimizer | None = None
@@ -75,9 +76,13 @@ class GACCallback(TrainerCallback):
 
     def _install(self, optimizer) -> GACOptimizer:
         """Wrap the optimizer the trainer steps: accelerate's ``AcceleratedOptimizer`` holds it as ``.optimizer``."""
+        if isinstance(optimizer, GACOptimizer):  # before the next test: a GACOptimizer holds .optimizer too
+            return self._adopt(optimizer)
         inner = getattr(optimizer, "optimizer", None)
         if isinstance(inner, torch.optim.Optimizer):  # accelerate's wrapper (the Trainer always makes one)
-            if not isinstance(inner, GACOptimizer):
+            if isinstance(inner, GACOptimizer):
+                self._adopt(inner)
+            else:
                 optimizer.optimizer = wrap(inner, self.cfg, self.process_group)
                 if getattr(optimizer, "scaler", None) is not None:  # fp16: accelerate patched the old step
                     from accelerate.optimizer import patch_optimizer_step
@@ -85,13 +90,21 @@ class GACCallback(TrainerCallback):
                     optimizer._optimizer_patched_step_method = patch_optimizer_step(optimizer,
                                                                                     optimizer.optimizer.step)
             return optimizer.optimizer
-        if isinstance(optimizer, GACOptimizer):
-            return optimizer
         if self.trainer is None or not isinstance(optimizer, torch.optim.Optimizer):
             raise ValueError(f"GAC: cannot wrap the trainer's optimizer ({type(optimizer).__name__}); pass "
                              f"optimizers=(gac.wrap(optimizer, cfg), scheduler) to the trainer instead")
         wrapped = wrap(optimizer, self.cfg, self.process_group)
         self.trainer.optimizer = self.trainer.callback_handler.optimizer = wrapped
+        return wrapped
+
+    def _adopt(self, wrapped: GACOptimizer) -> GACOptimizer:
+        """An optimizer GAC already wraps (``gac.wrap`` by the user, or an earlier ``train()``) is kept when
+        add_gac was given no config or the same one; another config is refused rather than silently ignored."""
+        if self.requested_cfg is not None and self.requested_cfg != wrapped.cfg:
+            raise ValueError(f"add_gac: the trainer's optimizer is already wrapped by GAC with {wrapped.cfg}, "
+                             f"so add_gac's {self.requested_cfg} would be ignored; give the config once "
+                             f"(to gac.wrap, or to add_gac with the plain optimizer)")
+        self.cfg = wrapped.cfg
         return wrapped
 
     def on_optimizer_step(self, args, state, control, **kwargs):
@@ -106,7 +119,11 @@ class GACCallback(TrainerCallback):
 
 
 def add_gac(trainer, cfg: GACConfig | None = None, process_group=None) -> GACCallback:
-    """Enable GAC on ``trainer`` (a transformers/TRL trainer) and log its metrics through ``trainer.log``."""
+    """Enable GAC on ``trainer`` (a transformers/TRL trainer) and log its metrics through ``trainer.log``.
+
+    When the trainer's optimizer is already wrapped (``optimizers=(gac.wrap(opt, cfg), scheduler)``), that wrapper is
+    kept if ``cfg`` is None or equal to its config; another ``cfg`` is refused in one line when training begins.
+    """
     callback = GACCallback(cfg, process_group, trainer)
     trainer.add_callback(callback)
     original_log = trainer.log

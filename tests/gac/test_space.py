@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import gac
+import gac.tracker
 from gac.optim import GACOptimizer
 
 DIM, SPLIT, STEPS = 12, 5, 12
@@ -156,6 +157,42 @@ def test_wrap_matches_the_hand_computation(space, optimizer, config):
     assert regimes == expected_regimes
     assert sum(r not in ("keep",) for r in regimes) >= 2  # GAC acted, so the comparison tests the placement
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("space", ["gradient", "update", "momentum"])
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd", "sgd_without_dampening"])
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_wrap_matches_the_hand_computation_chunk_by_chunk(monkeypatch, space, optimizer, config):
+    """With chunks of 3 elements the 5- and 7-element parameters take the paths of large tensors: sums as float64
+    dots of reused chunk buffers, update space's Δ formed and applied chunk by chunk, momentum space's m_t in a buffer
+    kept between steps (SGD without dampening forms it without temporaries). Same hand computation, same tolerance."""
+    monkeypatch.setattr(gac.tracker, "CHUNK_NUMEL", 3)
+    if optimizer == "sgd_without_dampening":
+        monkeypatch.setitem(globals(), "DAMPENING", 0.0)
+        optimizer = "sgd"
+    cfg = CONFIGS[config]
+    expected, expected_regimes = run_by_hand(space, optimizer, cfg)
+    got, regimes = run_wrapped(space, optimizer, cfg)
+    assert regimes == expected_regimes
+    assert sum(r not in ("keep",) for r in regimes) >= 2
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_update_space_refuses_a_nonfinite_gradient_before_the_inner_step(bad):
+    """The cheap finiteness check before the inner step (min and max of each gradient) sees NaN, +inf and -inf: the
+    error leaves θ and the optimizer's state untouched."""
+    params, opt = make_run("adamw", gac.GACConfig(threshold=0.0, space="update"))
+    run_steps(params, opt, range(2))
+    before = [p.detach().clone() for p in params]
+    moments = [opt.state[p]["exp_avg"].clone() for p in params]
+    for p in params:
+        p.grad = torch.ones_like(p)
+    params[1].grad[3] = bad
+    with pytest.raises(gac.NonFiniteGradientError):
+        opt.step()
+    assert all(torch.equal(p.detach(), b) for p, b in zip(params, before, strict=True))
+    assert all(torch.equal(opt.state[p]["exp_avg"], m) for p, m in zip(params, moments, strict=True))
 
 
 def test_every_regime_is_exercised_somewhere():
