@@ -1,7 +1,8 @@
 """Run cache: results keyed by a hash of their configuration, so a re-run with nothing changed is fast.
 
 ``cached(kind, config, compute)`` returns ``compute()``'s JSON-able result, stored under
-``experiments/.cache/KIND-HASH.json`` (atomically; ``GAC_LAB_CACHE`` moves it). A ``Unit`` is one computable,
+``experiments/.cache/KIND-HASH.json`` in a checkout, the user's cache folder otherwise (``sim.paths``; atomically;
+``GAC_LAB_CACHE`` moves it). A ``Unit`` is one computable,
 cacheable piece of work (a GRPO run, a toy simulation): its key holds a fingerprint of the code that computes it
 (gac/, sim/, theory/, experiments/; not the plotting code), so editing that code recomputes. ``GAC_LAB_FORCE=1``
 always recomputes.
@@ -27,11 +28,12 @@ from typing import Any
 import torch
 
 import gac
-from sim import fingerprint
+from sim import fingerprint, paths
 from sim.record import atomic_write_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
-CACHE_DIR = Path(os.environ.get("GAC_LAB_CACHE", ROOT / "experiments" / ".cache"))
+CACHE_DIR = paths.cache_dir()
+"""The run cache (``sim.paths``: the checkout's experiments/.cache, else the user's cache folder; GAC_LAB_CACHE)."""
 SOURCE_DIRS = ("gac", "sim", "theory", "experiments")
 """The code that computes a cached result (paper_figs/ only plots: a plot edit recomputes nothing)."""
 

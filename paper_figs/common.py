@@ -19,13 +19,15 @@ import matplotlib
 
 from experiments.cache import Unit
 from experiments.llm import Run
+from sim import paths
 from sim.record import atomic_write_bytes
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-OUT_DIR = Path(__file__).resolve().parent / "out"
+OUT_DIR = paths.figures_dir()
+"""Figures' default folder (``sim.paths``: the checkout's paper_figs/out, else ./paper_figs/out; never the package)."""
 
 # Paper column width is about 3.3 in; figures are sized in multiples of it and stay readable there.
 STYLE = {

@@ -15,10 +15,10 @@ warm start below target used. The ceiling exists because the plateau has a cliff
 could land past it, where RL has little left to learn.
 
 The result is saved with ``save_pretrained`` under ``runs/warmstart/<hash of its config and of the warm-start
-code>/`` and reused by every run with the same config and code (``GAC_LAB_RUNS`` moves the folder). One process
-trains a missing warm start while the others wait on its lock; a staging folder left by a killed trainer is
-removed by the next one. ``python -m sim.llm.warmstart --out DIR`` makes one into a folder of your choice
-(the tests' committed checkpoint was made so).
+code>/`` (``sim.paths``) and reused by every run with the same config and code (``GAC_LAB_RUNS`` moves the
+folder). One process trains a missing warm start while the others wait on its lock; a staging folder left by a
+killed trainer is removed by the next one. ``python -m sim.llm.warmstart --out DIR`` makes one into a folder of
+your choice (the tests' committed checkpoint was made so).
 """
 
 from __future__ import annotations
@@ -34,12 +34,14 @@ from pathlib import Path
 
 import torch
 
+from sim import paths
 from sim.fingerprint import code_fingerprint
 from sim.llm.model import SIZES, build_model, load_model, sample
 from sim.llm.task import EOS, AdditionTask
 from sim.record import current_umask, exclusive_lock
 
-RUNS_DIR = Path(os.environ.get("GAC_LAB_RUNS", Path(__file__).resolve().parents[2] / "runs"))
+RUNS_DIR = paths.runs_dir()
+"""The warm-start cache's root (``sim.paths``: the checkout's runs/, else the user's cache folder; GAC_LAB_RUNS)."""
 WARM_START_CODE = ("sim/llm/warmstart.py", "sim/llm/model.py", "sim/llm/task.py")
 """The source that computes a warm start: an edit to any of them trains a new one."""
 ATTEMPT_STRIDE = 1_000_003

@@ -1,0 +1,58 @@
+"""Where gac-lab writes by default, decided in one place (and the environment variables that move it read here).
+
+Run from inside a source checkout (the package folders beside ``pyproject.toml`` and ``.git``, the working folder
+in it), the defaults are the checkout's own folders, as the README describes: warm starts in ``runs/``, the run
+cache in ``experiments/.cache/``, figures in ``paper_figs/out/``. Anywhere else — the package installed from a wheel
+into site-packages, or a checkout used from another folder — nothing is written next to the code: the caches go to
+the user's cache folder (``platformdirs.user_cache_dir("gac-lab")``, e.g. ``~/.cache/gac-lab`` on Linux) and the
+figures to ``paper_figs/out/`` under the current folder. ``GAC_LAB_RUNS`` and ``GAC_LAB_CACHE`` override the two
+caches; ``--out`` the figures.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The folder holding the package folders (a checkout's root, or site-packages when installed)."""
+
+
+def checkout(cwd: Path | None = None) -> Path | None:
+    """The source checkout this package runs from, if the working folder ``cwd`` (default: the current one) lies in
+    it; None when installed or used from elsewhere."""
+    cwd = (Path.cwd() if cwd is None else Path(cwd)).resolve()
+    if not ((ROOT / "pyproject.toml").is_file() and (ROOT / ".git").exists()):
+        return None
+    return ROOT if cwd == ROOT or ROOT in cwd.parents else None
+
+
+def user_cache() -> Path:
+    """The user's cache folder for gac-lab (platformdirs where installed; else $XDG_CACHE_HOME or ~/.cache)."""
+    try:
+        from platformdirs import user_cache_dir
+    except ImportError:
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gac-lab"
+    return Path(user_cache_dir("gac-lab", appauthor=False))
+
+
+def runs_dir() -> Path:
+    """Where warm starts (and other trained checkpoints) are cached: ``GAC_LAB_RUNS``, else see the module doc."""
+    if os.environ.get("GAC_LAB_RUNS"):
+        return Path(os.environ["GAC_LAB_RUNS"])
+    root = checkout()
+    return root / "runs" if root else user_cache() / "runs"
+
+
+def cache_dir() -> Path:
+    """Where finished runs are cached: ``GAC_LAB_CACHE``, else see the module doc."""
+    if os.environ.get("GAC_LAB_CACHE"):
+        return Path(os.environ["GAC_LAB_CACHE"])
+    root = checkout()
+    return root / "experiments" / ".cache" if root else user_cache() / "run-cache"
+
+
+def figures_dir() -> Path:
+    """Where figures go without ``--out``: the checkout's ``paper_figs/out``, else ``./paper_figs/out``."""
+    root = checkout()
+    return (root or Path.cwd()) / "paper_figs" / "out"
