@@ -117,6 +117,8 @@ TALK_MIN_FONT = 18.0
 TALK_FONT = {"title": 24.0, "label": 20.0, "text": TALK_MIN_FONT}
 TALK_LINE_SCALE = 2.0
 """Lines and markers are this much wider on a slide (a 1.2 pt line is hard to see on a projected 13-inch figure)."""
+TALK_LEGEND_INSIDE = 4
+"""A slide's legend with more entries than this goes beside the panel instead of over it."""
 _STYLE: contextvars.ContextVar[str] = contextvars.ContextVar("paper_figs_style", default="paper")
 
 
@@ -254,9 +256,9 @@ def _one_panel(copy, index: int, borrowed: dict):
     colorbars = []
     for mappable in _mappables(ax):
         if (scale := _color_scale(mappable)) in scales:
-            colorbars.append(copy.colorbar(mappable, cax=copy.add_axes((0.9, 0.1, 0.02, 0.8)),
+            colorbars.append(copy.colorbar(mappable, cax=copy.add_axes((0.9, 0.1, 0.02, 0.8), label="<colorbar>"),
                                            label=scales.pop(scale)))
-    _talk_legends(copy, ax)
+    _talk_legends(copy, ax, room_at_right=not colorbars)
     for text in copy.findobj(Text):
         text.set_fontsize(TALK_FONT["text"])
     for axes in (ax, *(c.ax for c in colorbars)):
@@ -303,10 +305,11 @@ def _widen_lines(lines, collections) -> None:
             collection.set_linewidths(np.asarray(collection.get_linewidths()) * TALK_LINE_SCALE)
 
 
-def _talk_legends(copy, ax) -> None:
+def _talk_legends(copy, ax, room_at_right: bool) -> None:
     """Rebuild the legends at the talk font (a legend sizes its handles once, from its font): the panel's own, or a
-    new one for a panel whose labelled artists the paper figure explained only in a neighbour's legend; figure
-    legends at the top of the slide."""
+    new one for a panel whose labelled artists the paper figure explained only in a neighbour's legend (beside the
+    panel when it has more than ``TALK_LEGEND_INSIDE`` entries and no colour bar there, so that it hides no data);
+    figure legends at the top of the slide."""
     in_figure_legends = set()
     for legend in list(copy.legends):
         labels = [t.get_text() for t in legend.get_texts()]
@@ -326,9 +329,12 @@ def _talk_legends(copy, ax) -> None:
         legend.remove()
     elif set(labels) <= in_figure_legends:
         return
-    if labels:
-        ax.legend(handles, labels, loc="best", ncols=1 if len(labels) <= 6 else 2, fontsize=TALK_FONT["text"],
-                  title=title, title_fontsize=TALK_FONT["text"])
+    if not labels:
+        return
+    beside = room_at_right and len(labels) > TALK_LEGEND_INSIDE
+    ax.legend(handles, labels, loc="center left" if beside else "best", bbox_to_anchor=(1.01, 0.5) if beside else None,
+              ncols=1 if len(labels) <= 8 else 2, fontsize=TALK_FONT["text"], title=title,
+              title_fontsize=TALK_FONT["text"])
 
 
 def _wrap(text, room: float, renderer) -> None:
