@@ -1,4 +1,4 @@
-"""`python -m paper_figs NAME|all --profile quick|full [--device cpu|cuda] [--jobs N]`: regenerate figures.
+"""`python -m paper_figs NAME|all --profile quick|full [--device D] [--jobs N] [--style talk]`: regenerate figures.
 
 The command line is the ``FigureArgs`` dataclass (paper_figs.driver), parsed by tyro (``--help`` lists every option).
 """
@@ -12,7 +12,8 @@ import torch
 import tyro
 
 from experiments.llm import default_jobs, largest_size
-from paper_figs.driver import DRY_RUN_DIR, FIGURES, LLM_FIGURES, FigureArgs, declare, make_figures
+from paper_figs.common import STYLES
+from paper_figs.driver import DRY_RUN_DIR, FIGURES, LLM_FIGURES, TALK_DIR, FigureArgs, declare, make_figures
 from sim.record import check_output_dir, one_line_os_error
 
 
@@ -27,12 +28,24 @@ def _empty_out(argv: list[str]) -> bool:
                for i, a in enumerate(argv))
 
 
+def _bad_style(argv: list[str]) -> str | None:
+    """The value given to ``--style`` when it is not one of STYLES (tyro's own refusal is a multi-line box)."""
+    for i, a in enumerate(argv):
+        value = a.partition("=")[2] if a.startswith("--style=") else (
+            argv[i + 1] if a == "--style" and i + 1 < len(argv) else None)
+        if value is not None and value not in STYLES:
+            return value
+    return None
+
+
 def parse_args(argv=None) -> FigureArgs:
     """The parsed command line, with 'all' expanded and the device and the output folder checked, before any
     compute (SystemExit(2) with a one-line message on bad input)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if _empty_out(argv):  # tyro turns "" into Path("") == Path("."): refuse it before parsing
         _fail("--out is empty; give a folder (use . for the current one)")
+    if (style := _bad_style(argv)) is not None:
+        _fail(f"--style must be one of {', '.join(STYLES)}, got {style!r}")
     args = tyro.cli(FigureArgs, args=argv, prog="python -m paper_figs", description=__doc__.splitlines()[0])
     try:
         check_output_dir(args.out, "--out")
@@ -48,8 +61,11 @@ def parse_args(argv=None) -> FigureArgs:
             _fail(f"--profile gpu applies to the LLM figures only ({', '.join(LLM_FIGURES)})")
         if not args.dry_run and not args.device.startswith("cuda"):
             _fail("--profile gpu needs --device cuda (or --dry-run for a CPU smoke test)")
-    if args.dry_run:  # its figures are smoke tests: they go beside the real ones, never over them
-        return replace(args, names=names, device="cpu", out=args.out / DRY_RUN_DIR)
+    # a dry run's figures are smoke tests and slides are not the paper's: each goes beside the real ones, never over
+    out = args.out / DRY_RUN_DIR if args.dry_run else args.out
+    args = replace(args, out=out / TALK_DIR if args.style == "talk" else out)
+    if args.dry_run:
+        return replace(args, names=names, device="cpu")
     if args.device.startswith("cuda"):
         if not torch.cuda.is_available():
             _fail(f"--device {args.device} requested but torch sees no CUDA device on this machine")

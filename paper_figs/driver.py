@@ -26,7 +26,7 @@ import tyro
 from experiments import cache, llm
 from experiments.cache import Unit
 from experiments.pool import Task, run_tasks
-from paper_figs.common import OUT_DIR, Results
+from paper_figs.common import OUT_DIR, STYLES, Results, figure_style
 from sim.record import OUT_LOCK, exclusive_lock, publish_together
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = listing order for "all".
@@ -38,6 +38,9 @@ LLM_FIGURES = ("fig5_llm_grpo", "fig10_verdict", "figs2_llm_signature")
 FigureName = Literal[tuple([*FIGURES, "all"])]
 DRY_RUN_DIR = "dry_run"
 """The sub-folder of --out that a --dry-run writes into."""
+TALK_DIR = "talk"
+"""The sub-folder of --out (of OUT/dry_run under --dry-run) that --style talk writes into."""
+Style = Literal[STYLES]
 PLOT_SECONDS = 3.0
 """Rough seconds of one figure's plot (matplotlib, PNG and PDF): orders the tasks, never changes a result."""
 
@@ -61,6 +64,9 @@ class FigureArgs:
     and writes its CSV; a gpu profile then needs no CUDA device). Writes into OUT/dry_run/, never over real figures"""
     jobs: int | None = None
     """worker processes (default: experiments.llm.default_jobs, from the cores and the memory; GAC_LAB_JOBS too)"""
+    style: Style = "paper"
+    """paper: NAME.png and NAME.pdf; talk: one 16:9 PNG per panel, NAME_a.png, NAME_b.png, ..., fonts >= 18 pt,
+    into OUT/talk/ (same runs and CSV as paper)"""
 
 
 def module(name: str):
@@ -68,16 +74,18 @@ def module(name: str):
     return importlib.import_module(f"paper_figs.{name}")
 
 
-def plot_figure(name: str, results: Results, out: Path, plot: Callable[[Results, Path], Any] | None = None
-                ) -> list[Path]:
-    """Draw figure ``name`` from ``results`` into a temp folder inside ``out``, then publish its files together.
+def plot_figure(name: str, results: Results, out: Path, plot: Callable[[Results, Path], Any] | None = None,
+                style: str = "paper") -> list[Path]:
+    """Draw figure ``name`` from ``results`` in ``style`` (paper_figs.common.STYLES) into a temp folder inside ``out``,
+    then publish its files together.
 
     A figure that fails or is killed leaves the previous outputs as they were (and no half of a new set).
     """
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out, prefix=f".{name}."))
     try:
-        (module(name).plot if plot is None else plot)(results, staging)
+        with figure_style(style):
+            (module(name).plot if plot is None else plot)(results, staging)
         return publish_together(staging, out, name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -183,7 +191,7 @@ def _make_figures(args: FigureArgs, jobs: int, log, declared: dict[str, list[Uni
     def drawer(name: str) -> Callable[[list], Any]:
         def draw(items: list) -> list[Path]:
             results = Results(args.profile, args.device, args.dry_run, tuple(items))
-            written[name] = plot_figure(name, results, args.out)
+            written[name] = plot_figure(name, results, args.out, style=args.style)
             log(f"[paper_figs] {name} -> {args.out}/{name}.*", flush=True)
             return written[name]
         return draw
@@ -195,8 +203,9 @@ def _make_figures(args: FigureArgs, jobs: int, log, declared: dict[str, list[Uni
 
 
 def make_figure(name: str, profile: str, out: Path, device: str = "cpu", dry_run: bool = False, jobs: int = 1,
-                force: bool = False, units: list[Unit] | None = None) -> list[Path]:
+                force: bool = False, units: list[Unit] | None = None, style: str = "paper") -> list[Path]:
     """One figure by the same road, for tests and notebooks: its units (default: all it declares; a test may give
-    fewer) computed through the cache on ``jobs`` workers (``force``: every one recomputed), then its plot."""
+    fewer) computed through the cache on ``jobs`` workers (``force``: every one recomputed), then its plot in
+    ``style`` (written into ``out`` itself)."""
     units = module(name).runs(profile, device, dry_run) if units is None else units
-    return plot_figure(name, results_for(units, profile, device, dry_run, jobs, force), Path(out))
+    return plot_figure(name, results_for(units, profile, device, dry_run, jobs, force), Path(out), style=style)

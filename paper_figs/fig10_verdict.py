@@ -74,11 +74,12 @@ def plot_gap(ax, table: list[dict]) -> None:
         ax.barh(i, np.nan_to_num(gap), color=arm_color(r), alpha=0.85, hatch=None if r["role"] == "report" else "//")
         if np.isfinite(r["gap_low"]):
             ax.errorbar(gap, i, xerr=[[gap - r["gap_low"]], [r["gap_high"] - gap]], color="black", capsize=2, lw=0.8)
-    ax.set_yticks(range(len(rows)), [f"{r['arm']} (lr {r['lr']:.2g})" for r in rows], fontsize=6)
+    ax.set_yticks(range(len(rows)), [f"{r['arm']} (lr {r['lr']:.2g})" for r in rows], fontsize=6.5)
     ax.invert_yaxis()
     ax.axvline(0, color="#d62728", lw=0.8, label="naive async")
     ax.axvline(1, color="black", lw=0.8, label="sync")
-    ax.set(xlabel="async − sync gap recovered (90 % hierarchical interval)", title="(a) gap recovered")
+    ax.set(xlabel="share of the async − sync gap recovered\n(bar: mean; whisker: 90 % hierarchical interval)",
+           title="(a) gap recovered")
     ax.legend(loc="lower right", fontsize=6)
 
 
@@ -90,14 +91,15 @@ def plot_drift(ax, runs: list[dict]) -> None:
         ax.scatter(max(r["kl_behaviour_mean"], 1e-6), r["final_accuracy"], color=arm_color(r), s=10,
                    marker="x" if r["diverged"] else "o", alpha=0.7)
     ax.set_xscale("log")
-    ax.set(xlabel="mean KL(π_b ‖ π_θ) over the run (log; sync runs at 1e-6)", ylabel="final held-out accuracy",
-           title=f"(b) drift vs outcome: Spearman ρ = {rho:+.2f} ({n} stale non-TIS runs)")
+    ax.set(xlabel="mean KL(π_b ‖ π_θ) over the run\n(log scale; sync runs drawn at 1e-6)",
+           ylabel="final held-out accuracy",
+           title=f"(b) drift vs outcome: Spearman ρ = {rho:+.2f}\n({n} stale runs, TIS left out)")
 
 
 def plot_alignment(ax, table: list[dict]) -> None:
     rows = [r for r in table if r["role"] == "report"]
     ax.bar(range(len(rows)), [r["cos_update"] for r in rows], color=[arm_color(r) for r in rows])
-    ax.set_xticks(range(len(rows)), [r["arm"] for r in rows], rotation=60, ha="right", fontsize=6)
+    ax.set_xticks(range(len(rows)), [r["arm"] for r in rows], rotation=60, ha="right", fontsize=6.5)
     ax.set(ylabel="mean cos(Δθ_t, Δθ_{t−1})", ylim=(-0.1, 1.0), title="(c) alignment of the applied update")
 
 
@@ -113,16 +115,16 @@ def plot_tuning_or_runs(ax, tuning: list[dict], runs: list[dict]) -> None:
         ax.set_xscale("log")
         ax.set(xlabel="AdamW step size", ylabel="late held-out accuracy (tuning warm start)",
                title="(d) tuning: each arm's own step size")
-        ax.legend(fontsize=5, ncol=2)
+        ax.legend(fontsize=6, ncol=2)
         return
     report = [r for r in runs if r["role"] == "report"]
     arms = list(dict.fromkeys(r["arm"] for r in report))
     for i, arm in enumerate(arms):
         mine = [r for r in report if r["arm"] == arm]
         ax.scatter([i] * len(mine), [r["final_accuracy"] for r in mine], color=arm_color(mine[0]), s=12)
-    ax.set_xticks(range(len(arms)), arms, rotation=60, ha="right", fontsize=6)
-    ax.set(ylabel="final held-out accuracy (one dot per warm start × seed)",
-           title="(d) per run (quick profile: one fixed step size, no tuning)")
+    ax.set_xticks(range(len(arms)), arms, rotation=60, ha="right", fontsize=6.5)
+    ax.set(ylabel="final held-out accuracy\n(one dot per warm start × seed)",
+           title="(d) per run (one fixed step size, no tuning)")
 
 
 LINESTYLES = ("-", "--", ":", "-.")
@@ -145,19 +147,21 @@ def plot_toys(ax_final, ax_cos, fig, toys: list[dict], staleness: int = 16) -> N
             cos[i, j] = r["cos_update"]
     short = {"bandit_gaussian": "bandit", "sgd_momentum": "SGD-m", "one_update": "1 update", "llm": "LLM-like"}
     labels = ["\n".join(short.get(part, part) for part in c) for c in columns]
-    for ax, values, cmap, vmin, vmax, title in (
-            (ax_final, ratio, "Reds", 0, 2, f"(e) toys, s = {staleness}: log10(final / sync's final), own step sizes"),
-            (ax_cos, cos, "PuOr_r", -1, 1, f"(f) toys, s = {staleness}: cos(Δθ_t, Δθ_{{t−1}})")):
+    for ax, values, cmap, vmin, vmax, title, key in (
+            (ax_final, ratio, "Reds", 0, 2, f"(e) toys, s = {staleness}: final objective relative to sync, each arm "
+             "at its own step size", "log10(final / sync's final)\n(0: as sync, 1: 10× worse)"),
+            (ax_cos, cos, "PuOr_r", -1, 1, f"(f) toys, s = {staleness}: alignment of the applied update",
+             "mean cos(Δθ_t, Δθ_{t−1})")):
         image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
         ax.grid(False)  # the style's grid lines would cross the cells
         for i in range(len(arms)):
             for j in range(len(columns)):
                 ax.text(j, i, "—" if np.isnan(values[i, j]) else f"{values[i, j]:.2f}", ha="center", va="center",
-                        fontsize=6, color=text_color(image, values[i, j]))
-        ax.set_xticks(range(len(columns)), labels, fontsize=6)
-        ax.set_yticks(range(len(arms)), arms, fontsize=6)
+                        fontsize=6.5, color=text_color(image, values[i, j]))
+        ax.set_xticks(range(len(columns)), labels, fontsize=6.5)
+        ax.set_yticks(range(len(arms)), arms, fontsize=6.5)
         ax.set_title(title, fontsize=8)
-        fig.colorbar(image, ax=ax, fraction=0.04)
+        fig.colorbar(image, ax=ax, fraction=0.04, label=key)
 
 
 def text_color(image, value: float) -> str:
@@ -178,12 +182,15 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     runs, table, tuning = result["runs"], result["table"], result["tuning"]
     toys = results.value(f"{NAME}/toys")
     apply_style()
-    fig, axes = plt.subplots(3, 2, figsize=(10, 11), layout="constrained")
-    plot_gap(axes[0, 0], table)
-    plot_drift(axes[0, 1], runs)
-    plot_alignment(axes[1, 0], table)
-    plot_tuning_or_runs(axes[1, 1], tuning, runs)
-    plot_toys(axes[2, 0], axes[2, 1], fig, toys)
+    # at the width of a page: (a-d) two to a row, the toys' two tables (six columns each) one to a row
+    fig = plt.figure(figsize=(7.0, 9.0), layout="constrained")
+    grid = fig.add_gridspec(4, 2, height_ratios=(1, 1.1, 0.9, 0.9))
+    ax_gap, ax_drift, ax_align, ax_runs = (fig.add_subplot(grid[i, j]) for i in (0, 1) for j in (0, 1))
+    plot_gap(ax_gap, table)
+    plot_drift(ax_drift, runs)
+    plot_alignment(ax_align, table)
+    plot_tuning_or_runs(ax_runs, tuning, runs)
+    plot_toys(fig.add_subplot(grid[2, :]), fig.add_subplot(grid[3, :]), fig, toys)
     paths = [write_records(toys, out_dir / f"{NAME}_toys.csv")]
     fig.suptitle(f"What closes the async gap (LLM, s = {verdict_mod.PROFILES[results.profile].staleness}, "
                  f"{results.profile} profile)")

@@ -1,8 +1,9 @@
 """fig4_stability_region: empirical divergence map over (η·λ_max, s) on the noisy quadratic, naive vs GAC.
 
 Each cell is a delayed-SGD run (stale-gradient model) marked diverged when its loss exceeds 1e6 × the
-initial loss. Overlaid: the theory boundary a*(s) = 2 sin(π/(2(2s+1))) (``theory.stability``), beyond
-which x_{t+1} = x_t − a x_{t−s} is unstable for the top eigen-direction.
+initial loss; its colour is the share of seeds that diverged (colour bar). Overlaid: the theory boundary
+a*(s) = 2 sin(π/(2(2s+1))) (``theory.stability``), beyond which x_{t+1} = x_t − a x_{t−s} is unstable for the top
+eigen-direction.
 The runs are defined in ``experiments.stability_map``; this module plots them.
 """
 
@@ -31,11 +32,12 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     rows = results.value(NAME)
     etas = sorted({r["eta_lambda_max"] for r in rows})
     apply_style()
-    fig, axes = plt.subplots(1, 2, figsize=(6.6, 2.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(6.6, 2.8), sharey=True, layout="constrained")
     for ax, method, title in zip(axes, ("naive", "gac"), ("naive async", "async + GAC (default)"),
                                  strict=True):
         grid = diverged_fraction(rows, method, etas)
-        ax.pcolormesh(etas, range(len(STALENESS)), grid.numpy(), cmap="Reds", vmin=0, vmax=1, shading="nearest")
+        mesh = ax.pcolormesh(etas, range(len(STALENESS)), grid.numpy(), cmap="Reds", vmin=0, vmax=1,
+                             shading="nearest")
         boundary = [float(stability_boundary_closed_form(s)) for s in STALENESS]
         ax.plot(boundary, range(len(STALENESS)), "k--", lw=1.2, label="theory a*(s)")
         if method == "gac":  # mean-field GAC (theory.gac_stability): largest stable η·λ_max, 1/cos(π/(2s+3))
@@ -44,6 +46,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
             ax.legend(loc="lower left")
         ax.set(xscale="log", title=title, xlabel="η·λ_max")
         ax.set_yticks(range(len(STALENESS)), [str(s) for s in STALENESS])
+    fig.colorbar(mesh, ax=list(axes), label="share of seeds diverged\n(palest: none, darkest: all)")
     axes[0].set_ylabel("staleness s")
     axes[0].legend(loc="lower left")
     stats = agreement(rows)

@@ -44,14 +44,15 @@ def plot_reward_curves(ax_curve, ax_small, records: list[dict], p: dict) -> None
     tiny_lr = p["small_lrs"][-1]
     shown_small = [("sync", 0, tiny_lr, "-", "proximal"), ("naive", high, tiny_lr, "-", "proximal"),
                    ("gac", high, tiny_lr, "-", "proximal"), ("naive", high, small_lr, ":", "proximal")]
-    for ax, lines, lr_title in ((ax_curve, shown, main_lr), (ax_small, shown_small, tiny_lr)):
+    for ax, lines, lr_title, letter in ((ax_curve, shown, main_lr, "a"), (ax_small, shown_small, tiny_lr, "b")):
         for method, s, lr, style, ratio_to in lines:
             steps, mean, _ = seed_mean(records, "objective", method=method, staleness=s, lr=lr, ratio_to=ratio_to)
             if len(steps):
                 label = "sync" if method == "sync" else f"{method} s={s}" + ("" if lr == lr_title else f" lr={lr:g}")
-                label += " π_b ratio" if ratio_to == "behaviour" else ""
+                label += ", ratio to π_b" if ratio_to == "behaviour" else ""
                 ax.plot(steps, centered_mean(mean, 15), color=method_color(method), ls=style, label=label)
-        ax.set(xlabel="RL step", ylabel="mean reward (seed mean, smoothed)", title=f"lr={lr_title:g}")
+        ax.set(xlabel="RL step", ylabel="mean reward\n(seed mean, smoothed)",
+               title=f"({letter}) reward, AdamW step size {lr_title:g}")
         ax.legend(ncol=2, fontsize=6)
 
 
@@ -68,13 +69,13 @@ def plot_accuracy_bars(ax_table, table: list[dict], runs: list[dict], p: dict) -
         ax_table.errorbar(r["final_mean"], i, xerr=whisker, color="black", capsize=2, lw=0.8)
         names.append(("sync" if r["method"] == "sync" else f"{r['method']} s={r['staleness']}")
                      + ("" if r["lr"] == main_lr else f" lr={r['lr']:g}")
-                     + (" π_b ratio" if r["ratio_to"] == "behaviour" else ""))
+                     + (", ratio to π_b" if r["ratio_to"] == "behaviour" else ""))
     start = np.nanmean([r["start_accuracy"] for r in runs])
     ax_table.axvline(start, color="grey", ls="--", lw=0.8, label="warm start")
     ax_table.set_yticks(range(len(bars)), names)
     ax_table.invert_yaxis()
-    ax_table.set(xlabel="final held-out accuracy (bar: seed mean, whisker: min..max)",
-                 title=f"lr={main_lr:g} unless noted")
+    ax_table.set(xlabel="final held-out accuracy\n(bar: seed mean, whisker: min..max)",
+                 title=f"(c) final accuracy, step size {main_lr:g} unless noted")
     ax_table.legend(loc="lower right")
 
 
@@ -83,8 +84,10 @@ def plot_regime_maps(fig, ax_map, ax_cosmap, table: list[dict]) -> None:
     grid = [r for r in table if r["method"] in ("sync", "naive") and r["ratio_to"] == "proximal"]
     lrs = sorted({r["lr"] for r in grid})
     stal = sorted({r["staleness"] for r in grid})
-    for ax, key, vmax, title in ((ax_map, "delta_mean", 0.4, "naive async: Δ held-out accuracy (final − start)"),
-                                 (ax_cosmap, "cos_prev_mean", 0.2, "naive async: mean cos(g_k, g_{k-1})")):
+    for ax, key, vmax, title, scale in (
+            (ax_map, "delta_mean", 0.4, "(d) naive async: accuracy gained", "Δ held-out accuracy (final − start)"),
+            (ax_cosmap, "cos_prev_mean", 0.2, "(e) naive async: gradient alignment",
+             "mean cos(g_k, g_{k-1})")):
         values = np.full((len(lrs), len(stal)), np.nan)
         for r in grid:
             values[lrs.index(r["lr"]), stal.index(r["staleness"])] = r[key]
@@ -92,12 +95,12 @@ def plot_regime_maps(fig, ax_map, ax_cosmap, table: list[dict]) -> None:
                           origin="lower", aspect="auto")
         for i in range(len(lrs)):
             for j in range(len(stal)):
-                text = "not run" if np.isnan(values[i, j]) else f"{values[i, j]:+.2f}"
-                ax.text(j, i, text, ha="center", va="center", fontsize=7)
+                text = "not\nrun" if np.isnan(values[i, j]) else f"{values[i, j]:+.2f}"
+                ax.text(j, i, text, ha="center", va="center", fontsize=6.5)
         ax.set_xticks(range(len(stal)), [str(s) for s in stal])
         ax.set_yticks(range(len(lrs)), [f"{lr:g}" for lr in lrs])
         ax.set(xlabel="staleness s", ylabel="step size (AdamW lr)", title=title)
-        fig.colorbar(image, ax=ax, fraction=0.05)
+        fig.colorbar(image, ax=ax, fraction=0.05, label=scale)
 
 
 def plot_cosine_vs_outcome(ax_cos, runs: list[dict]) -> float:
@@ -108,8 +111,8 @@ def plot_cosine_vs_outcome(ax_cos, runs: list[dict]) -> float:
     async_runs = [r for r in runs if r["method"] == "naive" and r["ratio_to"] == "proximal"]
     rho = spearmanr([r["cos_prev_first_half"] for r in async_runs], [r["delta_accuracy"] for r in async_runs],
                     nan_policy="omit").statistic
-    ax_cos.set(xlabel="mean cos(g_k, g_{k-1}), first half of the run", ylabel="Δ held-out accuracy",
-               title=f"all runs (dot size = s); naive async: ρ = {rho:+.2f}")
+    ax_cos.set(xlabel="mean cos(g_k, g_{k-1}), first half of the run", ylabel="Δ held-out accuracy (final − start)",
+               title=f"(f) every run (dot size: s); naive async: Spearman ρ = {rho:+.2f}")
     return rho
 
 
@@ -126,7 +129,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     table = sorted(aggregate(run_rows), key=lambda r: (r["lr"], r["staleness"], r["method"]))
 
     apply_style()
-    fig, axes = plt.subplots(2, 3, figsize=(10.5, 6.2), layout="constrained")
+    fig, axes = plt.subplots(3, 2, figsize=(7.0, 8.4), layout="constrained")  # two to a row at a page's width
     ax_curve, ax_small, ax_table, ax_map, ax_cosmap, ax_cos = axes.ravel()
     plot_reward_curves(ax_curve, ax_small, records, p)
     plot_accuracy_bars(ax_table, table, run_rows, p)

@@ -22,8 +22,26 @@ from sim.record import write_records
 
 NAME = "figs2_llm_signature"
 PANEL_KEYS = (*signature.GRANULARITIES, "final_accuracy")
-TITLES = {"cos_prev": "consecutive optimizer updates (raw g)", "cos_prev_step": "consecutive RL steps (summed g)",
-          "cos_update": "consecutive applied updates Δθ", "final_accuracy": "final held-out accuracy"}
+TITLES = {"cos_prev": "(a) consecutive optimizer updates (raw g)",
+          "cos_prev_step": "(b) consecutive RL steps (summed g)", "cos_update": "(c) consecutive applied updates Δθ",
+          "final_accuracy": "(d) final held-out accuracy"}
+YLABELS = {"cos_prev": "mean cosine of consecutive\nupdates' gradients", "cos_prev_step": "mean cosine of consecutive\n"
+           "RL steps' summed gradients", "cos_update": "mean cosine of consecutive\napplied updates Δθ",
+           "final_accuracy": "final held-out accuracy"}
+"""Each panel's y axis in words (the CSV column is the key)."""
+CONFIG_WORDS = {"batch": "{} prompts × {} samples per step", "updates": "{} optimizer updates per RL step",
+                "ratio": "{} ratio (stale data used as if fresh)", "clip": "gradient-norm clip at {}",
+                "digits": "{}-digit addition", "lr": "AdamW lr {}"}
+
+
+def config_label(config: str) -> str:
+    """A configuration ("base" or "factor=level", experiments.signature) in words, for the legend."""
+    if config == "base":
+        return "base: 1 update per RL step, behaviour ratio"
+    factor, _, level = config.partition("=")
+    if factor not in CONFIG_WORDS:
+        return config
+    return CONFIG_WORDS[factor].format(*level.split("x")) if factor == "batch" else CONFIG_WORDS[factor].format(level)
 
 
 def device_name(device: str) -> str:
@@ -76,9 +94,10 @@ def plot_vs_staleness(ax, table: list[dict], key: str, colors: dict) -> None:
         s = np.array([r["staleness"] for r in mine])
         mean = np.array([r[key] for r in mine])
         err = np.abs(np.array([[r[f"{key}_low"], r[f"{key}_high"]] for r in mine]).T - mean)
-        ax.errorbar(s, mean, yerr=np.nan_to_num(err), color=color, marker="o", ms=3, capsize=2, label=config)
+        ax.errorbar(s, mean, yerr=np.nan_to_num(err), color=color, marker="o", ms=3, capsize=2,
+                    label=config_label(config))
     ax.axhline(0, color="grey", lw=0.6)
-    ax.set(xlabel="staleness s", ylabel=key, title=TITLES[key])
+    ax.set(xlabel="staleness s", ylabel=YLABELS[key], title=TITLES[key])
 
 
 def plot_snr(ax, table: list[dict], colors: dict) -> None:
@@ -89,8 +108,9 @@ def plot_snr(ax, table: list[dict], colors: dict) -> None:
     snr = np.linspace(0, max([0.5] + [r["snr_halves"] for r in table if r["snr_halves"] == r["snr_halves"]]), 100)
     ax.plot(snr, [signature.snr_reference(x) for x in snr], color="black", ls="--",
             label="signal only: 2·SNR_h/(1+2·SNR_h)")
-    ax.set(xlabel="measured per-half SNR_h (from cos_halves)", ylabel="cos_prev_step",
-           title="step cosine vs SNR (o sync, ▲ async; size = s)")
+    ax.set(xlabel="per-half SNR_h, measured from the half-batch cosine",
+           ylabel="mean cosine of consecutive\nRL steps' summed gradients",
+           title="(e) RL-step cosine vs SNR (○ sync, ▲ async; size: s)")
     ax.legend(loc="upper left")
 
 
@@ -106,11 +126,14 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     cmap = plt.get_cmap("tab10")
     colors = {c: cmap(i % 10) for i, c in enumerate(configs)}
     apply_style()
-    fig, axes = plt.subplots(1, 5, figsize=(16.5, 3.2))
+    # two to a row at the width of a page, the sixth place for the configurations' legend
+    fig, grid = plt.subplots(3, 2, figsize=(7.0, 7.2), layout="constrained")
+    axes = grid.ravel()
     for ax, key in zip(axes[:4], PANEL_KEYS, strict=True):
         plot_vs_staleness(ax, table, key, colors)
-    axes[0].legend(fontsize=6)
     plot_snr(axes[4], table, colors)
+    axes[5].axis("off")
+    axes[5].legend(*axes[0].get_legend_handles_labels(), loc="center", title="configuration (bars: seed interval)")
     gap_rows = gaps(rows)
     paths = [write_records(rows, out_dir / f"{NAME}.csv"), write_records(table, out_dir / f"{NAME}_table.csv"),
              write_records(gap_rows, out_dir / f"{NAME}_gaps.csv"), *save_figure(fig, out_dir, NAME)]
