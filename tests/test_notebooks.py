@@ -33,3 +33,28 @@ def test_notebook_runs(path, monkeypatch):
     errors = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs
               if out.get("output_type") == "error"]
     assert not errors
+
+
+def paired_cells(notebook) -> list[tuple[str, str]]:
+    return [(cell.cell_type, cell.source.strip()) for cell in notebook.cells]
+
+
+def out_of_step(path: Path, script_text: str | None = None) -> bool:
+    """Whether the notebook at ``path`` and its py:percent script (notebooks/jupytext.toml) hold other cells."""
+    import jupytext
+
+    script = jupytext.reads(script_text if script_text is not None else path.with_suffix(".py").read_text(),
+                            fmt="py:percent")
+    return paired_cells(jupytext.read(path)) != paired_cells(script)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_each_notebook_is_in_step_with_its_reviewable_script(path):
+    assert path.with_suffix(".py").exists(), f"{path.name} has no paired script: jupytext --sync {path}"
+    assert not out_of_step(path), f"{path.name} and its .py differ: run jupytext --sync notebooks/*.ipynb"
+
+
+def test_the_pairing_check_catches_an_edit_on_one_side():
+    path = NOTEBOOKS[0]
+    edited = path.with_suffix(".py").read_text().replace("import", "import  ", 1)
+    assert out_of_step(path, edited)
