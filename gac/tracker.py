@@ -302,8 +302,8 @@ class GradientAlignmentControl:
     def _local_stats(self, vectors, refs, cached_d_sq: torch.Tensor | None) -> torch.Tensor:
         """[⟨v,d⟩, ‖v‖², ‖d‖², non-finite flags of v and d] over this rank's tensors, as float64.
 
-        ``cached_d_sq``, when given, is this rank's ‖d‖² already known (see ``_cached_d_sq``). Finiteness is read
-        from the sums (a NaN or inf entry makes ‖v‖² or ⟨v,d⟩ non-finite); the entries are looked at only when a
+        ``cached_d_sq``, when given, is this rank's ‖d‖² already known (see ``_cached_d_sq``). The sums tell
+        finiteness (a NaN or inf entry makes ‖v‖² or ⟨v,d⟩ non-finite); the entries are looked at only when a
         sum is not finite, since a finite vector's sum may still overflow.
         """
         dot, g_sq, d_sq = self._sums64(vectors, refs, with_d_sq=cached_d_sq is None)
