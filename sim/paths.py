@@ -1,8 +1,8 @@
 """Where gac-lab writes by default, decided in one place (and the environment variables that move it read here).
 
-Run from inside a source checkout (the package folders beside ``pyproject.toml`` and ``.git``, the working folder
-in it), the defaults are the checkout's own folders, as the README describes: warm starts in ``runs/``, the run
-cache in ``experiments/.cache/``, figures in ``paper_figs/out/``. Anywhere else — the package installed from a wheel
+Run from inside a source checkout (the package folders beside ``pyproject.toml``, the working folder in it), the
+defaults are the checkout's own folders, as the README describes: warm starts in ``runs/``, the run cache in
+``experiments/.cache/``, figures in ``paper_figs/out/``. Anywhere else — the package installed from a wheel
 into site-packages, or a checkout used from another folder — nothing is written next to the code: the caches go to
 the user's cache folder (``platformdirs.user_cache_dir("gac-lab")``, e.g. ``~/.cache/gac-lab`` on Linux) and the
 figures to ``paper_figs/out/`` under the current folder. ``GAC_LAB_RUNS`` and ``GAC_LAB_CACHE`` override the two
@@ -22,7 +22,7 @@ def checkout(cwd: Path | None = None) -> Path | None:
     """The source checkout this package runs from, if the working folder ``cwd`` (default: the current one) lies in
     it; None when installed or used from elsewhere."""
     cwd = (Path.cwd() if cwd is None else Path(cwd)).resolve()
-    if not ((ROOT / "pyproject.toml").is_file() and (ROOT / ".git").exists()):
+    if not (ROOT / "pyproject.toml").is_file():  # a wheel installs the packages without it
         return None
     return ROOT if cwd == ROOT or ROOT in cwd.parents else None
 

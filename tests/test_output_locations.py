@@ -40,7 +40,7 @@ def test_installed_nothing_goes_into_site_packages(tmp_path):
     site, work, home = tmp_path / "site-packages", tmp_path / "work", tmp_path / "home"
     shutil.copytree(ROOT / "sim", site / "sim", ignore=shutil.ignore_patterns("__pycache__"))
     work.mkdir()
-    where = locations(work, site, home)  # no pyproject.toml or .git beside the package: an install
+    where = locations(work, site, home)  # no pyproject.toml beside the package: an install
     assert not any(site in p.parents for p in where.values())
     assert home in where["runs"].parents and where["figures"] == work / "paper_figs" / "out"
 
