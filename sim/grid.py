@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 import gac
+from gac import placement
 from gac.cosine64 import as_float64, cosine64
 from sim import stabilizers
 from sim.schema import NO_REGIME, columns, make_row
@@ -28,6 +29,9 @@ ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
 SGD_MOMENTUM = 0.9
 """μ of heavy-ball SGD, torch.optim.SGD's convention: buf = μ·buf + g (buf = g on the first step), x −= η·buf."""
 NO_GAC = -1  # regime code of rows without a GAC decision
+PLACEMENT = {"gradient": placement.on_gradient, "momentum": placement.control_moment, "update": placement.control_step}
+"""The library's placement per GAC space, for an optimizer written as explicit arithmetic: the raw gradient, the
+first moment the row stores and steps with, the proposed step (a skip restarts the reference)."""
 
 
 @dataclass(frozen=True)
@@ -196,12 +200,15 @@ class GridUpdater:
         return torch.where(self.random_staleness, drawn, self.max_staleness)
 
     def _apply_gac(self, space: str, vectors: torch.Tensor, info: dict) -> torch.Tensor:
+        """GAC of the rows placed in ``space`` on ``vectors`` (the library's ``gac.placement``: the raw gradient,
+        the formed first moment the row stores, or the proposed step); regime, γ and τ into ``info``."""
         out = vectors
         for group in self.groups:
             if group.space != space:
                 continue
             rows = group.rows
-            new, group.state, report = gac.update(vectors[rows], group.state, group.cfg, group.fixed_threshold)
+            placed = PLACEMENT[space](vectors[rows], group.state, group.cfg, group.fixed_threshold)
+            new, group.state, report = placed
             if out is vectors:
                 out = vectors.clone()
             out[rows] = new
@@ -244,7 +251,9 @@ class GridUpdater:
         proposed step (Adam: m̂/(√v̂+ε); heavy ball: m'_t; SGD: g), GAC in update space (the proposed step
         against past proposed steps; optimizer state as without it), step size η_t (÷(1+s_t) for lr_scale
         rows, × clip(κ/KL_t, floor, 1) for kl_target rows, KL_t = ``kl_behaviour``). A GAC "skip" in any
-        space leaves the row unchanged, optimizer state included (as ``gac.wrap`` does).
+        space leaves the row unchanged, optimizer state included (``gac.wrap`` does so in gradient and momentum
+        space; in update space its inner optimizer has already stepped); in update space the skipped row's
+        reference restarts at zero, as in ``gac.wrap`` (``gac.placement.control_step``).
         """
         dtype, cos_dtype = grad.dtype, torch.promote_types(grad.dtype, torch.float32)
         info = {"regime": torch.full((self.rows,), NO_GAC, dtype=torch.int64),

@@ -76,7 +76,7 @@ class BatchState:
     reference: torch.Tensor
     adam: AdamWRows
     gac_state: gac.GACState | None = None
-    space_reference: torch.Tensor | None = None
+    space_state: gac.GACState | None = None
     step_grad_reference: torch.Tensor | None = None
     prev: dict = field(default_factory=lambda: {name: PrevRows() for name in ("raw", "applied", "delta", "step_grad")})
     step: int = 0

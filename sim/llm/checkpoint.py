@@ -37,7 +37,8 @@ def checkpoint_payload(state: TrainState) -> dict:
     previous vectors, and the code and args that wrote it."""
     gac_state = None if state.gac_state is None else tuple(state.gac_state)  # plain tuple: weights_only reads it
     return {"theta": state.theta.detach(), "adam": state.adam.state_dict(), "gac": gac_state,
-            "space_reference": state.space_reference, "step_grad_reference": state.step_grad_reference,
+            "space_gac": None if state.space_state is None else tuple(state.space_state),
+            "step_grad_reference": state.step_grad_reference,
             "prev": {name: rows.state_dict() for name, rows in state.prev.items()},
             "runs": [{"ring": run.ring.state_dict(), "generator": run.generator.get_state(), "records": run.records,
                       "diverged_at": run.diverged_at} for run in state.runs],
@@ -139,7 +140,8 @@ def restore(state: TrainState, checkpoint: dict) -> None:
     state.adam = AdamWRows.from_state_dict(checkpoint["adam"])
     saved_gac = checkpoint["gac"]  # a plain tuple, so that torch.load's weights_only default reads the file
     state.gac_state = None if saved_gac is None else GACState(*saved_gac)
-    state.space_reference = checkpoint["space_reference"]
+    saved_space = checkpoint["space_gac"]
+    state.space_state = None if saved_space is None else GACState(*saved_space)
     state.step_grad_reference = checkpoint["step_grad_reference"]
     state.prev = {name: PrevRows.from_state_dict(rows) for name, rows in checkpoint["prev"].items()}
     for run, saved in zip(state.runs, checkpoint["runs"], strict=True):

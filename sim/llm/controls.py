@@ -2,8 +2,9 @@
 space), Adaptive Braking, and the step sizes of lr_scale and kl_target. Each is a call between ``backward()`` and
 AdamW's step in ``batched.optimizer_update``, on (K, P) rows, one per run.
 
-GAC is the library's pure core: ``gac.update`` against each run's previous raw gradient, ``gac.control`` against the
-previous RL step's summed gradient, or against the previous uncontrolled Δθ or first moment (update, momentum space).
+GAC is the library's own placement (``gac.placement``, the transforms ``gac.wrap`` is checked against) on the (K, P)
+rows: in gradient space against each run's previous raw gradient or its previous RL step's summed gradient, in
+momentum space against the previous uncontrolled first moments, in update space against the previous proposed Δθ.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from typing import TYPE_CHECKING
 import torch
 
 import gac
+from gac import placement
+from gac.control import regime_name
 from gac.cosine64 import Float64Vector, as_float64, cosine64
-from sim.llm.rows import control_rows, gac_update_rows, per_row
+from gac.state import init_threshold_stats
+from sim.llm.rows import per_row
 from sim.stabilizers import braking_scale, kl_target_factor
 
 if TYPE_CHECKING:
@@ -40,14 +44,24 @@ def learning_rates(batch: BatchState, stats: list) -> list[float]:
     return lrs
 
 
+def regimes_of(report: gac.UpdateReport, mode: str) -> tuple[list[str], list[float]]:
+    """(regime name, parallel scale γ) per run from a placement's report."""
+    return [regime_name(int(c), mode) for c in report.regime.tolist()], report.parallel_scale.tolist()
+
+
 def apply_gac(batch: BatchState, grad: torch.Tensor, raw: torch.Tensor, cfg, tau) -> tuple[list[str], list[float]]:
-    """GAC on the gradient rows in place (direction gac in gradient space); (regime, parallel scale) per run."""
+    """GAC on the gradient rows in place (``gac.placement.on_gradient``); (regime, parallel scale) per run."""
     if batch.args.gac_reference == "update":  # reference: each run's previous raw gradient
-        new, batch.gac_state, regimes, scales = gac_update_rows(raw, batch.gac_state, cfg, tau)
-    else:  # reference: each run's previous RL step's summed raw gradient (none before the first step: keep)
-        new, regimes, scales = control_rows(raw, batch.step_grad_reference, cfg, tau)
-    grad.copy_(new)
-    return regimes, scales
+        placed = placement.on_gradient(raw, batch.gac_state, cfg, tau)
+        batch.gac_state = placed.state
+    else:  # reference: each run's previous RL step's summed raw gradient (zero before the first step: keep)
+        reference = batch.step_grad_reference
+        state = None if reference is None else gac.GACState(
+            reference, init_threshold_stats(cfg, (len(batch.runs),), raw.device),
+            torch.zeros(len(batch.runs), dtype=torch.int64, device=raw.device))
+        placed = placement.on_gradient(raw, state, cfg, tau)
+    grad.copy_(placed.out)
+    return regimes_of(placed.report, cfg.mode)
 
 
 def apply_braking(batch: BatchState, grad: torch.Tensor, raw: Float64Vector) -> list[float]:
@@ -60,45 +74,30 @@ def apply_braking(batch: BatchState, grad: torch.Tensor, raw: Float64Vector) -> 
     return factors
 
 
-def space_control(batch: BatchState, vector: torch.Tensor, cfg, tau) -> tuple[torch.Tensor, list[str], list[float]]:
-    """GAC on ``vector`` rows (AdamW's proposed Δθ or its forming first moment) against the previous uncontrolled
-    ones; the reference then becomes ``vector``. (vector', regime, parallel scale per run)."""
-    reference = batch.space_reference
-    batch.space_reference = vector.clone() if reference is None else gac.update_reference(reference, vector, cfg)
-    return control_rows(vector, reference, cfg, tau)
-
-
-def acting(regimes: list[str]) -> list[int]:
-    """The runs whose GAC removed part of their vector this update."""
-    return [k for k, regime in enumerate(regimes) if regime in ("project", "cap")]
-
-
 def gac_on_momentum(batch: BatchState, grad: torch.Tensor, cfg, tau) -> tuple[list[str], list[float]]:
-    """GAC on AdamW's first moment (momentum space), before its step: the moment each run is about to form,
-    m_t = β1·m_{t−1} + (1 − β1)·g, is controlled against its previous uncontrolled m, and the stored moment is
-    shifted so that AdamW forms the controlled m'_t (the removed part does not come back through it)."""
+    """GAC on AdamW's first moment (momentum space, ``gac.placement.on_momentum``), before its step: the moment
+    each run is about to form is controlled against its previous uncontrolled moments, and the stored moment is
+    shifted so that AdamW forms the controlled one (the removed part does not come back through it)."""
     beta1 = batch.adam.betas[0]
-    formed = torch.lerp(batch.adam.exp_avg, grad, 1 - beta1)
-    new, regimes, scales = space_control(batch, formed, cfg, tau)
-    for k in acting(regimes):
-        batch.adam.exp_avg[k].sub_((formed[k] - new[k]) / beta1)
-    return regimes, scales
+    formed = placement.adam_moment(batch.adam.exp_avg, grad, beta1)
+    placed = placement.on_momentum(batch.adam.exp_avg, formed, beta1, batch.space_state, cfg, tau)
+    batch.adam.exp_avg, batch.space_state = placed.out, placed.state
+    return regimes_of(placed.report, cfg.mode)
 
 
 @torch.no_grad()
 def gac_on_update(batch: BatchState, before: torch.Tensor, stepped: list[int], cfg,
                   tau) -> tuple[list[str], list[float]]:
-    """GAC on AdamW's proposed step Δθ_t (update space), after its step: Δθ_t is controlled against the previous
-    proposed step and θ set to θ_before + Δθ'_t (θ_before for a skip); AdamW's state stays as its step left it."""
-    proposed = batch.theta.detach() - before
-    new, regimes, scales = space_control(batch, proposed, cfg, tau)
-    for k in acting(regimes):
-        batch.theta[k].sub_(proposed[k] - new[k])
-    for k in stepped:
-        if regimes[k] == "skip":
-            batch.theta[k].copy_(before[k])
-    return regimes, scales
+    """GAC on AdamW's proposed step Δθ (update space, ``gac.placement.on_update``), after the step of the runs
+    ``stepped``: θ is set to θ_after − (Δθ − Δθ') (θ_before for a skip, whose reference restarts); AdamW's state
+    stays as its step left it."""
+    after = batch.theta.detach()
+    # A run that did not step (stopped) has Δθ = 0: cosine 0, kept, θ unchanged.
+    placed = placement.on_update(before, after, batch.space_state, cfg, tau)
+    batch.theta.copy_(placed.out)
+    batch.space_state = placed.state
+    return regimes_of(placed.report, cfg.mode)
 
 
-__all__ = ["gac_space", "learning_rates", "apply_gac", "apply_braking", "space_control", "gac_on_momentum",
-           "gac_on_update"]
+__all__ = ["gac_space", "learning_rates", "apply_gac", "apply_braking", "gac_on_momentum", "gac_on_update",
+           "regimes_of"]

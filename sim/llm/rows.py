@@ -1,8 +1,8 @@
 """Per-run optimizer pieces for K runs in lockstep: parameters, gradients and optimizer state as (K, P) rows.
 
-AdamW with each run's own step size and step count (a row that does not step is left untouched), gradient
-clipping by each run's own norm, and GAC against each run's own reference. Written by hand because
-``torch.optim`` steps one set of parameters with one step size; the arithmetic per row is that of
+AdamW with each run's own step size and step count (a row that does not step is left untouched) and gradient
+clipping by each run's own norm (GAC on the rows is ``gac.placement``, called from ``sim.llm.controls``). Written by
+hand because ``torch.optim`` steps one set of parameters with one step size; the arithmetic per row is that of
 ``torch.optim.AdamW`` (single-tensor path, no weight decay) and of ``clip_grad_norm_``.
 """
 
@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import torch
 
 import gac
-from gac.control import regime_name
 
 
 @dataclass
@@ -89,26 +88,4 @@ def gac_thresholds(configs: list[gac.GACConfig]) -> torch.Tensor | None:
     return torch.tensor([float(cfg.threshold) for cfg in configs], dtype=torch.float64)
 
 
-def control_rows(vector: torch.Tensor, reference: torch.Tensor | None, cfg: gac.GACConfig,
-                 threshold: torch.Tensor | None) -> tuple[torch.Tensor, list[str], list[float]]:
-    """GAC's pure core on each row of ``vector`` against the same row of ``reference``; (vector', regimes, γ).
-    Without a reference (the first update) every row is kept."""
-    runs = vector.shape[0]
-    if reference is None:
-        return vector, ["keep"] * runs, [1.0] * runs
-    out = gac.control(vector, reference, cfg, threshold=None if threshold is None else threshold.to(vector.device))
-    return out.grad, [regime_name(int(c), cfg.mode) for c in out.regime.tolist()], out.parallel_scale.tolist()
-
-
-def gac_update_rows(grad: torch.Tensor, state: gac.GACState | None, cfg: gac.GACConfig,
-                    threshold: torch.Tensor | None) -> tuple[torch.Tensor, gac.GACState, list[str], list[float]]:
-    """``gac.update`` on K gradient rows (reference: each run's previous raw gradient); the first update keeps g."""
-    if state is None:
-        state = gac.init(grad, cfg)
-    new, state, report = gac.update(grad, state, cfg, threshold=None if threshold is None else
-                                    threshold.to(grad.device))
-    regimes = [regime_name(int(c), cfg.mode) for c in report.regime.tolist()]
-    return new, state, regimes, report.parallel_scale.tolist()
-
-
-__all__ = ["AdamWRows", "adamw_step", "clip_rows", "control_rows", "gac_thresholds", "gac_update_rows", "per_row"]
+__all__ = ["AdamWRows", "adamw_step", "clip_rows", "gac_thresholds", "per_row"]
