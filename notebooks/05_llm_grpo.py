@@ -192,6 +192,6 @@ for name, results in runs.items():
 # To run one configuration yourself (CPU; add `--device cuda --size gpu` on a GPU):
 #
 # ```bash
-# python -m sim.llm.train --method gac --staleness 16 --lr 3e-5 --size small --steps 80 --ratio-to proximal
-# python -m sim.llm.train --help     # every option with a one-line explanation
+# python -m sim.llm --method gac --staleness 16 --lr 3e-5 --size small --steps 80 --ratio-to proximal
+# python -m sim.llm --help     # every option with a one-line explanation
 # ```

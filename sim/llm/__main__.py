@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import gac
-from sim.llm.checkpoint import out_dir_lock, prepare_out_dir
 
 try:
+    from sim.llm.checkpoint import out_dir_lock, prepare_out_dir
     from sim.llm.train import Args, NonFiniteError, run_records
 except ModuleNotFoundError as missing_module:  # the model needs transformers, from the research extra
     if __name__ != "__main__" or missing_module.name not in ("transformers", "tqdm", "tyro"):

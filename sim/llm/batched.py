@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, fields, replace
 from typing import TYPE_CHECKING
 
 import torch
 
-import gac
 from gac.cosine64 import as_float64
 from sim.advantages import group_advantages
 from sim.llm import controls, grpo, probes, stacked
+from sim.llm.checkpoint import trainer_fingerprint
 from sim.llm.grpo import group_samples
 from sim.llm.model import load_model
-from sim.llm.probes import PrevRows
 from sim.llm.rows import AdamWRows, adamw_step, clip_rows, gac_thresholds
+from sim.llm.state import BatchState, NonFiniteError, RunState
 from sim.llm.task import AdditionTask
 from sim.llm.warmstart import load_warm_start
 from sim.schema import NO_REGIME, make_row
@@ -39,57 +39,12 @@ PER_RUN = ("seed", "lr", "staleness", "staleness_kind", "method", "warm_seed", "
 (model size, task and batch shapes, steps, the method's axes and placement, device, threads) is the batch's."""
 
 
-class NonFiniteError(FloatingPointError):
-    """A non-finite loss or gradient; the message names the RL step (and the run, in a batch of several)."""
-
-
 def batch_key(args: Args) -> tuple:
     """Runs with equal keys can share a batch: same shapes and the same kind of method (its numbers may differ)."""
     shared = tuple((f.name, repr(getattr(args, f.name))) for f in fields(args) if f.name not in PER_RUN + ("gac",))
     cfg = args.gac
     gac_shape = replace(cfg, threshold=0.0) if isinstance(cfg.threshold, float) else cfg
     return (*shared, ("axes", repr(args.axes)), ("gac", repr(gac_shape)))
-
-
-@dataclass
-class RunState:
-    """What one run of the batch carries alone: its args, staleness schedule and ring, generator, records."""
-
-    args: Args
-    schedule: torch.Tensor
-    ring: VersionRing
-    generator: torch.Generator
-    warm_info: dict
-    records: list = field(default_factory=list)
-    diverged_at: int | None = None
-
-
-@dataclass
-class BatchState:
-    """K runs in lockstep: θ and the optimizer state as (K, P) rows, the per-run parts in ``runs``."""
-
-    runs: list[RunState]
-    layout: stacked.Layout
-    task: AdditionTask
-    heldout: torch.Tensor
-    theta: torch.Tensor
-    reference: torch.Tensor
-    adam: AdamWRows
-    gac_state: gac.GACState | None = None
-    space_state: gac.GACState | None = None
-    step_grad_reference: torch.Tensor | None = None
-    prev: dict = field(default_factory=lambda: {name: PrevRows() for name in ("raw", "applied", "delta", "step_grad")})
-    step: int = 0
-
-    @property
-    def args(self) -> Args:
-        """The first run's args: their shared fields are every run's."""
-        return self.runs[0].args
-
-    @property
-    def live(self) -> list[int]:
-        """Indices of the runs still training (a run marked diverged stops; the others go on)."""
-        return [k for k, run in enumerate(self.runs) if run.diverged_at is None]
 
 
 def initial_policy(args: Args, device, log, cache: dict) -> tuple[torch.nn.Module, dict]:
@@ -357,8 +312,6 @@ def run_policy(batch: BatchState, k: int) -> torch.nn.Module:
 
 def train_batch(runs_args: list[Args], log=print) -> list[dict]:
     """Train the batch to the end; per run ``{"records": ..., "summary": ...}`` (as ``train.run_records``)."""
-    from sim.llm.checkpoint import trainer_fingerprint
-
     batch = setup_batch(runs_args, log)
     for _ in range(batch.args.steps):
         if not batch.live:

@@ -12,16 +12,15 @@ import os
 import tempfile
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
 from gac.state import GACState
 from sim.fingerprint import changed_files, code_fingerprint, source_hashes
+from sim.llm.args import Args
+from sim.llm.rows import AdamWRows
+from sim.llm.state import BatchState, PrevRows
 from sim.record import atomic_write_bytes, current_umask, exclusive_lock
-
-if TYPE_CHECKING:
-    from sim.llm.train import Args, TrainState
 
 CODE = ("gac", "sim")
 """The source a trainer run executes: its checkpoints and summary record this code's fingerprint."""
@@ -32,7 +31,7 @@ GAC's dot products) across threads, so their last bits, and GAC's trajectory, de
 RUN_FILES = ("records.csv", "summary.json", "checkpoint.pt", "checkpoint.pt.sha256")
 
 
-def checkpoint_payload(state: TrainState) -> dict:
+def checkpoint_payload(state: BatchState) -> dict:
     """Everything a resume needs: θ, AdamW's and GAC's state, each run's ring, generator and records, the probes'
     previous vectors, and the code and args that wrote it."""
     gac_state = None if state.gac_state is None else tuple(state.gac_state)  # plain tuple: weights_only reads it
@@ -128,11 +127,8 @@ def existing_record_count(path: Path) -> int:
     return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
 
 
-def restore(state: TrainState, checkpoint: dict) -> None:
+def restore(state: BatchState, checkpoint: dict) -> None:
     """Put a checkpoint's state into ``state`` (same numbers as an uninterrupted run from here on)."""
-    from sim.llm.probes import PrevRows
-    from sim.llm.rows import AdamWRows
-
     if len(checkpoint["runs"]) != len(state.runs) or checkpoint["theta"].shape != state.theta.shape:
         raise ValueError("--resume: the checkpoint holds another model or number of runs")
     with torch.no_grad():

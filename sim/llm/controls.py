@@ -9,8 +9,6 @@ momentum space against the previous uncontrolled first moments, in update space 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 import gac
@@ -18,12 +16,10 @@ from gac import placement
 from gac.control import regime_name
 from gac.cosine64 import Float64Vector, as_float64, cosine64
 from gac.state import init_threshold_stats
+from sim.llm.args import Args
 from sim.llm.rows import per_row
+from sim.llm.state import BatchState
 from sim.stabilizers import braking_scale, kl_target_factor
-
-if TYPE_CHECKING:
-    from sim.llm.args import Args
-    from sim.llm.batched import BatchState
 
 
 def gac_space(args: Args) -> str:

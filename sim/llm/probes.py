@@ -8,55 +8,17 @@ and change none of its numbers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from gac.cosine64 import Float64Vector, as_float64, cosine64
 from sim.llm.grpo import group_samples
-
-if TYPE_CHECKING:
-    from sim.llm.batched import BatchState
+from sim.llm.state import BatchState
 
 
 def cosine(a: Float64Vector, b: Float64Vector | None) -> float:
     """cos(a, b) of two vectors as a float, NaN without b (nothing to compare with yet)."""
     return math.nan if b is None else float(cosine64(a, b))
-
-
-@dataclass
-class PrevRows:
-    """Each run's previous vector (as float64, kept for the next cosine) and which runs have one yet."""
-
-    vector: Float64Vector | None = None
-    known: torch.Tensor | None = None
-
-    def cosine(self, current: Float64Vector) -> list[float]:
-        """cos(current row, previous row) per run; NaN where a run has no previous vector yet."""
-        if self.vector is None:
-            return [math.nan] * current.source.shape[0]
-        cos = cosine64(current, self.vector)
-        return torch.where(self.known, cos, torch.full_like(cos, math.nan)).tolist()
-
-    def set(self, current: Float64Vector, rows: torch.Tensor) -> None:
-        """The runs ``rows`` (bool, K) take ``current``'s row as their previous vector; the others keep theirs."""
-        if self.vector is None or bool(rows.all()):
-            self.vector, self.known = current, rows.clone() if self.known is None else self.known | rows
-            return
-        pick = rows[:, None]
-        self.vector = Float64Vector(torch.where(pick, current.source, self.vector.source),
-                                    torch.where(pick, current.scaled, self.vector.scaled),
-                                    torch.where(rows, current.sq, self.vector.sq))
-        self.known = self.known | rows
-
-    def state_dict(self) -> dict:
-        return {"source": None if self.vector is None else self.vector.source, "known": self.known}
-
-    @classmethod
-    def from_state_dict(cls, state: dict) -> PrevRows:
-        source = state["source"]
-        return cls(None if source is None else as_float64(source), state["known"])
 
 
 def snr_probe(batch: BatchState, data: dict, minibatch_losses, backward) -> list[float]:
@@ -84,4 +46,4 @@ def snr_from_cosine(c: float) -> float:
     return math.inf if c >= 1 else c / (1 - c)
 
 
-__all__ = ["Float64Vector", "PrevRows", "as_float64", "cosine", "snr_from_cosine", "snr_probe"]
+__all__ = ["cosine", "snr_from_cosine", "snr_probe"]

@@ -9,14 +9,14 @@ synchronous baseline too (its later minibatches are off-policy by the earlier up
 The trainer reads like CleanRL: ``setup(args)`` builds the run's state, ``rl_step(state)`` does one RL step and
 returns its record (columns of sim/schema.py), ``train(args)`` yields the records one by one (stop it early by
 breaking out), ``summary(state)`` gives the final held-out accuracy. The step is ``batched.py``'s, which trains K runs
-of one shape in lockstep: one run is its K = 1 case. Beside the loop: the configuration in args.py, the controls in
-controls.py, the probes in probes.py, checkpoints in checkpoint.py, the command line in __main__.py.
+of one shape in lockstep: one run is its K = 1 case. Beside the loop: the configuration in args.py, the state types in
+state.py, the controls in controls.py, the probes in probes.py, checkpoints in checkpoint.py, the command line in
+__main__.py (``python -m sim.llm``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from sim.llm.args import Args
-from sim.llm.batched import BatchState, NonFiniteError, heldout_accuracy, rl_step_batch, setup_batch
+from sim.llm.batched import heldout_accuracy, rl_step_batch, setup_batch
 from sim.llm.checkpoint import (
     checked_resume,
     checkpoint_payload,
@@ -34,16 +34,13 @@ from sim.llm.checkpoint import (
     save_checkpoint,
     trainer_fingerprint,
 )
+from sim.llm.state import BatchState, NonFiniteError
 from sim.llm.warmstart import WarmStartConfig, warm_start
 from sim.record import RecordStream
 from sim.schema import columns
 
-__all__ = ["Args", "NonFiniteError", "TrainState", "setup", "rl_step", "train", "summary", "run_records",
+__all__ = ["Args", "BatchState", "NonFiniteError", "setup", "rl_step", "train", "summary", "run_records",
            "prepare_warm_start", "warm_start_config"]
-
-TrainState = BatchState
-"""One run's state: a batch of one run (``state.runs[0]``; ``state.theta`` is (1, P))."""
-
 
 def warm_start_config(args: Args) -> WarmStartConfig | None:
     """The warm start a run of ``args`` begins from (None when ``--model`` names a checkpoint)."""
@@ -59,7 +56,7 @@ def prepare_warm_start(args: Args, log=print) -> None:
         warm_start(config, args.device, log)
 
 
-def setup(args: Args, log=print) -> TrainState:
+def setup(args: Args, log=print) -> BatchState:
     """Validate ``args``, build the run's state, and restore it from the checkpoint with ``--resume``."""
     args.validate()
     checkpoint = checked_resume(args) if args.resume else None  # refuse before the models are built
@@ -70,13 +67,13 @@ def setup(args: Args, log=print) -> TrainState:
     return state
 
 
-def rl_step(state: TrainState, log=print) -> dict:
+def rl_step(state: BatchState, log=print) -> dict:
     """One RL step: sample, reward, advantage, (SNR probe), minibatch updates, log. Returns its record (a
     ``diverged`` one when a non-finite loss or gradient stopped the run under ``on_nonfinite=mark``)."""
     return rl_step_batch(state, log)[0]
 
 
-def train(args: Args, state: TrainState | None = None, log=print) -> Iterator[dict]:
+def train(args: Args, state: BatchState | None = None, log=print) -> Iterator[dict]:
     """Yield the record of each RL step from ``state.step`` (a fresh ``setup(args)`` if not given) to args.steps.
 
     A non-finite step raises NonFiniteError (``on_nonfinite=raise``) or yields a ``diverged`` record and
@@ -102,7 +99,7 @@ def train(args: Args, state: TrainState | None = None, log=print) -> Iterator[di
         bar.close()
 
 
-def summary(state: TrainState) -> dict:
+def summary(state: BatchState) -> dict:
     """The run's summary: its args, label, warm start, final held-out accuracy, first diverged step, and the
     fingerprint of the code that ran it (gac/, sim/)."""
     run = state.runs[0]
@@ -125,8 +122,3 @@ def run_records(args: Args, log=print, records_path: Path | str | None = None) -
                 stream.append(record)
     return {"records": state.runs[0].records, "summary": summary(state)}
 
-
-if __name__ == "__main__":  # the command line lives in sim/llm/__main__.py; this name stays an alias
-    from sim.llm.__main__ import main
-
-    sys.exit(main())
