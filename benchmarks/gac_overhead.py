@@ -15,9 +15,10 @@ Run: ``python -m benchmarks.gac_overhead [--sizes 1 10 100] [--repeats 7] [--sha
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -296,19 +297,41 @@ def print_sharded(r: dict) -> None:
           f"gradient shard {r['grad_shard_MB']:.2f} MB")
 
 
+@dataclass
+class OverheadArgs:
+    """GAC's cost beside AdamW: apply() alone per size, the wrapped step per space, FSDP2 on 2 processes."""
+
+    sizes: tuple[float, ...] = (1, 10, 100)
+    """millions of parameters (the apply()-alone table)"""
+    repeats: int = 7
+    """timings per configuration (medians are printed)"""
+    threads: int | None = None
+    """torch threads (default: torch's choice)"""
+    sharded: bool = False
+    """also measure FSDP2 on 2 CPU processes"""
+    spaces: tuple[float, ...] | None = None
+    """also time the wrapped step in each GAC space at these sizes (millions)"""
+    baseline: str | None = None
+    """with --spaces: also time the gac package under this folder (e.g. an earlier commit's, from
+    'git archive COMMIT gac | tar -x -C DIR'), alternately in the same run"""
+    skip_apply: bool = False
+    """skip the apply()-alone table (--sizes)"""
+
+    def __post_init__(self):
+        if self.repeats < 1:
+            raise ValueError(f"--repeats must be >= 1, got {self.repeats}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {self.threads}")
+        if any(size <= 0 for size in self.sizes + (self.spaces or ())):
+            raise ValueError("--sizes and --spaces are millions of parameters: each must be > 0")
+        if self.baseline is not None and not Path(self.baseline, "gac").is_dir():
+            raise ValueError(f"--baseline {self.baseline}: no gac/ package under it")
+
+
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", type=float, nargs="+", default=[1, 10, 100], help="millions of parameters")
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--sharded", action="store_true", help="also measure FSDP2 on 2 CPU processes")
-    parser.add_argument("--spaces", type=float, nargs="*", default=None,
-                        help="also time the wrapped step in each GAC space at these sizes (millions)")
-    parser.add_argument("--baseline", default=None, metavar="DIR",
-                        help="with --spaces: also time the gac package under DIR (e.g. an earlier commit's, from "
-                             "'git archive COMMIT gac | tar -x -C DIR'), alternately in the same run")
-    parser.add_argument("--skip-apply", action="store_true", help="skip the apply()-alone table (--sizes)")
-    args = parser.parse_args(argv)
+    import tyro  # a bad value: tyro names it (its __post_init__ check) and exits 2 before any timing
+
+    args = tyro.cli(OverheadArgs, args=argv, prog="python -m benchmarks.gac_overhead")
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, medians of {args.repeats}")
@@ -316,7 +339,7 @@ def main(argv=None) -> None:
               f"{'keep/Adam':>9} {'proj/Adam':>9} {'bf16/Adam':>9} {'ref MB':>7} {'bf16 MB':>7}")
     if not args.skip_apply:
         print(header)
-    for size in [] if args.skip_apply else args.sizes:
+    for size in [] if args.skip_apply else list(args.sizes):
         r = measure(size, args.repeats)
         assert r["project_regime"] == "project"
         print(f"{r['params_M']:>7.1f}M {r['tensors']:>7} {r['adamw_ms']:>9.2f} {r['keep_ms']:>8.2f} "
@@ -329,7 +352,7 @@ def main(argv=None) -> None:
     if args.sharded:
         print_sharded(sharded(repeats=args.repeats))
     if args.spaces is not None:
-        print_spaces(args.spaces or [1, 10], args.repeats, load_baseline(args.baseline) if args.baseline else None)
+        print_spaces(list(args.spaces), args.repeats, load_baseline(args.baseline) if args.baseline else None)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ the model FLOPs per CPU-second over the matmul ceiling, and the peak memory per 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -25,7 +24,8 @@ import multiprocessing
 import resource
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Literal
 from unittest import mock
 
 import torch
@@ -316,21 +316,45 @@ def batched_speed(size: str, max_runs: int, steps: int, rounds: int) -> list[dic
     return rows
 
 
+@dataclass
+class SpeedArgs:
+    """The trainer's speed: one run's steps, its parts, the sampler, or K batched runs per CPU-second."""
+
+    size: Literal["tiny", "small", "cpu", "gpu"] = "small"
+    """model size of the one-run measurement"""
+    steps: int = 40
+    """RL steps (--batched: 6 unless given)"""
+    device: str = "cpu"
+    """torch device"""
+    threads: int = 1
+    """torch threads"""
+    sampler: bool = False
+    """old vs new sampler at tiny, small, cpu instead"""
+    group: int = 8
+    """--sampler: samples per distinct prompt"""
+    parts: bool = False
+    """quick-profile step parts, cosine before/after"""
+    methods: tuple[str, ...] = ("naive", "gac")
+    """--parts: methods of the sweep"""
+    rounds: int = 3
+    """--parts, --batched: alternations (best of)"""
+    batched: int = 0
+    """runs·steps per CPU-second of 1, 2, 4, ... K batched runs (small and tiny); 0: off"""
+    sizes: tuple[Literal["tiny", "small", "cpu", "gpu"], ...] = ("small", "tiny")
+    """--batched: model sizes"""
+
+    def __post_init__(self):
+        for name in ("steps", "threads", "group", "rounds"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.batched < 0:
+            raise ValueError(f"--batched must be >= 0 (0: off), got {self.batched}")
+
+
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="small")
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--sampler", action="store_true", help="old vs new sampler at tiny, small, cpu instead")
-    parser.add_argument("--group", type=int, default=8, help="--sampler: samples per distinct prompt")
-    parser.add_argument("--parts", action="store_true", help="quick-profile step parts, cosine before/after")
-    parser.add_argument("--methods", nargs="+", default=["naive", "gac"], help="--parts: methods of the sweep")
-    parser.add_argument("--rounds", type=int, default=3, help="--parts, --batched: alternations (best of)")
-    parser.add_argument("--batched", type=int, default=0, metavar="K",
-                        help="runs·steps per CPU-second of 1, 2, 4, ... K batched runs (small and tiny)")
-    parser.add_argument("--sizes", nargs="+", default=["small", "tiny"], help="--batched: model sizes")
-    args = parser.parse_args(argv)
+    import tyro
+
+    args = tyro.cli(SpeedArgs, args=argv, prog="python -m benchmarks.llm_speed")
     torch.set_num_threads(args.threads)
     if args.batched:
         steps = args.steps if args.steps != 40 else 6

@@ -12,8 +12,8 @@ root, so that its ``sim`` is the one measured).
 
 from __future__ import annotations
 
-import argparse
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -73,13 +73,29 @@ def copy_seconds(rows: int, dim: int, repeats: int = 200) -> float:
     return float(np.median(times))
 
 
+@dataclass
+class ThroughputArgs:
+    """The vectorized toy grid against a per-run numpy loop, side by side in one run."""
+
+    steps: int = 300
+    """steps of each run"""
+    lrs: int = 10
+    """number of step sizes in the grid"""
+    seeds: int = 8
+    """seeds per step size"""
+    dim: int = 100
+    """dimension of the quadratic"""
+
+    def __post_init__(self):
+        for name in ("steps", "lrs", "seeds", "dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+
+
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--lrs", type=int, default=10, help="number of step sizes in the grid")
-    parser.add_argument("--seeds", type=int, default=8)
-    parser.add_argument("--dim", type=int, default=100)
-    args = parser.parse_args(argv)
+    import tyro
+
+    args = tyro.cli(ThroughputArgs, args=argv, prog="python -m benchmarks.sim_throughput")
     torch.set_num_threads(1)
     problem = QuadraticProblem(dim=args.dim, condition_number=100.0, noise=0.1)
     settings = grid(np.linspace(0.05, 0.3, args.lrs).tolist())

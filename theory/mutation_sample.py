@@ -18,6 +18,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import tyro
+
 KILLED = {"killed", "timeout"}  # a timeout is a mutant the tests did not let finish: mutmut counts it as caught
 
 
@@ -74,24 +76,33 @@ def score(results_lines, only: set[str] | None = None) -> list[dict]:
     return [{"module": module, **row} for module, row in sorted(counts.items())]
 
 
-def main(argv: list[str]) -> None:
-    if argv[:1] == ["pick"] and len(argv) in (2, 3):
-        print("\n".join(pick(int(argv[1]), int(argv[2]) if len(argv) == 3 else 0)))
-    elif argv[:1] == ["score"] and len(argv) in (1, 2):
-        only = set(Path(argv[1]).read_text().split()) if len(argv) == 2 else None
-        for row in score(sys.stdin, only):
-            lo, hi = wilson(row["killed"], row["checked"])
-            percent = 100 * row["killed"] / max(row["checked"], 1)
-            # every mutant of the file judged: the score is exact; else a sample's 95 % interval for the whole file
-            complete = only is None and not row["not_checked"]
-            print(f"{row['module']:22s} {row['killed']:4d} / {row['checked']:4d} killed {percent:5.1f} %  "
-                  + ("(complete)" if complete else f"(95 % interval {100 * lo:.0f}-{100 * hi:.0f} %)")
-                  + (f", {row['not_checked']} not checked" if row["not_checked"] else ""))
-            for survivor in row["survivors"]:
-                print(f"    survived: {survivor}")
-    else:
-        raise SystemExit(__doc__)
+def pick_command(n: tyro.conf.Positional[int], seed: tyro.conf.Positional[int] = 0) -> None:
+    """Print N mutant names per file (seeded), one a line (reads mutants/*.meta)."""
+    if n < 1:
+        raise SystemExit(f"python -m theory.mutation_sample pick: N must be >= 1, got {n}")
+    print("\n".join(pick(n, seed)))
+
+
+def score_command(names_file: tyro.conf.Positional[Path | None] = None) -> None:
+    """Read `mutmut results --all true` on stdin; print each file's score (with a 95 % interval for a sample
+    named in NAMES_FILE)."""
+    only = set(names_file.read_text().split()) if names_file is not None else None
+    for row in score(sys.stdin, only):
+        lo, hi = wilson(row["killed"], row["checked"])
+        percent = 100 * row["killed"] / max(row["checked"], 1)
+        # every mutant of the file judged: the score is exact; else a sample's 95 % interval for the whole file
+        complete = only is None and not row["not_checked"]
+        print(f"{row['module']:22s} {row['killed']:4d} / {row['checked']:4d} killed {percent:5.1f} %  "
+              + ("(complete)" if complete else f"(95 % interval {100 * lo:.0f}-{100 * hi:.0f} %)")
+              + (f", {row['not_checked']} not checked" if row["not_checked"] else ""))
+        for survivor in row["survivors"]:
+            print(f"    survived: {survivor}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    tyro.extras.subcommand_cli_from_dict({"pick": pick_command, "score": score_command}, args=argv,
+                                         prog="python -m theory.mutation_sample", description=__doc__)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

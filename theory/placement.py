@@ -8,11 +8,14 @@ the stationary cosine of consecutive Δθ, and the ρ that GAC (project, τ = 0)
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import scipy.linalg
 import scipy.optimize
 import sympy as sp
 import torch
+import tyro
 
 import gac
 
@@ -571,16 +574,18 @@ TABLES = {"boundary": boundary_table, "plain": plain_table, "noise": noise_table
           "stable": stable_table}
 
 
-def main(argv: list[str]) -> None:
-    names = list(TABLES) if not argv or argv == ["all"] else argv
-    unknown = [name for name in names if name not in TABLES]
-    if unknown:
-        raise SystemExit(f"unknown table(s) {unknown}; choose from {list(TABLES)} or all")
-    for name in names:
+TableName = Literal["all", "boundary", "plain", "noise", "consistent", "stable"]
+
+
+def print_tables(names: tyro.conf.Positional[tuple[TableName, ...]] = ("all",)) -> None:
+    """Print the placement tables as markdown (theory/README). NAMES: which tables (default all)."""
+    for name in TABLES if "all" in names or not names else names:
         print(f"## {name}\n\n{TABLES[name]()}\n", flush=True)
 
 
-if __name__ == "__main__":
-    import sys
+def main(argv: list[str] | None = None) -> None:
+    tyro.cli(print_tables, args=argv, prog="python -m theory.placement")
 
-    main(sys.argv[1:])
+
+if __name__ == "__main__":
+    main()

@@ -8,6 +8,9 @@ stationary table about five minutes (runs of 5000–16 000 steps), the assumptio
 from __future__ import annotations
 
 import sys
+from typing import Literal
+
+import tyro
 
 from theory import convergence, cosine, gac_stability, stability
 
@@ -89,13 +92,20 @@ def rho_table() -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    names = (argv if argv is not None else sys.argv[1:]) or ["all"]
-    tables = {"stability": stability_table, "cosine": cosine_table, "bound": bound_table,
-              "stationary": stationary_table, "assumptions": assumptions_table, "gac": gac_table, "rho": rho_table}
-    for name in tables if names == ["all"] else names:
+TABLES = {"stability": stability_table, "cosine": cosine_table, "bound": bound_table,
+          "stationary": stationary_table, "assumptions": assumptions_table, "gac": gac_table, "rho": rho_table}
+TableName = Literal["all", "stability", "cosine", "bound", "stationary", "assumptions", "gac", "rho"]
+
+
+def print_tables(names: tyro.conf.Positional[tuple[TableName, ...]] = ("all",)) -> None:
+    """Print theory's check tables as markdown (README/RESULTS). NAMES: which tables (default all)."""
+    for name in TABLES if "all" in names or not names else names:
         print(f"\n### {name}\n")
-        print(tables[name]())
+        print(TABLES[name]())
+
+
+def main(argv: list[str] | None = None) -> int:
+    tyro.cli(print_tables, args=argv, prog="python -m theory.tables")
     return 0
 
 
