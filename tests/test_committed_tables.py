@@ -88,3 +88,21 @@ def test_llm_testbed_numbers_quoted_in_the_readme():
     assert summary.loc["naive s=8", "minus_sync"] == -0.066
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert "+0.186 [0.100, 0.272]" in readme and "−0.097 [−0.137, −0.056]" in readme
+
+
+def test_the_check_fails_when_a_statistic_changes(monkeypatch, tmp_path):
+    """Mutations the check must catch: the seed bootstrap at another confidence level (its bounds move), the gap
+    recovered measured against the arm instead of naive, the robust range 1 % wider."""
+    rows = run_rows("signature_gac_table_runs.csv")
+    real = stats.bootstrap_interval
+    monkeypatch.setattr(stats, "bootstrap_interval", lambda *a, confidence=0.9, **k: real(*a, confidence=0.95, **k))
+    with pytest.raises(pytest.fail.Exception, match="acc_low"):
+        assert_reproduces("signature_gac_table.csv", signature.gac_table(rows), tmp_path)
+    monkeypatch.undo()
+    monkeypatch.setattr(stats, "gap_recovered", lambda arm, naive, sync: (arm - naive) / (sync - arm))
+    with pytest.raises(pytest.fail.Exception, match="gap_recovered"):
+        assert_reproduces("signature_gac_table.csv", signature.gac_table(rows), tmp_path)
+    monkeypatch.undo()
+    monkeypatch.setattr(verdict, "NEAR_BEST", 0.11)
+    with pytest.raises(AssertionError):
+        test_verdict_tuning_picks_reproduce((None, run_rows("verdict_llm_tuning.csv")))
