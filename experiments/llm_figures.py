@@ -25,8 +25,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import tyro
-from scipy import stats
 
+from experiments import stats
 from experiments.aggregate import measured
 from experiments.llm import Run, results_of
 from sim.llm.train import Args
@@ -133,10 +133,7 @@ def over_warm_starts(values: pd.Series, warm_seeds: pd.Series) -> tuple[float, f
     """(mean, low, high): the mean over warm starts of each warm start's seed mean, with a 95 % t-interval over warm
     starts (the unit that varies most); NaN bounds with one warm start."""
     means = values.groupby(warm_seeds.to_numpy()).mean().dropna().to_numpy()
-    if len(means) < 2:
-        return (float(means.mean()) if len(means) else math.nan), math.nan, math.nan
-    half = stats.t.ppf(0.975, len(means) - 1) * means.std(ddof=1) / math.sqrt(len(means))
-    return float(means.mean()), float(means.mean() - half), float(means.mean() + half)
+    return stats.t_interval(means, 0.95) if len(means) else (math.nan, math.nan, math.nan)
 
 
 def arm_summary(table: pd.DataFrame) -> pd.DataFrame:
@@ -218,12 +215,7 @@ def band(rows: list[dict], key: str, arm: str, log: bool = False) -> tuple[np.nd
     if log:
         table = table.assign(**{key: np.log(table[key].astype(float).clip(lower=1e-300))})
     per_warm = table.groupby(["step", "warm_seed"])[key].mean().unstack("warm_seed")  # steps × warm starts
-    values = per_warm.to_numpy(dtype=float)
-    n = np.isfinite(values).sum(1)
-    mean = np.nanmean(values, 1)
-    sd = np.where(n > 1, np.nanstd(values, 1, ddof=1), np.nan)
-    half = np.where(n > 1, stats.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(np.maximum(n, 1)), np.nan)
-    out = mean, mean - half, mean + half
+    out = stats.t_interval(per_warm.to_numpy(dtype=float), 0.95, axis=1)
     return (per_warm.index.to_numpy(), *(np.exp(v) for v in out)) if log else (per_warm.index.to_numpy(), *out)
 
 

@@ -16,9 +16,9 @@ from typing import Literal
 
 import numpy as np
 import tyro
-from scipy.stats import bootstrap, spearmanr
+from scipy.stats import spearmanr
 
-from experiments import cache
+from experiments import cache, stats
 from experiments.aggregate import measured
 from experiments.llm import Run, dry_run_args, results_of, run_key
 from sim.llm.train import Args
@@ -138,15 +138,12 @@ def run_row(item: Run, result: dict, device: str = "cpu") -> dict:
 
 
 def seed_interval(values, confidence: float = 0.9) -> tuple[float, float, float]:
-    """(mean, low, high): the mean over seeds and a percentile seed-bootstrap interval (NaN bounds with < 2 seeds)."""
+    """(mean, low, high): the mean over seeds and a percentile seed-bootstrap interval (``stats.bootstrap_interval``),
+    NaN values (not measured) left out; NaN bounds with < 2 seeds."""
     values = np.asarray([v for v in values if v == v], dtype=float)
-    if len(values) < 2:
-        return (float(values.mean()) if len(values) else math.nan), math.nan, math.nan
-    if np.ptp(values) == 0:
-        return float(values[0]), float(values[0]), float(values[0])
-    ci = bootstrap((values,), np.mean, confidence_level=confidence, method="percentile", n_resamples=2000,
-                   random_state=0).confidence_interval
-    return float(values.mean()), float(ci.low), float(ci.high)
+    if not len(values):
+        return math.nan, math.nan, math.nan
+    return stats.bootstrap_interval(values, confidence=confidence)
 
 
 # -- GAC where the signature exists ------------------------------------------------------------------------
@@ -196,15 +193,13 @@ def gap_recovered(rows: list[dict], arm: str, confidence: float = 0.9) -> dict:
     x, n, s = (np.array([by[name][k] for k in seeds]) for name in names)
 
     def ratio(x, n, s, axis=-1):
-        return (x.mean(axis) - n.mean(axis)) / (s.mean(axis) - n.mean(axis))
+        return stats.gap_recovered(x.mean(axis), n.mean(axis), s.mean(axis))
 
-    value = float(ratio(x, n, s)) if seeds else math.nan
-    low = high = math.nan
-    if len(seeds) >= 3:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ci = bootstrap((x, n, s), ratio, paired=True, vectorized=True, confidence_level=confidence,
-                           method="percentile", n_resamples=2000, random_state=0).confidence_interval
-        low, high = float(ci.low), float(ci.high)
+    value = low = high = math.nan
+    if seeds:
+        value, low, high = stats.bootstrap_interval(x, n, s, statistic=ratio, confidence=confidence, paired=True)
+    if len(seeds) < 3:  # two seeds give at most three distinct resampled ratios: no interval
+        low = high = math.nan
     return {"gap_recovered": value, "gap_low": low, "gap_high": high, "seeds_paired": len(seeds)}
 
 

@@ -14,9 +14,8 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
-from experiments import toy
+from experiments import stats, toy
 from experiments.cache import cached_runs
 from experiments.llm import Run, dry_run_args, results_of
 from sim.bandit import run_bandit
@@ -30,6 +29,8 @@ COLUMNS = ("method", "staleness", "lr", "seed", "final_gap")
 J* − J (bandits) or the accuracy gap to the best accuracy (LLM); NaN or inf marks a diverged run."""
 METHODS = (SYNC, *STABILIZERS)
 MIN_LRS = 4
+NEAR_BEST = 1.0
+"""fig8's robust range: the step sizes whose mean final gap is within 100 % of the best (at most twice the best)."""
 
 
 def check_table(table: pd.DataFrame, methods=METHODS) -> None:
@@ -68,13 +69,14 @@ def lr_scores(table: pd.DataFrame, seeds) -> pd.DataFrame:
 
 
 def pick_lrs(table: pd.DataFrame, tuning_seeds) -> pd.DataFrame:
-    """Each (method, staleness)'s step size with the lowest mean final gap on the tuning seeds.
-
-    Ties go to the smaller step size. Columns: method, staleness, lr, tuning_gap.
-    """
-    scores = lr_scores(table, tuning_seeds).sort_values(["method", "staleness", "final_gap", "lr"])
-    best = scores.groupby(["method", "staleness"], as_index=False).first()
-    return best.rename(columns={"final_gap": "tuning_gap"})
+    """Each (method, staleness)'s step size with the lowest mean final gap on the tuning seeds (``stats.best_step``:
+    ties go to the smaller step size). Columns: method, staleness, lr, tuning_gap."""
+    rows = []
+    for (method, staleness), group in lr_scores(table, tuning_seeds).groupby(["method", "staleness"]):
+        scores = group.set_index("lr")["final_gap"]
+        lr = stats.best_step(scores.to_dict(), higher_is_better=False)
+        rows.append({"method": method, "staleness": staleness, "lr": lr, "tuning_gap": scores[lr]})
+    return pd.DataFrame(rows, columns=["method", "staleness", "lr", "tuning_gap"])
 
 
 def report(table: pd.DataFrame, tuning_seeds, reporting_seeds, confidence: float = 0.95, resamples: int = 2000,
@@ -82,7 +84,7 @@ def report(table: pd.DataFrame, tuning_seeds, reporting_seeds, confidence: float
     """Each (method, staleness) at its tuned step size, measured on the reporting seeds only.
 
     Columns: method, staleness, lr, mean (mean final gap over reporting seeds), low, high (percentile
-    seed-bootstrap interval of that mean; equal to the mean with one seed; inf if a seed diverged),
+    seed-bootstrap interval of that mean; NaN with one seed; inf if a seed diverged),
     diverged (reporting seeds that diverged).
     """
     check_table(table, methods)
@@ -100,35 +102,33 @@ def report(table: pd.DataFrame, tuning_seeds, reporting_seeds, confidence: float
 
 
 def _mean_interval(gaps: np.ndarray, confidence: float, resamples: int, rng_seed: int) -> dict:
+    """Mean and seed-bootstrap interval of the final gaps (``stats.bootstrap_interval``); inf if a seed diverged."""
     if not np.isfinite(gaps).all():
         return {"mean": math.inf, "low": math.inf, "high": math.inf}
-    mean = float(gaps.mean())
-    if len(gaps) < 2 or np.ptp(gaps) == 0:
-        return {"mean": mean, "low": mean, "high": mean}
-    ci = stats.bootstrap((gaps,), np.mean, confidence_level=confidence, n_resamples=resamples,
-                         method="percentile", rng=np.random.default_rng(rng_seed)).confidence_interval
-    return {"mean": mean, "low": float(ci.low), "high": float(ci.high)}
+    mean, low, high = stats.bootstrap_interval(gaps, confidence=confidence, n_resamples=resamples, seed=rng_seed)
+    return {"mean": mean, "low": low, "high": high}
 
 
-def robust_range(table: pd.DataFrame, seeds, factor: float = 2.0, methods=METHODS) -> pd.DataFrame:
-    """Per (method, staleness): largest / smallest grid step size whose mean gap is <= factor × the best.
+def robust_range(table: pd.DataFrame, seeds, within: float = NEAR_BEST, methods=METHODS) -> pd.DataFrame:
+    """Per (method, staleness): the step sizes near the best (``stats.near_best_range`` of the mean gaps over
+    ``seeds``: the contiguous run of grid step sizes around the best whose mean gap is <= (1 + within) × the best)
+    and their ratio largest / smallest.
 
-    Scores are ``lr_scores`` over ``seeds``; a range of 1 means only one step size qualifies, NaN that
-    every step size diverged. ``finite_range`` is the same ratio over the step sizes where no seed diverged
-    (however poor their gap). Columns: method, staleness, best_gap, lr_low, lr_high, robust_range, finite_range.
+    A range of 1 means only the best step size qualifies, NaN that every step size diverged. ``finite_range`` is the
+    same ratio over the step sizes where no seed diverged (however poor their gap). Columns: method, staleness,
+    best_gap, lr_low, lr_high, robust_range, finite_range.
     """
-    if not factor >= 1:
-        raise ValueError(f"robust-range factor must be >= 1, got {factor}")
+    if not within >= 0:
+        raise ValueError(f"robust-range tolerance must be >= 0 (a fraction of the best gap), got {within}")
     check_table(table, methods)
     check_seeds(table, seeds)
     rows = []
     for (method, staleness), group in lr_scores(table, seeds).groupby(["method", "staleness"]):
-        best = float(group["final_gap"].min())
-        good = group[group["final_gap"] <= factor * best]["lr"] if math.isfinite(best) else group["lr"][:0]
-        low, high = (float(good.min()), float(good.max())) if len(good) else (math.nan, math.nan)
+        scores = group.set_index("lr")["final_gap"].to_dict()
+        low, high = stats.near_best_range(scores, within, higher_is_better=False)
         finite = group[np.isfinite(group["final_gap"])]["lr"]
-        rows.append({"method": method, "staleness": staleness, "best_gap": best, "lr_low": low, "lr_high": high,
-                     "robust_range": high / low if len(good) else math.nan,
+        rows.append({"method": method, "staleness": staleness, "best_gap": float(group["final_gap"].min()),
+                     "lr_low": low, "lr_high": high, "robust_range": high / low,
                      "finite_range": finite.max() / finite.min() if len(finite) else math.nan})
     return pd.DataFrame(rows)
 

@@ -24,6 +24,7 @@ from typing import Literal
 import numpy as np
 import tyro
 
+from experiments import stats
 from experiments.llm import Run, dry_run_args, results_of
 from experiments.signature import config_args
 from sim.stabilizers import gac_config, parse_method
@@ -31,6 +32,8 @@ from sim.stabilizers import gac_config, parse_method
 SIGNATURE = "updates=2"
 """The GAC table's configuration: 2 optimizer updates per RL step, clip ratio to π_b, no grad clip, 3 digits."""
 
+NEAR_BEST = 0.1
+"""The robust range (``stats.near_best_range``): the tried step sizes whose tuning score is within 10 % of the best."""
 LR_LADDER = tuple(3e-4 * 2.0 ** k for k in range(-6, 4))
 """Step sizes an arm can be tuned on: neighbours 2× apart, 4.7e-6 … 2.4e-3."""
 
@@ -157,32 +160,15 @@ def neighbours(lr: float) -> tuple[float | None, float | None]:
     return (LR_LADDER[i - 1] if i > 0 else None), (LR_LADDER[i + 1] if i + 1 < len(LR_LADDER) else None)
 
 
-def best_of(scores: dict[float, float]) -> float:
-    """The step size with the highest score (ties: the smaller step)."""
-    return max(sorted(scores), key=lambda lr: scores[lr])
-
-
 def needs_widening(scores: dict[float, float]) -> float | None:
     """The next step size to try when the best sits at an edge of the tried ones (None when it is inside)."""
-    lrs, best = sorted(scores), best_of(scores)
+    lrs, best = sorted(scores), stats.best_step(scores, higher_is_better=True)
     below, above = neighbours(best)
     if best == lrs[0] and below is not None:
         return below
     if best == lrs[-1] and above is not None:
         return above
     return None
-
-
-def robust_range(scores: dict[float, float], within: float = 0.1) -> tuple[float, float]:
-    """The contiguous run of tried step sizes around the best whose score is ≥ (1 − within) × the best's."""
-    lrs, best = sorted(scores), best_of(scores)
-    i = lrs.index(best)
-    lo = hi = i
-    while lo > 0 and scores[lrs[lo - 1]] >= (1 - within) * scores[best]:
-        lo -= 1
-    while hi + 1 < len(lrs) and scores[lrs[hi + 1]] >= (1 - within) * scores[best]:
-        hi += 1
-    return lrs[lo], lrs[hi]
 
 
 def tune(profile: Profile, arms: dict[str, Arm], device: str = "cpu", log=print, max_rounds: int = 4) -> list[dict]:
@@ -204,7 +190,8 @@ def tune(profile: Profile, arms: dict[str, Arm], device: str = "cpu", log=print,
     rows = []
     for name, done in tried.items():
         scores = {lr: late_accuracy(res, profile.steps) for lr, (_, res) in done.items()}
-        best, (low, high) = best_of(scores), robust_range(scores)
+        best = stats.best_step(scores, higher_is_better=True)
+        low, high = stats.near_best_range(scores, NEAR_BEST, higher_is_better=True)
         edge = needs_widening(scores) is not None or best in (LR_LADDER[0], LR_LADDER[-1])
         for lr, (item, res) in sorted(done.items()):
             rows.append({**run_row(name, "tuning", item, res), "score": scores[lr], "best_lr": best,
@@ -249,40 +236,21 @@ def step_norm_controls(profile: Profile, report_rows: list[dict], lrs: dict[str,
     return runs
 
 
-def hierarchical_bootstrap(values: dict[tuple[int, int], np.ndarray], stat, n: int = 2000, confidence: float = 0.9,
-                           seed: int = 0) -> tuple[float, float, float]:
-    """(stat on the data, low, high): percentile interval resampling warm starts, then seeds within each.
-
-    ``values`` maps (warm, seed) to a vector (one entry per quantity the statistic pairs, e.g. arm, naive, sync);
-    ``stat`` maps an (n_samples, k) array to a number.
-    """
-    keys = sorted(values)
-    warms = sorted({w for w, _ in keys})
-    by_warm = {w: [values[k] for k in keys if k[0] == w] for w in warms}
-    full = np.array([values[k] for k in keys])
-    point = float(stat(full))
-    if len(warms) < 2:
-        return point, math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    draws = []
-    for _ in range(n):
-        sample = []
-        for w in rng.choice(warms, size=len(warms), replace=True):
-            group = by_warm[w]
-            sample += [group[i] for i in rng.integers(0, len(group), size=len(group))]
-        draws.append(stat(np.array(sample)))
-    draws = np.array(draws, dtype=float)
-    draws = draws[np.isfinite(draws)]
-    if not len(draws):
-        return point, math.nan, math.nan
-    alpha = (1 - confidence) / 2
-    return point, float(np.quantile(draws, alpha)), float(np.quantile(draws, 1 - alpha))
+def gap_of_means(x: np.ndarray):
+    """``stats.gap_recovered`` of the column means of an (..., n, 3) array [arm, naive, sync]: a hierarchical
+    bootstrap's statistic."""
+    m = x.mean(-2)
+    return stats.gap_recovered(m[..., 0], m[..., 1], m[..., 2])
 
 
-def gap_ratio(x: np.ndarray) -> float:
-    """(mean arm − mean naive) / (mean sync − mean naive) over the rows of an (n, 3) array [arm, naive, sync]."""
-    m = x.mean(0)
-    return (m[0] - m[1]) / (m[2] - m[1]) if m[2] != m[1] else math.nan
+def mean_of(column: int):
+    """The hierarchical bootstrap's statistic: the mean of one column of an (..., n, k) array."""
+    return lambda x: x[..., column].mean(-1)
+
+
+def mean_difference(first: int, second: int):
+    """The hierarchical bootstrap's statistic: the mean paired difference of two columns of an (..., n, k) array."""
+    return lambda x: (x[..., first] - x[..., second]).mean(-1)
 
 
 def verdict_table(rows: list[dict], tuning_rows: list[dict], metric: str = "final_accuracy") -> list[dict]:
@@ -296,14 +264,14 @@ def verdict_table(rows: list[dict], tuning_rows: list[dict], metric: str = "fina
         ref = {name: {(r["warm_seed"], r["seed"]): r[metric] for r in rows
                       if r["arm"] == name and r["role"] == base_role} for name in ("naive", "sync")}
         own = {(r["warm_seed"], r["seed"]): r[metric] for r in mine}
-        acc, lo, hi = hierarchical_bootstrap({k: np.array([v]) for k, v in own.items()}, lambda x: x[:, 0].mean())
+        acc, lo, hi = stats.hierarchical_bootstrap({k: np.array([v]) for k, v in own.items()}, mean_of(0))
         paired = {k: np.array([own[k], ref["naive"][k], ref["sync"][k]]) for k in own
                   if k in ref["naive"] and k in ref["sync"]}
-        gap, gap_lo, gap_hi = hierarchical_bootstrap(paired, gap_ratio) if paired else (math.nan,) * 3
+        gap, gap_lo, gap_hi = stats.hierarchical_bootstrap(paired, gap_of_means) if paired else (math.nan,) * 3
         # The paired differences stay defined where the gap (the ratio's denominator) is small.
-        diff, diff_lo, diff_hi = hierarchical_bootstrap(paired, lambda x: (x[:, 0] - x[:, 1]).mean()) \
+        diff, diff_lo, diff_hi = stats.hierarchical_bootstrap(paired, mean_difference(0, 1)) \
             if paired else (math.nan,) * 3
-        below, below_lo, below_hi = hierarchical_bootstrap(paired, lambda x: (x[:, 0] - x[:, 2]).mean()) \
+        below, below_lo, below_hi = stats.hierarchical_bootstrap(paired, mean_difference(0, 2)) \
             if paired else (math.nan,) * 3
         t = tuning.get(arm, {})
         table.append({"arm": arm, "role": role, "staleness": s, "method": mine[0]["method"],
@@ -338,7 +306,7 @@ def control_differences(rows: list[dict], metric: str = "final_accuracy") -> lis
         for comparison, first, second in comparisons:
             paired = {k: np.array([first[k], second[k]]) for k in first if k in second}
             if paired:
-                diff, low, high = hierarchical_bootstrap(paired, lambda x: (x[:, 0] - x[:, 1]).mean())
+                diff, low, high = stats.hierarchical_bootstrap(paired, mean_difference(0, 1))
                 out.append({"arm": arm, "comparison": comparison, "pairs": len(paired), "difference": diff,
                             "low": low, "high": high})
     return out

@@ -16,7 +16,7 @@ from typing import Literal
 import pandas as pd
 import tyro
 
-from experiments import toy, tuning
+from experiments import stats, toy, tuning
 from experiments.cache import cached_runs
 from sim.bandit import run_bandit
 from sim.grid import setting
@@ -38,8 +38,9 @@ STRUCTURES = {"one_update": {"updates_per_batch": 1, "ratio_clip_eps": None},
 OPTIMIZERS = ("adam", "sgd_momentum")
 STALENESS = (16, 4)
 GAC_SPACES = ("gradient", "update", "momentum")
-ROBUST_FACTOR = 1.1
-"""The robust range: grid step sizes whose mean final gap is within 10 % of the arm's best."""
+NEAR_BEST = 0.1
+"""The robust range (``stats.near_best_range``): the contiguous run of grid step sizes around the arm's best whose
+mean final gap is within 10 % of the best."""
 
 ARMS: dict[str, tuple[str, dict]] = {
     "sync": ("naive", {}),
@@ -85,8 +86,8 @@ COLUMNS = ("sim", "optimizer", "structure", "staleness", "arm", "objective_fn", 
 (bandit), mean over reporting seeds at the arm's best step size (picked on tuning seeds), [final_low, final_high] its
 95 % seed-bootstrap interval; gap_recovered = (naive − arm)/(naive − sync); cos_update: mean cosine of consecutive
 parameter updates Δθ (the grid's cos_applied: Δθ = −η_t·applied step, η_t > 0), cos_prev: of consecutive raw
-gradients; kl_behaviour: mean KL(π_b ‖ π_θ) (NaN on the quadratic). robust_low/high: the step sizes within 10 % of the
-arm's best (reporting seeds); *_at_edge: the best (or the range) touches the grid's edge."""
+gradients; kl_behaviour: mean KL(π_b ‖ π_θ) (NaN on the quadratic). robust_low/high: the contiguous run of step sizes
+within 10 % of the arm's best (reporting seeds); *_at_edge: the best (or the range) touches the grid's edge."""
 
 
 def profile_of(name: str) -> VerdictProfile:
@@ -163,7 +164,7 @@ def verdict_table(runs: pd.DataFrame, sim: str, structure: str, optimizer: str, 
     spaces = best_gac_spaces(runs, tuning_seeds)
     runs = runs.rename(columns={"key": "method"})
     reported = tuning.report(runs, tuning_seeds, reporting_seeds, methods=None).set_index(["method", "staleness"])
-    ranges = tuning.robust_range(runs, reporting_seeds, ROBUST_FACTOR, methods=None).set_index(["method", "staleness"])
+    ranges = tuning.robust_range(runs, reporting_seeds, NEAR_BEST, methods=None).set_index(["method", "staleness"])
     grid = LR_GRID
     rows = []
     for staleness in (0, *STALENESS):
@@ -191,11 +192,10 @@ def verdict_table(runs: pd.DataFrame, sim: str, structure: str, optimizer: str, 
     for row in rows:
         naive = next((r["final"] for r in rows if r["arm"] == "naive" and r["staleness"] == row["staleness"]),
                      sync if row["staleness"] == 0 else math.nan)
-        gap = naive - sync
         if row["arm"] == "sync":
             row["gap_recovered"] = 1.0
-        elif math.isfinite(gap) and gap != 0 and math.isfinite(row["final"]):
-            row["gap_recovered"] = (naive - row["final"]) / gap
+        elif math.isfinite(naive - sync) and math.isfinite(row["final"]):
+            row["gap_recovered"] = stats.gap_recovered(row["final"], naive, sync)
     return rows
 
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from experiments import verdict
+from experiments import stats, verdict
 
 
 def test_ladder_neighbours_are_2x_apart_and_widening_moves_off_an_edge_best():
@@ -21,9 +21,10 @@ def test_ladder_neighbours_are_2x_apart_and_widening_moves_off_an_edge_best():
 
 def test_robust_range_is_the_contiguous_run_within_ten_percent_of_the_best():
     scores = {1e-5: 0.30, 2e-5: 0.46, 4e-5: 0.50, 8e-5: 0.455, 1.6e-4: 0.44, 3.2e-4: 0.47}
-    assert verdict.best_of(scores) == 4e-5
-    assert verdict.robust_range(scores) == (2e-5, 8e-5)  # 1.6e-4 breaks the run; 3.2e-4 is not contiguous
-    assert verdict.best_of({1e-4: 0.5, 2e-4: 0.5}) == 1e-4  # a tie goes to the smaller step
+    assert stats.best_step(scores, higher_is_better=True) == 4e-5
+    # 1.6e-4 breaks the run; 3.2e-4 is not contiguous
+    assert stats.near_best_range(scores, verdict.NEAR_BEST, higher_is_better=True) == (2e-5, 8e-5)
+    assert stats.best_step({1e-4: 0.5, 2e-4: 0.5}, higher_is_better=True) == 1e-4  # a tie goes to the smaller step
 
 
 def two_level(rng, warms, seeds, between, within):
@@ -44,7 +45,7 @@ def bootstrap_variance(values) -> float:
 def test_hierarchical_bootstrap_spread_matches_the_two_level_formula():
     rng = np.random.default_rng(3)
     values = two_level(rng, warms=12, seeds=4, between=1.0, within=0.5)
-    point, low, high = verdict.hierarchical_bootstrap(values, lambda x: x[:, 0].mean(), n=8000)
+    point, low, high = stats.hierarchical_bootstrap(values, verdict.mean_of(0), n_resamples=8000)
     assert point == pytest.approx(np.mean([v[0] for v in values.values()]))
     expected_width = 2 * 1.6449 * math.sqrt(bootstrap_variance(values))
     assert high - low == pytest.approx(expected_width, rel=0.1)
@@ -55,17 +56,23 @@ def test_a_flat_bootstrap_would_fail_the_same_check():
     rng = np.random.default_rng(3)
     values = two_level(rng, warms=12, seeds=4, between=1.0, within=0.5)
     flat = {(i, 0): v for i, v in enumerate(values.values())}  # every run its own "warm start"
-    _, low, high = verdict.hierarchical_bootstrap(flat, lambda x: x[:, 0].mean(), n=8000)
+    _, low, high = stats.hierarchical_bootstrap(flat, verdict.mean_of(0), n_resamples=8000)
     expected_width = 2 * 1.6449 * math.sqrt(bootstrap_variance(values))
     assert high - low < 0.8 * expected_width
 
 
 def test_gap_ratio_and_paired_interval():
     x = np.array([[0.5, 0.3, 0.7], [0.6, 0.2, 0.8]])  # columns: arm, naive, sync
-    assert verdict.gap_ratio(x) == pytest.approx((0.55 - 0.25) / (0.75 - 0.25))
-    assert math.isnan(verdict.gap_ratio(np.array([[0.5, 0.3, 0.3]])))
+    assert verdict.gap_of_means(x) == pytest.approx((0.55 - 0.25) / (0.75 - 0.25))
+    assert math.isnan(verdict.gap_of_means(np.array([[0.5, 0.3, 0.3]])))
     one_warm = {(0, s): np.array([0.5, 0.3, 0.7]) for s in range(2)}
-    assert math.isnan(verdict.hierarchical_bootstrap(one_warm, verdict.gap_ratio)[1])  # < 2 warm starts: no interval
+    assert math.isnan(stats.hierarchical_bootstrap(one_warm, verdict.gap_of_means)[1])  # < 2 warm starts: no interval
+    two_warms = {(w, s): np.array([0.5 + 0.1 * s, 0.3, 0.7 - 0.1 * w]) for w in range(2) for s in range(2)}
+    with pytest.raises(ValueError, match=r"must map \(..., n_runs, k\)"):  # a statistic blind to the batch axis
+        stats.hierarchical_bootstrap(two_warms, lambda x: x[:, 0].mean())
+    unbalanced = {**two_warms, (2, 0): np.array([0.6, 0.3, 0.6])}  # resamples of unequal size: one call each
+    point, low, high = stats.hierarchical_bootstrap(unbalanced, verdict.mean_of(0))
+    assert point == pytest.approx(np.mean([v[0] for v in unbalanced.values()])) and low < point < high
 
 
 def test_every_arm_resolves_to_valid_args_and_the_protocol_keeps_tuning_apart():

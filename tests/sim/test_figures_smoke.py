@@ -1,4 +1,5 @@
-"""Each toy figure runs end to end at tiny size and writes its CSV and PNG."""
+"""Each toy figure runs end to end at tiny size and writes its CSV and PNG; fig2, fig4 and fig7 write the numbers of
+their golden CSVs (tests/golden_csv.py: within a cross-machine tolerance, discrete decisions exactly)."""
 
 import csv
 
@@ -7,6 +8,13 @@ import pytest
 from paper_figs import fig1_cosine, fig3_divergence, fig4_stability_region, fig6_ablation, figs1_bandit_snr
 from paper_figs.__main__ import FIGURES, parse_args
 from paper_figs.driver import make_figure
+from tests.golden_csv import FIGURES as GOLDEN_FIGURES
+from tests.golden_csv import GOLDEN_DIR, golden_mismatches
+
+
+def assert_matches_golden(name: str, out) -> None:
+    for file in GOLDEN_FIGURES[name]:
+        assert golden_mismatches(out / file, GOLDEN_DIR / file) == [], f"{file} differs from its golden"
 
 
 def _rows(path) -> list[dict]:
@@ -24,6 +32,8 @@ def test_figure_smoke(module, tmp_path):
     assert (tmp_path / f"{name}.csv").stat().st_size > 0
     assert (tmp_path / f"{name}.png").stat().st_size > 0
     assert name in FIGURES
+    if name in GOLDEN_FIGURES:
+        assert_matches_golden(name, tmp_path)
 
 
 def test_cli_rejects_unknown_figure():
@@ -45,6 +55,7 @@ def test_fig2_cosine_vs_staleness_smoke(tmp_path):
     assert all(-1.0 <= float(r["predicted"]) <= 1.0 for r in stationary)
     assert {r["panel"] for r in rows} == {"stationary", "transient", "bandit_gaussian"}
     assert fig2_cosine_vs_staleness.NAME in FIGURES
+    assert_matches_golden(fig2_cosine_vs_staleness.NAME, tmp_path)
 
 
 def test_fig7_bound_smoke(tmp_path):
@@ -60,6 +71,7 @@ def test_fig7_bound_smoke(tmp_path):
     assert len(rows) == len(bound.SMOKE_SETTINGS)
     assert all(r["measured_min"] <= r["measured_avg"] <= r["bound"] for r in rows)  # the theorem, at tiny size
     assert fig7_bound.NAME in FIGURES
+    assert_matches_golden(fig7_bound.NAME, tmp_path)
 
 
 def test_figures_registry_order():

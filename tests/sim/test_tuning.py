@@ -87,13 +87,13 @@ def test_bad_tables_fail_before_any_work(change, message):
         tuning.report(change(_table()), TUNE, REPORT)
 
 
-def test_bad_seeds_and_factor():
+def test_bad_seeds_and_tolerance():
     with pytest.raises(ValueError, match="overlap"):
         tuning.report(_table(), [0, 1, 3], REPORT)
     with pytest.raises(ValueError, match="not all in the table"):
         tuning.report(_table(), TUNE, [3, 4, 9])
-    with pytest.raises(ValueError, match="factor"):
-        tuning.robust_range(_table(), TUNE, factor=0.5)
+    with pytest.raises(ValueError, match="tolerance must be >= 0"):
+        tuning.robust_range(_table(), TUNE, within=-0.5)
     with pytest.raises(ValueError, match="unknown method"):
         tuning.robust_range(_table().assign(method="ppo"), TUNE)
     with pytest.raises(ValueError, match="at least one"):
