@@ -288,23 +288,25 @@ def theory_step(method: str, staleness) -> np.ndarray:
 # The table
 # ---------------------------------------------------------------------------------------------
 
-def run_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
-    """Every cell's per-seed boundaries on ``scale`` under ``criterion`` (JSON-able: lists), cached by profile and
-    source."""
+def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
+    """Every cell's per-seed boundaries on ``scale`` under ``criterion`` (JSON-able: lists); computed, not cached
+    (``run_scale`` caches it; a figure's unit is cached by the driver)."""
     p = profile_of(profile)
     if criterion not in CRITERIA:
         raise ValueError(f"unknown criterion {criterion!r}; choose from {', '.join(CRITERIA)}")
+    evaluate, steps = evaluator(scale, p, criterion)
+    low, high = SEARCH_RANGE[scale]
+    found = search_boundaries(evaluate, len(cells()), p.seeds, low, high, p.grid_points, p.refinements)
+    return {"scale": scale, "criterion": criterion, "steps": steps, "seeds": p.seeds,
+            "cells": [list(c) for c in cells()],
+            **{name: getattr(found, name).tolist() for name in ("boundary", "low", "high", "censored_low",
+                                                                 "censored_high", "nonmonotone")}}
 
-    def compute() -> dict:
-        evaluate, steps = evaluator(scale, p, criterion)
-        low, high = SEARCH_RANGE[scale]
-        found = search_boundaries(evaluate, len(cells()), p.seeds, low, high, p.grid_points, p.refinements)
-        return {"scale": scale, "criterion": criterion, "steps": steps, "seeds": p.seeds,
-                "cells": [list(c) for c in cells()],
-                **{name: getattr(found, name).tolist() for name in ("boundary", "low", "high", "censored_low",
-                                                                     "censored_high", "nonmonotone")}}
 
-    return cached_runs(f"staleness_lr_{scale}_{criterion}", profile, "cpu", compute)
+def run_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
+    """``search_scale``, cached by profile and source."""
+    return cached_runs(f"staleness_lr_{scale}_{criterion}", profile, "cpu",
+                       lambda: search_scale(scale, profile, criterion))
 
 
 def table_rows(found: dict) -> list[dict]:
@@ -403,7 +405,8 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["search_boundaries", "stable_quorum", "fit_exponent", "bootstrap_exponent", "law_tables", "COLUMNS",
+__all__ = ["search_boundaries", "stable_quorum", "fit_exponent", "bootstrap_exponent", "search_scale", "table_rows",
+           "fit_rows", "law_tables", "COLUMNS",
            "FIT_COLUMNS", "STALENESS", "SCALES", "main"]
 
 if __name__ == "__main__":

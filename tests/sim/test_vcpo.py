@@ -51,7 +51,8 @@ def test_ess_leaves_padding_out_of_the_sums_and_the_count():
 def test_step_factor_is_the_clipped_power_of_the_ess_ratio(ratio, reference, power):
     expected = math.pow(min(1.0, ratio / reference), power)
     assert vcpo_step_factor(ratio, reference, power) == pytest.approx(expected)
-    assert float(vcpo_step_factor(torch.tensor(ratio, dtype=torch.float64), reference, power)) == pytest.approx(expected)
+    as_tensor = torch.tensor(ratio, dtype=torch.float64)
+    assert float(vcpo_step_factor(as_tensor, reference, power)) == pytest.approx(expected)
 
 
 def test_step_factor_square_root_rule_quarter_ess_halves_the_step():
