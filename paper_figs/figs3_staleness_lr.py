@@ -72,11 +72,15 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
                         label=SCALE_LABEL[scale])
             if all(math.isfinite(r["theory_lr"]) for r in rows) and scale != "bandit_gaussian_mean":
                 ax.plot(s, [r["theory_lr"] for r in rows], color="black", lw=1.0, ls="-.",
-                        label="theory (λ_max = 1)" if method == "naive" else "mean-field GAC (lower bound)")
+                        label="theory a*(s)/λ_max (quadratic)" if method == "naive"
+                        else "mean-field GAC limit (a lower bound)")
         ax.set(xscale="log", yscale="log", title=METHOD_LABEL[method], xlabel="staleness s",
                ylabel="largest stable step size η")
         ax.set_xticks(list(STALENESS), [str(s) for s in STALENESS])
         ax.minorticks_off()
+        low, high = ax.get_ylim()
+        ticks = [t for t in (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0) if low <= t <= high]
+        ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
         ax.legend(loc="lower left", fontsize=6)
     _plot_exponents(axes[2], fits)
     paths += save_figure(fig, out_dir, NAME)
@@ -112,5 +116,6 @@ def _plot_exponents(ax, fits: list[dict]) -> None:
     ax.axvline(1.0, color="grey", lw=0.8, ls="-", label="1/s (S·η law)")
     ax.set_yticks(range(len(labels)), labels, fontsize=6)
     ax.invert_yaxis()
-    ax.set(xlabel="fitted exponent p (η_max ∝ s^−p)", title="exponent, 90 % seed bootstrap", xlim=(-0.2, 1.2))
-    ax.legend(loc="lower right", fontsize=6)
+    ax.set(xlabel=r"fitted exponent $p$ ($\eta_{\max} \propto s^{-p}$)", title="exponent, 90 % seed bootstrap",
+           xlim=(-0.2, 1.2))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2, fontsize=6)
