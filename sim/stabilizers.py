@@ -332,9 +332,10 @@ def effective_sample_size(weights: torch.Tensor,
     """Kish's effective sample size of importance weights over the last dim: (ESS, ESS / N).
 
     ESS = (Σ_i w_i)² / Σ_i w_i², N the number of (valid) samples; ESS / N ∈ (0, 1], 1 when every weight is equal
-    and 1/N when one sample carries all the weight. Invariant to scaling all weights. For VCPO the samples are the
-    update's sequences, w_i = π_θ(y_i | x_i) / π_behaviour(y_i | x_i) = exp(Σ_t log-ratio of y_i's tokens)
-    (sequence level, not per token). ``valid`` (bool, same shape) leaves padding out of both sums and N. A row
+    and 1/N when one sample carries all the weight. Invariant to scaling all weights. For VCPO the samples are one
+    optimizer update's sequences and w_i = exp(Σ_t [log π_prox(y_i,t) − log π_b(y_i,t)]) over y_i's tokens: the
+    sequence-level ratio of the learner's policy at the RL step's start (π_prox) to the sampler's (π_b), not per
+    token. ``valid`` (bool, same shape) leaves padding out of both sums and N. A row
     without a valid sample, or whose weights are all 0, has ESS 0 and ratio 0.
     """
     weights = weights.detach()
