@@ -326,6 +326,10 @@ def lr_scale_factor(staleness: torch.Tensor | int) -> torch.Tensor | float:
 # arXiv:2602.17616): the step size follows the effective sample size of the update's importance weights, and the
 # policy-gradient baseline is the one of least variance under those weights. Not in STABILIZERS yet: no simulator
 # applies it, and a registry name that a simulator silently ran as naive would be a wrong result.
+# Wiring (per optimizer update, on that update's B·G sequences): w_i from the stored behaviour log-probs and the
+# learner's log-probs at the RL step's start (the proximal ones), summed over each sequence's valid tokens;
+# η_update = η·vcpo_step_factor(effective_sample_size(w)[1]) (power ½ for AdamW); and, for the baseline, one
+# backward per sequence for ‖∇ log π_θ(y_i)‖², then A_i = R_i − vcpo_baseline(R_group, w_group, norms_group).
 
 def effective_sample_size(weights: torch.Tensor,
                           valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
