@@ -32,7 +32,7 @@ from sim.record import OUT_LOCK, exclusive_lock, publish_together
 # Figure name -> module under paper_figs/ (module name = figure name). Order = listing order for "all".
 FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region", "fig5_llm_grpo",
            "fig6_ablation", "fig7_bound", "fig8_tuned", "fig9_early_warning", "fig10_verdict", "figs1_bandit_snr",
-           "figs2_llm_signature"]
+           "figs2_llm_signature", "figs3_staleness_lr"]
 LLM_FIGURES = ("fig5_llm_grpo", "fig10_verdict", "figs2_llm_signature")
 """The figures with a ``gpu`` profile (the 25M model on one GPU)."""
 FigureName = Literal[tuple([*FIGURES, "all"])]

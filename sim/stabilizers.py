@@ -322,6 +322,69 @@ def lr_scale_factor(staleness: torch.Tensor | int) -> torch.Tensor | float:
     return 1.0 / (1.0 + staleness)
 
 
+# VCPO (Huang, Zhang, Hu, Yang, Han, "Stable Asynchrony: Variance-Controlled Off-Policy RL for LLMs",
+# arXiv:2602.17616): the step size follows the effective sample size of the update's importance weights, and the
+# policy-gradient baseline is the one of least variance under those weights. Not in STABILIZERS yet: no simulator
+# applies it, and a registry name that a simulator silently ran as naive would be a wrong result.
+# Wiring (per optimizer update, on that update's B·G sequences): w_i from the stored behaviour log-probs and the
+# learner's log-probs at the RL step's start (the proximal ones), summed over each sequence's valid tokens;
+# η_update = η·vcpo_step_factor(effective_sample_size(w)[1]) (power ½ for AdamW); and, for the baseline, one
+# backward per sequence for ‖∇ log π_θ(y_i)‖², then A_i = R_i − vcpo_baseline(R_group, w_group, norms_group).
+
+def effective_sample_size(weights: torch.Tensor,
+                          valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Kish's effective sample size of importance weights over the last dim: (ESS, ESS / N).
+
+    ESS = (Σ_i w_i)² / Σ_i w_i², N the number of (valid) samples; ESS / N ∈ (0, 1], 1 when every weight is equal
+    and 1/N when one sample carries all the weight. Invariant to scaling all weights. For VCPO the samples are one
+    optimizer update's sequences and w_i = exp(Σ_t [log π_prox(y_i,t) − log π_b(y_i,t)]) over y_i's tokens: the
+    sequence-level ratio of the learner's policy at the RL step's start (π_prox) to the sampler's (π_b), not per
+    token. ``valid`` (bool, same shape) leaves padding out of both sums and N. A row
+    without a valid sample, or whose weights are all 0, has ESS 0 and ratio 0.
+    """
+    weights = weights.detach()
+    if valid is not None:
+        weights = torch.where(valid.bool(), weights, torch.zeros_like(weights))
+        count = valid.bool().sum(-1).to(weights.dtype)
+    else:
+        count = torch.full(weights.shape[:-1], weights.shape[-1], dtype=weights.dtype, device=weights.device)
+    total, squares = weights.sum(-1), (weights * weights).sum(-1)
+    ess = torch.where(squares > 0, total * total / squares.where(squares > 0, torch.ones_like(squares)), 0.0)
+    return ess, torch.where(count > 0, ess / count.clamp_min(1), 0.0)
+
+
+def vcpo_step_factor(ess_ratio: torch.Tensor | float, reference_ratio: float = 1.0,
+                     power: float = 0.5) -> torch.Tensor | float:
+    """VCPO's factor on the step size: min(1, (ESS/N) / ρ_ref)^power.
+
+    The update's gradient averages N importance-weighted samples but carries the information of about ESS of them,
+    so its variance grows like 1/ESS; the step is cut to keep the update's noise near what a full on-policy batch
+    gives. power = 1/2 for Adam-like optimizers (their step scales like the square root of the batch), 1 for SGD
+    (linear scaling); ρ_ref ∈ (0, 1] is the ESS ratio from which on no cut is made (1: any drop cuts).
+    """
+    if not 0 < reference_ratio <= 1:
+        raise ValueError(f"reference_ratio must be in (0, 1], got {reference_ratio}")
+    if not power > 0:
+        raise ValueError(f"power must be > 0, got {power}")
+    if isinstance(ess_ratio, torch.Tensor):
+        return (ess_ratio / reference_ratio).clamp(0.0, 1.0) ** power
+    return min(1.0, max(0.0, ess_ratio / reference_ratio)) ** power
+
+
+def vcpo_baseline(rewards: torch.Tensor, weights: torch.Tensor, score_sq_norms: torch.Tensor) -> torch.Tensor:
+    """VCPO's off-policy baseline over the last dim (a group): b = Σ c_i R_i / Σ c_i, c_i = w_i² ‖∇_θ log π_θ(y_i)‖².
+
+    It minimizes Σ_i ‖w_i (R_i − b) ∇_θ log π_θ(y_i)‖², the second moment of the importance-weighted
+    score-function estimator, over one scalar b (set the derivative in b to 0). ``weights`` are the sequence-level
+    w_i (``effective_sample_size``), ``score_sq_norms`` each sequence's squared gradient norm of log π_θ(y_i | x_i)
+    (one backward per sequence). A group whose c_i are all 0 gets its plain mean reward.
+    """
+    c = weights.detach() ** 2 * score_sq_norms.detach()
+    total = c.sum(-1)
+    weighted = (c * rewards).sum(-1) / total.where(total > 0, torch.ones_like(total))
+    return torch.where(total > 0, weighted, rewards.mean(-1))
+
+
 def delay_compensated_gradient(grad: torch.Tensor, params_now: torch.Tensor, params_stale: torch.Tensor,
                                dc_lambda: float) -> torch.Tensor:
     """DC-ASGD: g(θ_{t−s}) + λ·g⊙g⊙(θ_t − θ_{t−s}), an estimate of g(θ_t)."""

@@ -5,7 +5,14 @@ import csv
 
 import pytest
 
-from paper_figs import fig1_cosine, fig3_divergence, fig4_stability_region, fig6_ablation, figs1_bandit_snr
+from paper_figs import (
+    fig1_cosine,
+    fig3_divergence,
+    fig4_stability_region,
+    fig6_ablation,
+    figs1_bandit_snr,
+    figs3_staleness_lr,
+)
 from paper_figs.__main__ import FIGURES, parse_args
 from paper_figs.driver import make_figure
 from tests.golden_csv import FIGURES as GOLDEN_FIGURES
@@ -23,7 +30,7 @@ def _rows(path) -> list[dict]:
 
 
 @pytest.mark.parametrize("module", [fig1_cosine, fig3_divergence, fig4_stability_region, fig6_ablation,
-                                    figs1_bandit_snr])
+                                    figs1_bandit_snr, figs3_staleness_lr])
 def test_figure_smoke(module, tmp_path):
     # the LLM panels of fig1 and fig3 have their own test (tests/llm/test_llm_panels.py)
     units = module.toy_units("smoke") if hasattr(module, "toy_units") else None
@@ -78,7 +85,7 @@ def test_figures_registry_order():
     assert FIGURES == ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region",
                        "fig5_llm_grpo",
                        "fig6_ablation", "fig7_bound", "fig8_tuned", "fig9_early_warning", "fig10_verdict",
-                       "figs1_bandit_snr", "figs2_llm_signature"]
+                       "figs1_bandit_snr", "figs2_llm_signature", "figs3_staleness_lr"]
 
 
 def test_single_thread_restores_thread_count():

@@ -1,0 +1,421 @@
+"""The staleness × step-size law at the toy scales (issue 33.3): the largest stable step size at each staleness
+s ∈ {1, 2, 4, 8, 16}, naive async and GAC (registry default: project, τ = 0, previous-gradient reference, gradient
+space), and the exponent p of max_stable_lr ∝ s^(−p) beside theory's.
+
+Theory: delayed GD on one eigen-direction is stable iff η·λ < a*(s) = 2 sin(π/(2(2s+1))) (``theory.stability``),
+≈ π/(2s) for large s, so p → 1; fitted over s ∈ {1, …, 16} the exact curve has p ≈ 0.85. GAC's mean-field limit
+1/cos(π/(2s+3)) (``theory.gac_stability``) tends to 1, p → 0.
+
+**Stable**, two criteria (``CRITERIA``), each searched on its own: ``progress`` — a run of ``steps`` updates never
+diverged (the simulator's own rule: not finite, or its loss / reward gap beyond 10⁶ × the initial one) and its final
+objective gap (mean over the last tenth of the steps: the loss f(x) on the quadratic, J* − J on the bandit) is at
+most ``GAP_FRACTION`` × the initial gap: it made progress and kept it; ``finite`` — it never diverged (fig4's rule).
+A step size is stable for a (scale, method, s, criterion) when at least ⌈n/2⌉ of its n seeds are.
+**Search.** Per seed, a geometric grid of ``grid_points`` step sizes; the bracket is the largest stable grid point
+and the next one up, narrowed by ``refinements`` zooms (finer geometric points inside the seeds' brackets); the
+seed's boundary is the final bracket's geometric midpoint. Each seed's noise is the same at every step size (common
+random numbers), so a seed's outcome is a function of the step size alone. ``nonmonotone`` counts seeds with an
+unstable grid point below their largest stable one (GAC at small steps: too slow to halve the gap within the run,
+which is not instability).
+
+Scales: ``quadratic`` (stale gradients, ``experiments.toy.QUADRATIC``, λ_max = 1), ``bandit_gaussian`` (stale data,
+GRPO advantages, ``experiments.toy.GAUSSIAN``) and ``bandit_gaussian_mean`` (the same bandit with advantages r − mean
+and no std: its gradient is the stale-gradient model's h⊙(μ_b − a*)(1 − 1/G) + noise, so a*(s) applies with
+λ = h_max(1 − 1/G)). An ``llm`` scale joins the same table later (the columns do not depend on the scale).
+``python -m experiments.staleness_lr --profile full --out docs/data/staleness_lr_scaling.csv``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import tyro
+
+from experiments import toy
+from experiments.cache import cached_runs, one_thread
+from sim.bandit import run_bandit
+from sim.grid import setting
+from sim.quadratic import QuadraticProblem, run_quadratic
+from theory.gac_stability import top_mode_limit
+from theory.stability import stability_boundary_closed_form
+
+STALENESS = (1, 2, 4, 8, 16)
+METHODS = ("naive", "gac")
+SCALES = ("quadratic", "bandit_gaussian", "bandit_gaussian_mean")
+CRITERIA = ("progress", "finite")
+GAP_FRACTION = 0.5
+"""A stable run ends with its objective gap at most this share of the initial gap."""
+SEARCH_RANGE = {"quadratic": (0.01, 8.0), "bandit_gaussian": (2.0**-9, 2.0**3), "bandit_gaussian_mean": (0.01, 8.0)}
+"""Each scale's step-size grid [low, high]: wide enough that every boundary measured so far lies inside it (a seed
+stable at ``high`` or unstable at ``low`` is reported as censored, never clipped silently)."""
+ADVANTAGE = {"bandit_gaussian": "grpo", "bandit_gaussian_mean": "mean"}
+BOOTSTRAP_RESAMPLES = 2000
+INTERVAL = 0.90
+
+
+@dataclass(frozen=True)
+class LawProfile:
+    quad_steps: int
+    bandit_steps: int
+    seeds: int
+    grid_points: int
+    refinements: int
+
+
+PROFILES = {"smoke": LawProfile(quad_steps=40, bandit_steps=30, seeds=2, grid_points=6, refinements=1),
+            "quick": LawProfile(quad_steps=600, bandit_steps=300, seeds=4, grid_points=16, refinements=1),
+            "full": LawProfile(quad_steps=1000, bandit_steps=400, seeds=6, grid_points=18, refinements=2)}
+"""smoke is for tests (numbers meaningless); quick is the figure's default; full makes
+docs/data/staleness_lr_scaling.csv (sized to a few CPU-minutes on the shared 2-core machine)."""
+
+COLUMNS = ("scale", "criterion", "method", "staleness", "max_stable_lr", "lr_all_seeds", "lr_any_seed", "seeds",
+           "seeds_censored_low", "seeds_censored_high", "seeds_nonmonotone", "bracket_ratio", "steps",
+           "theory_lr", "theory", "criterion_rule")
+"""One row per scale × method × staleness. max_stable_lr: the largest step size stable on ≥ ⌈n/2⌉ of the n seeds
+(the ⌈n/2⌉-th largest per-seed boundary); lr_all_seeds / lr_any_seed: the smallest / largest per-seed boundary;
+seeds_censored_low/high: seeds unstable at the grid's low end / stable at its high end (their boundary is the edge);
+bracket_ratio: the largest hi/lo of the seeds' final brackets (the resolution); theory_lr: theory's largest stable
+step size where a closed form applies (NaN elsewhere), named in ``theory``; criterion (``CRITERIA``) and
+criterion_rule: how "stable" was decided."""
+FIT_COLUMNS = ("scale", "criterion", "method", "exponent", "exponent_low", "exponent_high", "cells_censored",
+               "theory_exponent", "asymptotic_exponent", "theory", "staleness", "seeds", "fit")
+"""One row per scale × method: the fitted p of max_stable_lr ∝ s^(−p) (least squares in log-log over the staleness
+values), its 90 % seed-bootstrap interval (NaN where ``cells_censored`` > 0: a boundary beyond the search range), and
+the same fit applied to theory's exact curve over the same s."""
+
+
+def profile_of(name: str) -> LawProfile:
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; choose from {', '.join(PROFILES)}")
+    return PROFILES[name]
+
+
+def criterion_rule(criterion: str, steps: int) -> str:
+    """The words of the CSV's ``criterion_rule`` column: how a run and a step size were judged stable."""
+    run = "it never diverged (not finite or gap > 1e6 x initial)"
+    if criterion == "progress":
+        run += f" and its mean objective gap over the last tenth of the steps is <= {GAP_FRACTION:g} x the initial gap"
+    return (f"{steps} steps; a run is stable if {run}; a step size is stable if >= half of the seeds are; boundary "
+            "per seed: largest stable point of a geometric grid and the next one up, narrowed by finer grids inside it")
+
+
+# ---------------------------------------------------------------------------------------------
+# The search (generic: any vectorized predicate of (cell, step size) over seeds)
+# ---------------------------------------------------------------------------------------------
+
+Evaluate = Callable[[Sequence[tuple[int, float]]], np.ndarray]
+"""(cell index, step size) pairs → bool array (pairs, seeds): which seeds' runs are stable at that step size."""
+
+
+@dataclass
+class Boundaries:
+    """Per (cell, seed) results of ``search_boundaries``, each an array of shape (cells, seeds)."""
+
+    boundary: np.ndarray
+    """the geometric midpoint of the final bracket; the grid's edge for a censored seed"""
+    low: np.ndarray
+    """largest step size found stable (0 if none on the grid)"""
+    high: np.ndarray
+    """smallest step size found unstable (inf if none on the grid)"""
+    censored_low: np.ndarray
+    censored_high: np.ndarray
+    nonmonotone: np.ndarray
+
+
+def search_boundaries(evaluate: Evaluate, cells: int, seeds: int, low: float, high: float, grid_points: int,
+                      refinements: int, refine_points: int = 8) -> Boundaries:
+    """Each (cell, seed)'s largest stable step size in [low, high]: the largest stable point of a geometric grid,
+    bracketed with the next grid point up, then ``refinements`` zooms: ``refine_points`` geometric points inside
+    every distinct bracket of a cell's seeds, run on every seed, and each seed's bracket narrowed to its largest
+    stable point inside it and the next point up (each zoom divides a bracket's log width by refine_points + 1).
+
+    ``evaluate`` is called once for the grid (cells × grid_points pairs) and once per zoom (refine_points pairs per
+    distinct open bracket); every pair runs on all seeds and seeds sharing a bracket share its points (a bisection
+    per seed would run each seed's step size on every seed and use one column). A seed stable at the grid's last
+    point or stable nowhere on it is censored (boundary = that edge) and not refined.
+    """
+    if not 0 < low < high or grid_points < 2 or refinements < 0 or refine_points < 1 or cells < 1 or seeds < 1:
+        raise ValueError(f"need 0 < low < high, grid_points >= 2, refinements >= 0, refine_points >= 1, cells, seeds "
+                         f">= 1; got {low}, {high}, {grid_points}, {refinements}, {refine_points}, {cells}, {seeds}")
+    grid = np.geomspace(low, high, grid_points)
+    stable = np.asarray(evaluate([(c, float(lr)) for c in range(cells) for lr in grid]), dtype=bool)
+    stable = stable.reshape(cells, grid_points, seeds)
+    index = np.arange(grid_points)[None, :, None]
+    last = np.where(stable, index, -1).max(1)  # (cells, seeds): the largest stable grid point, −1 if none
+    censored_low, censored_high = last < 0, last == grid_points - 1
+    lo = np.where(last >= 0, grid[np.clip(last, 0, grid_points - 1)], 0.0)
+    hi = np.where(last < grid_points - 1, grid[np.clip(last + 1, 0, grid_points - 1)], np.inf)
+    nonmonotone = (~stable & (index < last[:, None, :])).any(1)
+    open_ = ~(censored_low | censored_high)
+    for _ in range(refinements):
+        pairs = []  # refine_points interior geometric points in every distinct open bracket of every cell
+        for c in range(cells):
+            for bracket_lo, bracket_hi in sorted({(lo[c, k], hi[c, k]) for k in np.nonzero(open_[c])[0]}):
+                pairs += [(c, float(lr)) for lr in np.geomspace(bracket_lo, bracket_hi, refine_points + 2)[1:-1]]
+        if not pairs:
+            break
+        outcome = np.asarray(evaluate(pairs), dtype=bool)
+        cell_of, lr_of = np.array([c for c, _ in pairs]), np.array([lr for _, lr in pairs])
+        for c, k in zip(*np.nonzero(open_), strict=True):
+            inside = (cell_of == c) & (lr_of > lo[c, k]) & (lr_of < hi[c, k])
+            stable_inside = inside & outcome[:, k]
+            if stable_inside.any():
+                lo[c, k] = lr_of[stable_inside].max()
+            above = inside & (lr_of > lo[c, k])
+            if above.any():
+                hi[c, k] = lr_of[above].min()
+    boundary = np.where(censored_low, low, np.where(censored_high, high, np.sqrt(lo * np.where(open_, hi, 1.0))))
+    return Boundaries(boundary, lo, hi, censored_low, censored_high, nonmonotone)
+
+
+def stable_quorum(boundaries: np.ndarray) -> np.ndarray:
+    """The largest step size stable on ≥ ⌈n/2⌉ of n seeds: the ⌈n/2⌉-th largest boundary along the last axis."""
+    n = boundaries.shape[-1]
+    return np.sort(boundaries, axis=-1)[..., n - math.ceil(n / 2)]
+
+
+def fit_exponent(staleness: Sequence[float], lrs: Sequence[float]) -> float:
+    """p of lr ∝ s^(−p): minus the least-squares slope of log lr against log s."""
+    slope = np.polyfit(np.log(np.asarray(staleness, dtype=float)), np.log(np.asarray(lrs, dtype=float)), 1)[0]
+    return float(-slope)
+
+
+def bootstrap_exponent(staleness: Sequence[float], boundaries: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES,
+                       interval: float = INTERVAL, seed: int = 0) -> tuple[float, float]:
+    """Percentile interval of ``fit_exponent`` over seed resamples: ``boundaries`` is (len(staleness), seeds) for one
+    (scale, method); each resample draws n seeds with replacement (the same seeds at every s: a seed's noise is
+    shared across s) and refits on ``stable_quorum`` of the drawn seeds."""
+    rng = np.random.default_rng(seed)
+    n = boundaries.shape[1]
+    draws = rng.integers(0, n, size=(resamples, n))
+    quorum = stable_quorum(boundaries[:, draws].transpose(1, 0, 2))  # (resamples, len(staleness))
+    log_s = np.log(np.asarray(staleness, dtype=float))
+    slopes = np.polyfit(log_s, np.log(quorum).T, 1)[0]
+    tail = (1 - interval) / 2
+    return float(np.quantile(-slopes, tail)), float(np.quantile(-slopes, 1 - tail))
+
+
+# ---------------------------------------------------------------------------------------------
+# The scales: which runs a (cell, step size) pair stands for, and theory's answer
+# ---------------------------------------------------------------------------------------------
+
+def cells() -> list[tuple[str, int]]:
+    """(method, staleness) of every cell, method-major."""
+    return [(method, s) for method in METHODS for s in STALENESS]
+
+
+def stability_of(gap: np.ndarray, initial_gap: float, diverged: np.ndarray, criterion: str = "progress") -> np.ndarray:
+    """The run-level criterion: not diverged, and for ``progress`` final gap ≤ GAP_FRACTION × initial gap (a NaN
+    gap is unstable)."""
+    if criterion not in CRITERIA:
+        raise ValueError(f"unknown criterion {criterion!r}; choose from {', '.join(CRITERIA)}")
+    stable = ~np.asarray(diverged, dtype=bool)
+    if criterion == "finite":
+        return stable
+    gap = np.asarray(gap, dtype=float)
+    return stable & np.isfinite(gap) & (gap <= GAP_FRACTION * initial_gap)
+
+
+def quadratic_evaluator(problem: QuadraticProblem, steps: int, seeds: int, cell_list: list[tuple[str, int]],
+                        criterion: str = "progress") -> Evaluate:
+    """``Evaluate`` on the noisy quadratic: every pair one setting run on all seeds in one grid."""
+    initial = float(problem.objective(problem.curvatures().new_full((problem.dim,), problem.init_scale)))
+
+    def evaluate(pairs):
+        settings = [setting(cell_list[c][0], cell_list[c][1], lr) for c, lr in pairs]
+        result = run_quadratic(problem, settings, steps, seeds, record_every=steps)
+        return _stable_matrix(result, lambda final: final, initial, len(pairs), seeds, criterion)
+    return evaluate
+
+
+def bandit_evaluator(advantage: str, steps: int, seeds: int, cell_list: list[tuple[str, int]],
+                     criterion: str = "progress") -> Evaluate:
+    """``Evaluate`` on the Gaussian bandit (``experiments.toy`` groups) with ``advantage``."""
+    def evaluate(pairs):
+        settings = [setting(cell_list[c][0], cell_list[c][1], lr) for c, lr in pairs]
+        result = run_bandit(toy.GAUSSIAN, settings, steps, seeds, groups=toy.BANDIT_GROUPS,
+                            group_size=toy.BANDIT_GROUP_SIZE, advantage=advantage, record_every=steps)
+        optimum = result.meta["optimal_reward"]
+        return _stable_matrix(result, lambda final: optimum - final, optimum - result.meta["initial_reward"],
+                              len(pairs), seeds, criterion)
+    return evaluate
+
+
+def _stable_matrix(result, gap_of, initial_gap: float, pairs: int, seeds: int, criterion: str) -> np.ndarray:
+    final = result.summary["final_objective"].numpy().reshape(pairs, seeds)
+    diverged = result.summary["diverged"].numpy().reshape(pairs, seeds)
+    return stability_of(gap_of(final), initial_gap, diverged, criterion)
+
+
+def evaluator(scale: str, profile: LawProfile, criterion: str) -> tuple[Evaluate, int]:
+    """The scale's ``Evaluate`` under ``criterion`` and its run length."""
+    if scale == "quadratic":
+        return (quadratic_evaluator(toy.QUADRATIC, profile.quad_steps, profile.seeds, cells(), criterion),
+                profile.quad_steps)
+    if scale in ADVANTAGE:
+        return (bandit_evaluator(ADVANTAGE[scale], profile.bandit_steps, profile.seeds, cells(), criterion),
+                profile.bandit_steps)
+    raise ValueError(f"unknown scale {scale!r}; choose from {', '.join(SCALES)}")
+
+
+def theory_curvature(scale: str) -> float:
+    """λ_max of the scale's stale-gradient model (NaN where none is known: GRPO's std-normalized advantages)."""
+    if scale == "quadratic":
+        return toy.QUADRATIC.curvature_max
+    if scale == "bandit_gaussian_mean":
+        return toy.GAUSSIAN.curvature_max * (1 - 1 / toy.BANDIT_GROUP_SIZE)
+    return math.nan
+
+
+THEORY_NAMES = {"naive": "delayed GD a*(s) = 2 sin(pi/(2(2s+1))) / lambda_max",
+                "gac": "mean-field GAC limit 1/cos(pi/(2s+3)) / lambda_max (a lower bound, theory/README.md)"}
+
+
+def theory_step(method: str, staleness) -> np.ndarray:
+    """Theory's largest stable η·λ_max at each staleness: a*(s) (naive) or the mean-field GAC limit (gac)."""
+    s = np.atleast_1d(np.asarray(staleness))
+    if method == "naive":
+        return stability_boundary_closed_form(s)
+    return np.array([top_mode_limit(int(k))["a_max"] for k in s])
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+# ---------------------------------------------------------------------------------------------
+
+def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
+    """Every cell's per-seed boundaries on ``scale`` under ``criterion`` (JSON-able: lists); computed, not cached
+    (``run_scale`` caches it; a figure's unit is cached by the driver)."""
+    p = profile_of(profile)
+    if criterion not in CRITERIA:
+        raise ValueError(f"unknown criterion {criterion!r}; choose from {', '.join(CRITERIA)}")
+    evaluate, steps = evaluator(scale, p, criterion)
+    low, high = SEARCH_RANGE[scale]
+    found = search_boundaries(evaluate, len(cells()), p.seeds, low, high, p.grid_points, p.refinements)
+    return {"scale": scale, "criterion": criterion, "steps": steps, "seeds": p.seeds,
+            "cells": [list(c) for c in cells()],
+            **{name: getattr(found, name).tolist() for name in ("boundary", "low", "high", "censored_low",
+                                                                 "censored_high", "nonmonotone")}}
+
+
+def run_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
+    """``search_scale``, cached by profile and source."""
+    return cached_runs(f"staleness_lr_{scale}_{criterion}", profile, "cpu",
+                       lambda: search_scale(scale, profile, criterion))
+
+
+def table_rows(found: dict) -> list[dict]:
+    """COLUMNS rows of one scale's ``run_scale`` result."""
+    rows = []
+    lam = theory_curvature(found["scale"])
+    for index, (method, s) in enumerate(found["cells"]):
+        boundary = np.asarray(found["boundary"][index])
+        lo, hi = np.asarray(found["low"][index]), np.asarray(found["high"][index])
+        open_ = np.isfinite(hi) & (lo > 0)
+        rows.append({"scale": found["scale"], "criterion": found["criterion"], "method": method, "staleness": s,
+                     "max_stable_lr": float(stable_quorum(boundary)), "lr_all_seeds": float(boundary.min()),
+                     "lr_any_seed": float(boundary.max()), "seeds": found["seeds"],
+                     "seeds_censored_low": int(np.sum(found["censored_low"][index])),
+                     "seeds_censored_high": int(np.sum(found["censored_high"][index])),
+                     "seeds_nonmonotone": int(np.sum(found["nonmonotone"][index])),
+                     "bracket_ratio": float(np.max(hi[open_] / lo[open_])) if open_.any() else math.nan,
+                     "steps": found["steps"], "theory_lr": float(theory_step(method, s)[0] / lam),
+                     "theory": THEORY_NAMES[method] if math.isfinite(lam) else "none (no closed form)",
+                     "criterion_rule": criterion_rule(found["criterion"], found["steps"])})
+    return rows
+
+
+def fit_rows(found: dict) -> list[dict]:
+    """FIT_COLUMNS rows of one scale's ``run_scale`` result. A method with a cell whose max_stable_lr sits at the
+    search range's edge (censored: the boundary is beyond the range) gets no exponent (NaN): the edge is not a
+    measurement."""
+    rows = []
+    edges = SEARCH_RANGE[found["scale"]]
+    for method in METHODS:
+        index = [i for i, (m, _) in enumerate(found["cells"]) if m == method]
+        staleness = [found["cells"][i][1] for i in index]
+        boundaries = np.asarray([found["boundary"][i] for i in index])
+        quorum = stable_quorum(boundaries)
+        censored = int(np.sum(np.isin(quorum, edges)))
+        exponent, (low, high) = fit_exponent(staleness, quorum), bootstrap_exponent(staleness, boundaries)
+        if censored:
+            exponent = low = high = math.nan
+        rows.append({"scale": found["scale"], "criterion": found["criterion"], "method": method,
+                     "exponent": exponent, "exponent_low": low, "exponent_high": high, "cells_censored": censored,
+                     "theory_exponent": fit_exponent(staleness, theory_step(method, staleness)),
+                     "asymptotic_exponent": 1.0 if method == "naive" else 0.0, "theory": THEORY_NAMES[method],
+                     "staleness": " ".join(map(str, staleness)), "seeds": found["seeds"],
+                     "fit": f"least squares of log max_stable_lr on log s; {INTERVAL:.0%} percentile interval over "
+                            f"{BOOTSTRAP_RESAMPLES} seed resamples"})
+    return rows
+
+
+def law_tables(profile: str = "quick", scales: Sequence[str] = SCALES, criteria: Sequence[str] = CRITERIA,
+               log: Callable[..., None] | None = None) -> dict[str, list[dict]]:
+    """{"table": COLUMNS rows, "fit": FIT_COLUMNS rows} over ``scales`` × ``criteria`` (each search cached)."""
+    unknown = [s for s in scales if s not in SCALES] + [c for c in criteria if c not in CRITERIA]
+    if unknown:
+        raise ValueError(f"unknown scale(s) or criteria {unknown}; choose from {', '.join(SCALES + CRITERIA)}")
+    profile_of(profile)
+    found, start = [], time.perf_counter()
+    for scale in scales:
+        for criterion in criteria:
+            found.append(run_scale(scale, profile, criterion))
+            if log is not None:
+                log(f"[staleness_lr] {scale} {criterion} done ({time.perf_counter() - start:.0f} s)", flush=True)
+    return {"table": [row for f in found for row in table_rows(f)], "fit": [row for f in found for row in fit_rows(f)]}
+
+
+def fit_path(out: Path) -> Path:
+    """Where the fit table goes beside ``out``: NAME_fit.csv."""
+    return out.with_name(f"{out.stem}_fit.csv")
+
+
+@dataclass(frozen=True)
+class StalenessLRArgs:
+    """The staleness × step-size law at the toy scales: writes the max-stable-step table and the exponent fits."""
+
+    out: Path
+    """CSV of the table (atomically); the fits go beside it as NAME_fit.csv"""
+    profile: Literal["quick", "full"] = "quick"
+    """run sizes (``PROFILES``)"""
+    force: bool = False
+    """overwrite committed (git-tracked) CSVs with the quick profile"""
+
+
+def main(argv=None) -> int:
+    """``python -m experiments.staleness_lr --profile quick|full --out PATH.csv``"""
+    from experiments.outputs import check_output_files
+    from sim.record import write_records
+
+    args = tyro.cli(StalenessLRArgs, args=argv, prog="python -m experiments.staleness_lr")
+    try:
+        check_output_files(args.out, [args.out, fit_path(args.out)], args.profile, args.force)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    with one_thread():  # the grid's tensors are small: a second thread only spins on a shared machine
+        tables = law_tables(args.profile, log=print)
+    write_records(tables["table"], args.out, COLUMNS)
+    write_records(tables["fit"], fit_path(args.out), FIT_COLUMNS)
+    for row in tables["fit"]:
+        print(f"{row['scale']:<22} {row['criterion']:<9} {row['method']:<6} p = {row['exponent']:.3f} "
+              f"[{row['exponent_low']:.3f}, {row['exponent_high']:.3f}]  theory {row['theory_exponent']:.3f} "
+              f"(asymptotic {row['asymptotic_exponent']:g})")
+    print(f"wrote {args.out} and {fit_path(args.out)}")
+    return 0
+
+
+__all__ = ["search_boundaries", "stable_quorum", "fit_exponent", "bootstrap_exponent", "search_scale", "table_rows",
+           "fit_rows", "law_tables", "COLUMNS",
+           "FIT_COLUMNS", "STALENESS", "SCALES", "main"]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""The staleness × step-size law (experiments.staleness_lr): the boundary search on predicates with a known answer,
+on the deterministic delayed quadratic where a*(s) is exact, the exponent fit, and the command's checks."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments import staleness_lr as law
+from sim.quadratic import QuadraticProblem
+from theory.stability import stability_boundary
+
+DETERMINISTIC = QuadraticProblem(dim=1, condition_number=1.0, curvature_max=1.0, noise=0.0)
+"""x_{t+1} = x_t − η x_{t−s}: delayed GD on one direction, λ = 1, stable iff η < a*(s)."""
+DETERMINISTIC_STEPS = 300
+TOLERANCE = 0.03
+"""Largest relative distance allowed between the searched boundary and a*(s). Measured: 0.2–0.8 % at 500 steps (the
+run's transient makes the criterion err just below a*); the wrong formulas of ``WRONG`` miss by ≥ 4.7 % somewhere."""
+
+
+def fake_evaluator(truth: np.ndarray, hole: tuple[int, int, float, float] | None = None):
+    """Stable iff lr ≤ truth[cell, seed]; ``hole`` (cell, seed, lo, hi) makes that seed unstable on (lo, hi) too."""
+    calls = []
+
+    def evaluate(pairs):
+        calls.append(len(pairs))
+        out = np.array([[lr <= truth[c, k] for k in range(truth.shape[1])] for c, lr in pairs])
+        if hole is not None:
+            for i, (c, lr) in enumerate(pairs):
+                if c == hole[0] and hole[2] < lr < hole[3]:
+                    out[i, hole[1]] = False
+        return out
+    return evaluate, calls
+
+
+def test_search_brackets_each_seeds_known_boundary_to_the_bisection_resolution():
+    truth = np.array([[0.3, 0.31, 0.5], [2.2, 0.05, 1.0]])
+    evaluate, calls = fake_evaluator(truth)
+    found = law.search_boundaries(evaluate, 2, 3, 0.01, 4.0, grid_points=9, refinements=3, refine_points=8)
+    assert np.all(found.low <= truth) and np.all(truth < found.high)
+    grid_ratio = (4.0 / 0.01) ** (1 / 8)
+    assert np.all(found.high / found.low <= grid_ratio ** (1 / 9**3) * (1 + 1e-9))  # each zoom: 8 points, 9 parts
+    assert np.allclose(found.boundary, truth, rtol=grid_ratio ** (1 / 9**3) - 1)
+    assert not (found.censored_low.any() or found.censored_high.any() or found.nonmonotone.any())
+    assert calls[0] == 2 * 9 and len(calls) == 4  # one grid call, then one call per zoom
+    assert calls[1] == 8 * 5  # 8 points per distinct bracket: 0.3 and 0.31 share one grid bracket, 5 brackets
+
+
+def test_search_marks_censored_and_nonmonotone_seeds_instead_of_clipping_them():
+    truth = np.array([[0.001, 9.0, 1.0]])
+    evaluate, _ = fake_evaluator(truth, hole=(0, 2, 0.02, 0.1))  # seed 2 also unstable at small steps (GAC's case)
+    found = law.search_boundaries(evaluate, 1, 3, 0.01, 4.0, grid_points=12, refinements=2)
+    assert found.censored_low.tolist() == [[True, False, False]] and found.boundary[0, 0] == 0.01
+    assert found.censored_high.tolist() == [[False, True, False]] and found.boundary[0, 1] == 4.0
+    assert found.nonmonotone.tolist() == [[False, False, True]]
+    assert found.low[0, 2] <= 1.0 < found.high[0, 2] < 1.02  # the largest stable step is still found above the hole
+
+
+def test_search_refuses_a_bad_range_before_evaluating_anything():
+    evaluate, calls = fake_evaluator(np.ones((1, 1)))
+    for low, high in ((0.0, 1.0), (2.0, 1.0)):
+        with pytest.raises(ValueError, match="0 < low < high"):
+            law.search_boundaries(evaluate, 1, 1, low, high, 8, 2)
+    with pytest.raises(ValueError, match="refine_points >= 1"):
+        law.search_boundaries(evaluate, 1, 1, 0.1, 1.0, 8, 2, refine_points=0)
+    assert calls == []
+
+
+@pytest.fixture(scope="module")
+def delayed_gd_boundaries() -> np.ndarray:
+    """The search through the real simulator on the deterministic delayed quadratic, naive at every STALENESS."""
+    cells = [("naive", s) for s in law.STALENESS]
+    evaluate = law.quadratic_evaluator(DETERMINISTIC, DETERMINISTIC_STEPS, 1, cells)
+    found = law.search_boundaries(evaluate, len(cells), 1, 0.02, 3.0, grid_points=8, refinements=2, refine_points=8)
+    assert not (found.censored_low.any() or found.censored_high.any() or found.nonmonotone.any())
+    return found.boundary[:, 0]
+
+
+def worst_relative_error(found: np.ndarray) -> float:
+    theory = law.theory_step("naive", law.STALENESS) / DETERMINISTIC.curvature_max
+    return float(np.max(np.abs(found / theory - 1)))
+
+
+def test_search_finds_delayed_gd_boundary_a_star_on_the_deterministic_quadratic(delayed_gd_boundaries):
+    assert worst_relative_error(delayed_gd_boundaries) < TOLERANCE
+    roots = np.array([stability_boundary(s) for s in law.STALENESS])  # independent of the closed form: the roots
+    assert np.max(np.abs(delayed_gd_boundaries / roots - 1)) < TOLERANCE
+
+
+WRONG = {"asymptotic pi/(2s+1)": lambda s: np.pi / (2 * np.asarray(s, dtype=float) + 1),
+         "2s+2 for 2s+1": lambda s: 2 * np.sin(np.pi / (2 * (2 * np.asarray(s, dtype=float) + 2))),
+         "1/s law": lambda s: 1 / np.asarray(s, dtype=float)}
+
+
+@pytest.mark.parametrize("name", WRONG)
+def test_a_wrong_boundary_formula_patched_in_fails_the_comparison(delayed_gd_boundaries, monkeypatch, name):
+    monkeypatch.setattr(law, "stability_boundary_closed_form", WRONG[name])
+    assert worst_relative_error(delayed_gd_boundaries) > TOLERANCE
+
+
+def test_exponent_fit_recovers_a_power_law_and_theorys_exponent_over_one_to_sixteen():
+    s = np.array(law.STALENESS, dtype=float)
+    assert law.fit_exponent(s, 3.0 * s**-0.7) == pytest.approx(0.7)
+    theory = law.fit_exponent(s, law.theory_step("naive", s))
+    assert 0.8 < theory < 1.0  # a*(1) = 1 but a*(s) → π/(2s): the finite range bends the fit below 1
+    assert law.fit_exponent(s, np.pi / (2 * s)) == pytest.approx(1.0)
+    assert law.fit_exponent(s, law.theory_step("gac", s)) < 0.1  # mean-field GAC: 1/cos(π/(2s+3)) → 1
+
+
+def test_quorum_and_bootstrap_interval_over_seeds():
+    assert law.stable_quorum(np.array([4.0, 1.0, 3.0, 2.0])) == 3.0  # stable on ≥ 2 of 4 seeds
+    assert law.stable_quorum(np.array([5.0, 1.0, 3.0])) == 3.0  # ≥ 2 of 3
+    rng = np.random.default_rng(1)
+    s = np.array(law.STALENESS, dtype=float)
+    boundaries = (2.0 * s**-0.9)[:, None] * np.exp(0.05 * rng.standard_normal((len(s), 8)))
+    low, high = law.bootstrap_exponent(s, boundaries, resamples=500)
+    assert low < law.fit_exponent(s, law.stable_quorum(boundaries)) < high
+    assert 0.8 < low < high < 1.0
+    flat = np.tile((2.0 * s**-0.9)[:, None], (1, 8))  # no spread over seeds: no width
+    assert law.bootstrap_exponent(s, flat, resamples=50) == pytest.approx((0.9, 0.9))
+
+
+def test_criteria_judge_a_run_by_divergence_and_by_progress():
+    gap, diverged = np.array([0.1, 0.6, 0.1, math.nan]), np.array([False, False, True, False])
+    assert law.stability_of(gap, 1.0, diverged, "progress").tolist() == [True, False, False, False]
+    assert law.stability_of(gap, 1.0, diverged, "finite").tolist() == [True, True, False, True]
+    with pytest.raises(ValueError, match="unknown criterion"):
+        law.stability_of(gap, 1.0, diverged, "bounded")
+
+
+def test_smoke_tables_have_every_cell_and_the_documented_columns():
+    tables = law.law_tables("smoke", scales=("quadratic", "bandit_gaussian"), criteria=("progress",))
+    assert [tuple(r) for r in tables["table"]] == [law.COLUMNS] * len(tables["table"])
+    cells = {(r["scale"], r["method"], r["staleness"]) for r in tables["table"]}
+    assert cells == {(sc, m, s) for sc in ("quadratic", "bandit_gaussian") for m in law.METHODS for s in law.STALENESS}
+    assert all(r["lr_all_seeds"] <= r["max_stable_lr"] <= r["lr_any_seed"] for r in tables["table"])
+    quad = [r for r in tables["table"] if r["scale"] == "quadratic" and r["method"] == "naive"]
+    assert [r["theory_lr"] for r in quad] == pytest.approx(law.stability_boundary_closed_form(law.STALENESS))
+    assert all(math.isnan(r["theory_lr"]) for r in tables["table"] if r["scale"] == "bandit_gaussian")
+    assert [(r["scale"], r["method"]) for r in tables["fit"]] == [(sc, m) for sc in ("quadratic", "bandit_gaussian")
+                                                                 for m in law.METHODS]
+
+
+@pytest.mark.parametrize("out, message", [("table.txt", "must name a .csv"), ("a_file/t.csv", "is a file"),
+                                          ("a_folder.csv", "is a folder")])
+def test_command_refuses_bad_output_before_any_run(out, message, tmp_path, monkeypatch, capsys):
+    (tmp_path / "a_file").write_text("not a folder")
+    (tmp_path / "a_folder.csv").mkdir()
+    monkeypatch.setattr(law, "law_tables", lambda *a, **k: pytest.fail("ran before checking its output"))
+    with pytest.raises(SystemExit) as exit_info:
+        law.main(["--out", str(tmp_path / out)])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_command_will_not_overwrite_the_committed_table_with_the_quick_profile(monkeypatch, capsys):
+    monkeypatch.setattr(law, "law_tables", lambda *a, **k: pytest.fail("ran before checking its output"))
+    monkeypatch.setattr("experiments.outputs.git_tracked", lambda path: True)
+    with pytest.raises(SystemExit):
+        law.main(["--out", "docs/data/staleness_lr_scaling.csv", "--profile", "quick"])
+    assert "committed data" in capsys.readouterr().err
+
+
+def test_committed_table_and_fits_agree_with_each_other_and_with_theory():
+    """docs/data/staleness_lr_scaling{,_fit}.csv (full profile): the documented columns, every fitted exponent
+    recomputed from the table's max_stable_lr, theory's from its formula, and naive's boundary on the quadratic at
+    a*(s) (within the finite-run excess the README explains: at most 5 %)."""
+    import pandas as pd
+
+    data = Path(__file__).resolve().parents[2] / "docs" / "data"
+    table = pd.read_csv(data / "staleness_lr_scaling.csv")
+    fits = pd.read_csv(data / "staleness_lr_scaling_fit.csv")
+    assert tuple(table.columns) == law.COLUMNS and tuple(fits.columns) == law.FIT_COLUMNS
+    assert len(table) == len(law.SCALES) * len(law.CRITERIA) * len(law.METHODS) * len(law.STALENESS)
+    for fit in fits.itertuples():
+        rows = table[(table.scale == fit.scale) & (table.criterion == fit.criterion) & (table.method == fit.method)]
+        rows = rows.sort_values("staleness")
+        assert fit.theory_exponent == pytest.approx(law.fit_exponent(rows.staleness, law.theory_step(fit.method,
+                                                                                                   rows.staleness)))
+        if fit.cells_censored:
+            assert math.isnan(fit.exponent)
+            continue
+        assert fit.exponent == pytest.approx(law.fit_exponent(rows.staleness, rows.max_stable_lr), abs=1e-9)
+        assert fit.exponent_low <= fit.exponent <= fit.exponent_high
+    naive = table[(table.scale == "quadratic") & (table.criterion == "progress") & (table.method == "naive")]
+    assert np.all((naive.max_stable_lr / naive.theory_lr).between(0.98, 1.05))
