@@ -18,7 +18,6 @@ import contextlib
 import functools
 import hashlib
 import json
-import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -121,7 +120,7 @@ def cached(kind: str, config: dict, compute: Callable[[], Any], force: bool = Fa
 
     A corrupt entry (truncated JSON, missing key) counts as missing: it is recomputed and rewritten atomically.
     """
-    force = force or os.environ.get("GAC_LAB_FORCE") == "1"
+    force = force or paths.force_recompute()
     stored = _MISSING if force else _read(cache_path(kind, config))
     if stored is not _MISSING:
         return stored

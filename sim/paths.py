@@ -1,4 +1,4 @@
-"""Where gac-lab writes by default, decided in one place (and the environment variables that move it read here).
+"""Where gac-lab writes by default, decided in one place, and the one module that reads gac-lab's environment variables.
 
 Run from inside a source checkout (the package folders beside ``pyproject.toml``, the working folder in it), the
 defaults are the checkout's own folders, as the README describes: warm starts in ``runs/``, the run cache in
@@ -6,7 +6,9 @@ defaults are the checkout's own folders, as the README describes: warm starts in
 into site-packages, or a checkout used from another folder — nothing is written next to the code: the caches go to
 the user's cache folder (``platformdirs.user_cache_dir("gac-lab")``, e.g. ``~/.cache/gac-lab`` on Linux) and the
 figures to ``paper_figs/out/`` under the current folder. ``GAC_LAB_RUNS`` and ``GAC_LAB_CACHE`` override the two
-caches; ``--out`` the figures.
+caches; ``--out`` the figures. ``GAC_LAB_FORCE=1`` recomputes cached results (``force_recompute``) and
+``GAC_LAB_JOBS`` sets the worker count of the run graph (``jobs_setting``). Each is read when asked for, never at
+import, so a worker process started later reads the same value as its parent.
 """
 
 from __future__ import annotations
@@ -56,3 +58,13 @@ def figures_dir() -> Path:
     """Where figures go without ``--out``: the checkout's ``paper_figs/out``, else ``./paper_figs/out``."""
     root = checkout()
     return (root or Path.cwd()) / "paper_figs" / "out"
+
+
+def force_recompute() -> bool:
+    """Whether ``GAC_LAB_FORCE=1`` asks every cached result to be recomputed."""
+    return os.environ.get("GAC_LAB_FORCE") == "1"
+
+
+def jobs_setting() -> str:
+    """``GAC_LAB_JOBS`` as written (stripped; "" when unset): the worker count asked for, checked by the caller."""
+    return os.environ.get("GAC_LAB_JOBS", "").strip()
