@@ -17,6 +17,7 @@ import contextlib
 import logging
 import secrets
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -63,12 +64,13 @@ def probe(folders: dict[str, str], token: str) -> dict[str, Any]:
         except OSError:
             seen[name] = False
     return {"node": _node(), "code": cache.code_fingerprint(), "runs": str(paths.runs_dir().resolve()),
-            "seen": seen}
+            "cache": str(Path(cache.CACHE_DIR).resolve()), "seen": seen}
 
 
 def check_nodes(reports: list[dict[str, Any]], code: str, folders: dict[str, str], runs: str) -> None:
     """One-line ValueError naming the first node whose ``probe`` report differs from this process (``code``,
-    ``runs``: the warm-start folder) or that cannot read a shared folder; nothing when every node agrees."""
+    ``runs``: the warm-start folder; its own run cache, which a task that runs a protocol of runs itself, the full
+    verdict, reads: the ``run cache`` folder) or that cannot read a shared folder; nothing when every node agrees."""
     for report in reports:
         node = report["node"]
         if report["code"] != code:
@@ -79,6 +81,9 @@ def check_nodes(reports: list[dict[str, Any]], code: str, folders: dict[str, str
                 raise ValueError(f"--executor ray: node {node} cannot read the {name} folder {folders[name]} that "
                                  f"this process writes: put it on storage every node mounts at the same path "
                                  f"(GAC_LAB_CACHE, GAC_LAB_RUNS)")
+        if report.get("cache", folders["run cache"]) != folders["run cache"]:
+            raise ValueError(f"--executor ray: node {node} keeps its run cache in {report['cache']}, this process "
+                             f"in {folders['run cache']}: set GAC_LAB_CACHE to the same shared folder on every node")
         if report["runs"] != runs:
             raise ValueError(f"--executor ray: node {node} keeps warm starts in {report['runs']}, this process in "
                              f"{runs}: set GAC_LAB_RUNS to the same shared folder on every node")
@@ -171,3 +176,24 @@ def _checked_cluster(ray, address: str | None, folders: dict[str, Path], log) ->
     log(f"[cluster] Ray: {where}, {len(nodes)} node(s), {cpus} CPUs; code and folders checked on every node",
         flush=True)
     return Cluster(where, cpus, len(nodes), lambda jobs: RayExecutor(ray, remote, code))
+
+
+MIN_NESTED_CPUS = 2
+"""A Ray task that sends runs of its own to the cluster holds one CPU while it waits for them: it does so only on a
+cluster with at least this many, so that one is left for them."""
+
+
+def current() -> Cluster | None:
+    """The Ray cluster this process is connected to (a driver inside ``connect``, or a Ray worker: a unit that runs
+    a protocol of runs itself, the full profile's verdict, sends them there as tasks of their own, which the cluster
+    then schedules beside everyone else's instead of a second process pool on the worker's node); None when it is
+    not connected, or the cluster has fewer than MIN_NESTED_CPUS CPUs (the runs then go to the local pool)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    if cpus < MIN_NESTED_CPUS:
+        return None
+    remote, code = ray.remote(num_cpus=1)(checked_call), cache.code_fingerprint()
+    return Cluster("the cluster this process is connected to", cpus, len(ray.nodes()),
+                   lambda jobs: RayExecutor(ray, remote, code))

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from experiments import cache
+from experiments import cache, cluster
 from experiments.aggregate import measured, seed_std
 from experiments.pool import Task, run_tasks
 from sim.llm.batched import batch_key, train_batch
@@ -377,10 +377,16 @@ def unit_tasks(units: list[cache.Unit], folder: Path, force: bool = False) -> tu
 def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int | None = None,
                name: str = "llm sweep") -> list[tuple[Run, dict]]:
     """Every run of ``runs`` with its result (cached; missing runs are computed ``jobs`` at a time, longest first,
-    each after its warm start; see ``unit_tasks``). For the experiments' own command lines; the figures go through
-    ``python -m paper_figs``, which computes every figure's runs in one graph."""
+    each after its warm start; see ``unit_tasks``). For the experiments' own command lines and the full verdict's
+    protocol; the figures go through ``python -m paper_figs``, which computes every figure's runs in one graph.
+
+    In a process connected to a Ray cluster (``experiments.cluster.current``: a Ray worker computing the full
+    verdict's unit) the runs go to that cluster as tasks of their own, ``jobs`` (default: its CPUs) at a time;
+    elsewhere to the local process pool (``default_jobs``)."""
     units = [run_unit(r) for r in runs]
-    jobs = default_jobs(largest_size(units), device=device) if jobs is None else jobs
+    ray_cluster = cluster.current()
+    if jobs is None:
+        jobs = default_jobs(largest_size(units), device=device) if ray_cluster is None else ray_cluster.cpus
     results, tasks = unit_tasks(units, cache.CACHE_DIR)
     start, done, total = time.perf_counter(), len(results), len({u.name for u in units})
 
@@ -393,7 +399,7 @@ def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int |
             log(f"[{name} {done}/{total}] {a.run_method} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
                 f"{value['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.0f} s elapsed)")
 
-    run_tasks(tasks, jobs, report)
+    run_tasks(tasks, jobs, report, None if ray_cluster is None else ray_cluster.executor)
     return [(r, results[u.name]) for r, u in zip(runs, units, strict=True)]
 
 
