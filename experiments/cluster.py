@@ -28,6 +28,9 @@ from experiments import cache
 from sim import paths
 
 INSTALL_HINT = "pip install -e '.[cluster]'"
+START_ATTEMPTS = 2
+"""Tries to start a local cluster: Ray waits a fixed 30 s for its node's processes to register (and its raylet
+~15 s for its agent), which a machine loaded far past its cores can miss (seen here at load average 7-12)."""
 PROBE_FILE = ".gac-lab-cluster-probe"
 """The file ``connect`` writes into each shared folder for the nodes to read back (removed after the check)."""
 
@@ -136,14 +139,20 @@ def connect(address: str | None = None, cache_folder: Path | None = None, cpus: 
     ray = _import_ray()
     folders = {"run cache": Path(cache.CACHE_DIR if cache_folder is None else cache_folder).resolve(),
                "warm-start": paths.runs_dir().resolve()}
-    try:
-        ray.init(address="local" if address is None else address, num_cpus=cpus if address is None else None,
-                 include_dashboard=False, logging_level=logging.ERROR, log_to_driver=True)
-    except Exception as err:  # ConnectionError, ValueError, RuntimeError: Ray's own, often over many lines
-        ray.shutdown()  # whatever it started before failing
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        where = f"at {address}" if address else "here (a local one)"
-        raise ValueError(f"--executor ray: could not start or reach a Ray cluster {where}: {reason}") from None
+    for attempt in range(START_ATTEMPTS if address is None else 1):
+        try:
+            ray.init(address="local" if address is None else address, num_cpus=cpus if address is None else None,
+                     include_dashboard=False, logging_level=logging.ERROR, log_to_driver=True)
+            break
+        except Exception as err:  # ConnectionError, ValueError, RuntimeError: Ray's own, often over many lines
+            ray.shutdown()  # whatever it started before failing
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            if address is None and "timed out during startup" in reason and attempt + 1 < START_ATTEMPTS:
+                log(f"[cluster] the local Ray cluster missed Ray's start-up wait ({reason}); starting it again",
+                    flush=True)
+                continue
+            where = f"at {address}" if address else "here (a local one)"
+            raise ValueError(f"--executor ray: could not start or reach a Ray cluster {where}: {reason}") from None
     try:
         yield _checked_cluster(ray, address, folders, log)
     finally:

@@ -2,7 +2,10 @@
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -15,3 +18,20 @@ def test_pipeline_benchmark_smoke_run(tmp_path):
     assert last.startswith("fig4_stability_region figures, empty cache:")
     assert "s wall" in last and "cores × wall" in last and "target" not in last  # a smoke run has no target
     assert (tmp_path / "fig4_stability_region.csv").stat().st_size > 0
+
+
+def test_pipeline_plan_counts_each_shared_unit_once_and_finds_duplicate_training():
+    from benchmarks import pipeline
+
+    table = pipeline.plan(["fig5_llm_grpo", "fig9_early_warning"], log=lambda *a: None)
+    fig5, fig9, both = table["fig5_llm_grpo"], table["fig9_early_warning"], table["all"]
+    assert fig5["shared"] == fig5["grpo"] > 0  # fig9 reads every run of fig5's sweep
+    assert both["units"] == fig9["units"] and both["core_s"] == pytest.approx(fig9["core_s"])  # fig5's counted once
+    assert both["core_s"] < fig5["core_s"] + fig9["core_s"]
+    # two runs that differ only in their evaluation schedule train the same policy
+    from experiments import llm
+
+    run = llm.sweep("quick")[0]
+    twin = llm.Run(replace(run.args, eval_every=run.args.eval_every * 2), run.roles)
+    keys = {pipeline._training_key(llm.run_unit(r)) for r in (run, twin)}
+    assert len(keys) == 1 and llm.run_unit(run).name != llm.run_unit(twin).name
