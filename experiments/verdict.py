@@ -14,6 +14,7 @@ reporting or the controls, so a long run can be committed in parts.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from typing import Literal
 import numpy as np
 import tyro
 
+from experiments import cluster
 from experiments.llm import Run, dry_run_args, results_of
 from experiments.signature import config_args
 from sim.stabilizers import gac_config, parse_method
@@ -185,7 +187,8 @@ def robust_range(scores: dict[float, float], within: float = 0.1) -> tuple[float
     return lrs[lo], lrs[hi]
 
 
-def tune(profile: Profile, arms: dict[str, Arm], device: str = "cpu", log=print, max_rounds: int = 4) -> list[dict]:
+def tune(profile: Profile, arms: dict[str, Arm], device: str = "cpu", log=print, max_rounds: int = 4,
+         jobs: int | None = None) -> list[dict]:
     """Tuning rows (arm, lr, score, …) on the tuning warm start: the start grid, then widened at an edge best."""
     tried: dict[str, dict[float, tuple[Run, dict]]] = {name: {} for name in arms}
     pending = {name: list(profile.start_lrs) for name in arms}
@@ -194,7 +197,7 @@ def tune(profile: Profile, arms: dict[str, Arm], device: str = "cpu", log=print,
                     (name,)) for name, lrs in pending.items() for lr in lrs]
         if not runs:
             break
-        for item, result in results_of(runs, device, log, name="verdict tuning"):
+        for item, result in results_of(runs, device, log, jobs, name="verdict tuning"):
             tried[item.roles[0]][item.args.lr] = (item, result)
         pending = {}
         for name, done in tried.items():
@@ -373,8 +376,9 @@ def dry_run_profile(profile: Profile) -> Profile:
 
 
 def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: str = "all",
-            dry_run: bool = False) -> dict[str, list[dict]]:
-    """Every stage of the protocol (cached runs): {"tuning", "runs", "table"} rows."""
+            dry_run: bool = False, jobs: int | None = None) -> dict[str, list[dict]]:
+    """Every stage of the protocol (cached runs, ``jobs`` at a time: ``experiments.llm.results_of``): {"tuning",
+    "runs", "table"} rows."""
     if profile_name not in PROFILES:
         raise ValueError(f"unknown profile {profile_name!r}; choose from {', '.join(PROFILES)}")
     profile = PROFILES[profile_name]
@@ -384,9 +388,9 @@ def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: 
         profile = dry_run_profile(profile)
     arms = {name: ARMS[name] for name in profile.arms}
     if profile.tune:
-        tuning_rows = tune(profile, arms, device, log)
+        tuning_rows = tune(profile, arms, device, log, jobs=jobs)
         combos = combination_arms(tuning_rows)
-        tuning_rows += tune(profile, combos, device, log)
+        tuning_rows += tune(profile, combos, device, log, jobs=jobs)
         arms.update(combos)
     else:
         tuning_rows = []
@@ -398,7 +402,7 @@ def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: 
     def rows_of(runs):
         runs = [Run(dry_run_args(r.args), r.roles) for r in runs] if dry_run else runs
         return [{**run_row(item.roles[0], item.roles[1], item, res), "code": commit}
-                for item, res in results_of(runs, device, log, name="verdict")]
+                for item, res in results_of(runs, device, log, jobs, name="verdict")]
 
     rows = rows_of(reporting_runs(profile, arms, lrs, device=device))
     if stage != "reporting" and profile.tune:
@@ -432,6 +436,13 @@ class VerdictArgs:
     """cpu, cuda or cuda:N"""
     force: bool = False
     """overwrite committed (git-tracked) CSVs with a profile other than full"""
+    jobs: int | None = None
+    """runs at once (default: experiments.llm.default_jobs, from the cores and the memory; with --executor ray, the
+    cluster's CPUs)"""
+    executor: Literal["local", "ray"] = "local"
+    """where the runs are computed: local worker processes, or a Ray cluster (pip install -e '.[cluster]')"""
+    address: str | None = None
+    """with --executor ray: the cluster to join (host:port, or auto); default: a local cluster for this command"""
 
 
 OUTPUT_SUFFIXES = ("", "_tuning", "_runs", "_controls")
@@ -457,10 +468,21 @@ def main(argv=None) -> int:
                            args.force)
         if args.profile == "gpu" and not args.device.startswith("cuda"):
             raise ValueError("profile gpu needs --device cuda (the 25M model); use quick or full on the CPU")
+        if args.jobs is not None and args.jobs < 1:
+            raise ValueError(f"--jobs must be a whole number of runs at once >= 1, got {args.jobs}")
+        if args.address is not None and args.executor != "ray":
+            raise ValueError("--address names a Ray cluster: give it with --executor ray")
     except ValueError as err:
         print(f"python -m experiments.verdict: error: {err}", file=sys.stderr)
         return 2
-    result = verdict(args.profile, args.device, lambda *a: print(*a, flush=True), args.stage)
+    with contextlib.ExitStack() as stack:
+        if args.executor == "ray":  # connected and checked before any run; results_of then sends the runs there
+            try:
+                stack.enter_context(cluster.connect(args.address))
+            except ValueError as err:
+                print(f"python -m experiments.verdict: error: {err}", file=sys.stderr)
+                return 2
+        result = verdict(args.profile, args.device, lambda *a: print(*a, flush=True), args.stage, jobs=args.jobs)
     tables = {"_tuning": result["tuning"], "_runs": result["runs"], "": result["table"] if result["runs"] else [],
               "_controls": control_differences(result["runs"]) if result["runs"] else []}
     written = []

@@ -165,3 +165,30 @@ def test_progress_scales_the_estimated_work_left_by_the_speed_so_far():
     assert progress.line() == "15 s elapsed, 75% of the estimated work, ~5 s left"
     progress.done(tasks[1])
     assert progress.eta_s() == 0.0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--jobs", "0"], "--jobs must be a whole number of runs at once >= 1, got 0"),
+    (["--address", "auto"], "--address names a Ray cluster: give it with --executor ray"),
+])
+def test_the_verdict_command_refuses_bad_jobs_and_a_lone_address_before_any_run(argv, message, tmp_path, monkeypatch,
+                                                                                capsys):
+    from experiments import verdict
+
+    monkeypatch.setattr(verdict, "verdict", lambda *a, **k: pytest.fail("a run started"))
+    assert verdict.main([*argv, "--out", str(tmp_path / "v.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_the_verdict_command_hands_its_jobs_to_the_protocol(tmp_path, monkeypatch):
+    from experiments import verdict
+
+    calls = []
+    row = {"arm": "sync", "final_accuracy": 0.5}
+    monkeypatch.setattr(verdict, "verdict", lambda *a, **k: calls.append(k) or {"tuning": [], "runs": [row],
+                                                                                "table": [row]})
+    monkeypatch.setattr(verdict, "control_differences", lambda rows: [])
+    monkeypatch.setattr(verdict, "drift_correlation", lambda rows: (0.0, 0))
+    assert verdict.main(["--jobs", "3", "--out", str(tmp_path / "v.csv")]) == 0
+    assert calls == [{"jobs": 3}]
