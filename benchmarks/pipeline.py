@@ -8,11 +8,11 @@ Run: ``python -m benchmarks.pipeline [--figures all|first-release] [--keep DIR] 
 (all twelve figures: 2161 s wall and 3522 CPU-s from an empty cache on 2 cores at bf19d96, with other work on the
 machine; ``first-release`` is fig1–fig7 and figs1).
 
-``--plan`` computes nothing: it declares the figures' units (as ``python -m paper_figs`` does) and prints where the
-CPU goes by the cost estimates the scheduler orders the work with (``Unit.cost``: estimated seconds on one core):
-per figure its distinct units, GRPO runs, estimated core-seconds and how many of its units another figure shares,
-then the GRPO runs that train the same policy under different cache keys (equal in every argument but what they
-measure on the way: ``MEASURE_ONLY``), which one run could serve, and the biggest units.
+``--plan`` computes nothing: it runs ``python -m paper_figs NAMES --profile quick --plan``, which declares the
+figures' units and prints where the CPU goes by the cost estimates the scheduler orders the work with
+(``paper_figs.driver.plan``): per figure its distinct units, GRPO runs, estimated core-seconds and how many of its
+units another figure shares, then the GRPO runs that train the same policy under different cache keys, and the
+biggest units.
 """
 
 from __future__ import annotations
@@ -38,47 +38,6 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def plan(names: list[str], profile: str = "quick", log=print) -> dict[str, dict[str, float]]:
-    """Per figure of ``names`` (figure names, or "all"): {"units", "grpo", "core_s", "shared"} by the cost estimates,
-    plus "all" (every distinct unit once), logged as a table with the duplicate check and the biggest units."""
-    from collections import Counter
-
-    from paper_figs.driver import FIGURES, FigureArgs, declare
-
-    figures = tuple(FIGURES) if "all" in names else tuple(names)
-    declared = declare(FigureArgs(names=figures, profile=profile))
-    owners = Counter(name for units in declared.values() for name in {u.name for u in units})
-    table = {}
-    for figure, units in declared.items():
-        mine = {u.name: u for u in units}.values()
-        table[figure] = {"units": len(mine), "grpo": sum(u.kind == "llm_grpo" for u in mine),
-                         "core_s": sum(u.cost for u in mine), "shared": sum(owners[u.name] > 1 for u in mine)}
-    every = {u.name: u for units in declared.values() for u in units}.values()
-    table["all"] = {"units": len(every), "grpo": sum(u.kind == "llm_grpo" for u in every),
-                    "core_s": sum(u.cost for u in every), "shared": sum(owners[u.name] > 1 for u in every)}
-    log(f"{'figure':<26} {'units':>6} {'GRPO':>5} {'est. core-s':>12} {'shared':>7}")
-    for figure, row in table.items():
-        log(f"{figure:<26} {row['units']:>6} {row['grpo']:>5} {row['core_s']:>12.0f} {row['shared']:>7}")
-    same = Counter(_training_key(u) for u in every if u.kind == "llm_grpo")
-    log(f"GRPO runs that train the same policy as another under a different key (differing only in "
-        f"{', '.join(MEASURE_ONLY)}): {sum(n - 1 for n in same.values())}")
-    for u in sorted(every, key=lambda u: -u.cost)[:5]:
-        log(f"  biggest: {u.kind} {u.cost:.0f} est. core-s ({', '.join(f for f, us in declared.items() if u in us)})")
-    return table
-
-
-MEASURE_ONLY = ("eval_every", "eval_problems", "snr_every")
-"""Run arguments that set what a GRPO run measures on the way (evaluation and SNR-probe schedules), not the policy
-it trains."""
-
-
-def _training_key(unit) -> str:
-    """A GRPO unit's cache key without ``MEASURE_ONLY``: runs with equal ones train the same policy."""
-    import json
-
-    return json.dumps({k: v for k, v in unit.key.items() if k not in MEASURE_ONLY}, sort_keys=True, default=str)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--figures", choices=sorted(TARGET_S), default="all")
@@ -88,9 +47,8 @@ def main(argv=None) -> int:
                         help="compute nothing: where the CPU goes by the cost estimates, per figure")
     args = parser.parse_args(argv)
     names = args.names or (["all"] if args.figures == "all" else list(FIRST_RELEASE))
-    if args.plan:
-        plan(names)
-        return 0
+    if args.plan:  # the figures' declarations live in paper_figs, which benchmarks do not import
+        return subprocess.run([sys.executable, "-m", "paper_figs", *names, "--profile", "quick", "--plan"]).returncode
     with tempfile.TemporaryDirectory(prefix="gac-lab-pipeline-") as tmp:
         out = args.keep or Path(tmp) / "out"
         env = {**os.environ, "GAC_LAB_CACHE": f"{tmp}/cache", "GAC_LAB_RUNS": f"{tmp}/runs"}

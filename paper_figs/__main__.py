@@ -16,7 +16,7 @@ import tyro
 from experiments import cache, cluster
 from experiments.llm import default_jobs, largest_size
 from paper_figs.common import STYLES
-from paper_figs.driver import DRY_RUN_DIR, FIGURES, LLM_FIGURES, TALK_DIR, FigureArgs, declare, make_figures
+from paper_figs.driver import DRY_RUN_DIR, FIGURES, LLM_FIGURES, TALK_DIR, FigureArgs, declare, make_figures, plan
 from sim.record import check_output_dir, one_line_os_error
 
 
@@ -82,6 +82,9 @@ def parse_args(argv=None) -> FigureArgs:
 def main(argv=None) -> int:
     args = parse_args(argv)
     declared = declare(args)
+    if args.plan:
+        plan(declared)
+        return 0
     with contextlib.ExitStack() as stack:
         executor = None
         try:
