@@ -25,7 +25,6 @@ from typing import Literal
 import numpy as np
 import tyro
 
-from experiments import cluster
 from experiments.llm import Run, dry_run_args, results_of
 from experiments.signature import config_args
 from sim.stabilizers import gac_config, parse_method
@@ -458,6 +457,7 @@ def default_out(profile: str) -> Path:
 
 
 def main(argv=None) -> int:
+    from experiments import cluster
     from experiments.outputs import check_output_files
     from sim.record import one_line_os_error, write_records
 
