@@ -254,8 +254,11 @@ def default_jobs(size: str = "small", jobs: int | None = None, device: str = "cp
 STEP_SECONDS = {"tiny": 0.05, "small": 0.19, "cpu": 0.4, "gpu": 0.5}
 """Rough CPU seconds per RL step by model size (quick-profile runs on this project's 2-core machine: small 80 steps
 ≈ 15 s, tiny 40 steps ≈ 2 s). They only order the work of ``run_tasks``; a wrong value costs time, not results."""
-WARM_START_SECONDS = {"tiny": 5.0}
-"""Rough seconds to train a warm start (small: 35 s for 2 digits, 46 s for 3); the same use as STEP_SECONDS."""
+WARM_START_SECONDS = {"tiny": 5.0, "small": 150.0}
+"""Rough seconds to train a warm start; the same use as STEP_SECONDS, and the progress line's seconds left
+(``experiments.pool.Progress``) start from them. small: the testbed's plateau-trained warm starts took 144–164 s each
+in the quick pipeline (two at a time on 2 cores, load average 3, 2026-12-04; the 35–46 s measured before the testbed
+made the first ETA of that run 3× too long)."""
 
 
 def estimated_seconds(args: Args) -> float:
