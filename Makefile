@@ -9,7 +9,8 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# CPU build of torch (on this project's machines it lies on local disk); any torch>=2.4 works.
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[research,trl,tensorboard,dev]"
+	# cluster (Ray) too: tests/sim/test_cluster.py checks on a local 2-CPU cluster that --executor ray writes the same CSVs
+	$(BIN)/pip install -q -e ".[research,trl,tensorboard,cluster,dev]"
 	touch $@
 
 .PHONY: install figures test lint mutation mutation-sample

@@ -7,6 +7,12 @@ cores): 1.0 means no core ever waited, which is the most a scheduler can give on
 Run: ``python -m benchmarks.pipeline [--figures all|first-release] [--keep DIR] [NAME ...]`` from the repository root
 (all twelve figures: 2161 s wall and 3522 CPU-s from an empty cache on 2 cores at bf19d96, with other work on the
 machine; ``first-release`` is fig1–fig7 and figs1).
+
+``--plan`` computes nothing: it runs ``python -m paper_figs NAMES --profile quick --plan``, which declares the
+figures' units and prints where the CPU goes by the cost estimates the scheduler orders the work with
+(``paper_figs.driver.plan``): per figure its distinct units, GRPO runs, estimated core-seconds and how many of its
+units another figure shares, then the GRPO runs that train the same policy under different cache keys, and the
+biggest units.
 """
 
 from __future__ import annotations
@@ -37,8 +43,12 @@ def main(argv=None) -> int:
     parser.add_argument("--figures", choices=sorted(TARGET_S), default="all")
     parser.add_argument("names", nargs="*", help="these figures instead of --figures (no target: a smoke run)")
     parser.add_argument("--keep", type=Path, default=None, help="write the figures here (default: a temp folder)")
+    parser.add_argument("--plan", action="store_true",
+                        help="compute nothing: where the CPU goes by the cost estimates, per figure")
     args = parser.parse_args(argv)
     names = args.names or (["all"] if args.figures == "all" else list(FIRST_RELEASE))
+    if args.plan:  # the figures' declarations live in paper_figs, which benchmarks do not import
+        return subprocess.run([sys.executable, "-m", "paper_figs", *names, "--profile", "quick", "--plan"]).returncode
     with tempfile.TemporaryDirectory(prefix="gac-lab-pipeline-") as tmp:
         out = args.keep or Path(tmp) / "out"
         env = {**os.environ, "GAC_LAB_CACHE": f"{tmp}/cache", "GAC_LAB_RUNS": f"{tmp}/runs"}

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from experiments import cache
+from experiments import cache, cluster
 from experiments.aggregate import measured, seed_std
 from experiments.pool import Task, run_tasks
 from sim.llm.batched import batch_key, train_batch
@@ -254,8 +254,11 @@ def default_jobs(size: str = "small", jobs: int | None = None, device: str = "cp
 STEP_SECONDS = {"tiny": 0.05, "small": 0.19, "cpu": 0.4, "gpu": 0.5}
 """Rough CPU seconds per RL step by model size (quick-profile runs on this project's 2-core machine: small 80 steps
 ≈ 15 s, tiny 40 steps ≈ 2 s). They only order the work of ``run_tasks``; a wrong value costs time, not results."""
-WARM_START_SECONDS = {"tiny": 5.0}
-"""Rough seconds to train a warm start (small: 35 s for 2 digits, 46 s for 3); the same use as STEP_SECONDS."""
+WARM_START_SECONDS = {"tiny": 5.0, "small": 150.0}
+"""Rough seconds to train a warm start; the same use as STEP_SECONDS, and the progress line's seconds left
+(``experiments.pool.Progress``) start from them. small: the testbed's plateau-trained warm starts took 144–164 s each
+in the quick pipeline (two at a time on 2 cores, load average 3, 2026-12-04; the 35–46 s measured before the testbed
+made the first ETA of that run 3× too long)."""
 
 
 def estimated_seconds(args: Args) -> float:
@@ -377,10 +380,16 @@ def unit_tasks(units: list[cache.Unit], folder: Path, force: bool = False) -> tu
 def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int | None = None,
                name: str = "llm sweep") -> list[tuple[Run, dict]]:
     """Every run of ``runs`` with its result (cached; missing runs are computed ``jobs`` at a time, longest first,
-    each after its warm start; see ``unit_tasks``). For the experiments' own command lines; the figures go through
-    ``python -m paper_figs``, which computes every figure's runs in one graph."""
+    each after its warm start; see ``unit_tasks``). For the experiments' own command lines and the full verdict's
+    protocol; the figures go through ``python -m paper_figs``, which computes every figure's runs in one graph.
+
+    In a process connected to a Ray cluster (``experiments.cluster.current``: a Ray worker computing the full
+    verdict's unit) the runs go to that cluster as tasks of their own, ``jobs`` (default: its CPUs) at a time;
+    elsewhere to the local process pool (``default_jobs``)."""
     units = [run_unit(r) for r in runs]
-    jobs = default_jobs(largest_size(units), device=device) if jobs is None else jobs
+    ray_cluster = cluster.current()
+    if jobs is None:
+        jobs = default_jobs(largest_size(units), device=device) if ray_cluster is None else ray_cluster.cpus
     results, tasks = unit_tasks(units, cache.CACHE_DIR)
     start, done, total = time.perf_counter(), len(results), len({u.name for u in units})
 
@@ -393,7 +402,7 @@ def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int |
             log(f"[{name} {done}/{total}] {a.run_method} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
                 f"{value['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.0f} s elapsed)")
 
-    run_tasks(tasks, jobs, report)
+    run_tasks(tasks, jobs, report, None if ray_cluster is None else ray_cluster.executor)
     return [(r, results[u.name]) for r, u in zip(runs, units, strict=True)]
 
 

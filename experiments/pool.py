@@ -1,5 +1,5 @@
-"""The process pool that computes a graph of tasks in parallel (``run_tasks``, over ``graphlib``); its workers end
-when the process that started it dies.
+"""The run graph's scheduler (``run_tasks``, over ``graphlib``) and its default executor, a local process pool whose
+workers end when the process that started it dies; ``experiments.cluster`` opens a Ray cluster as the other executor.
 
 Without that, a ``kill -9`` of a parallel ``paper_figs`` run leaves the workers re-parented, computing on, then
 idle at hundreds of MB each. Each worker runs a watchdog thread that polls its parent's pid (portable: no
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from graphlib import CycleError, TopologicalSorter
-from typing import Any
+from typing import Any, Protocol
 
 PARENT_POLL_S = 0.5
 """How often a worker checks that its parent is alive."""
@@ -37,6 +37,15 @@ def process_pool(jobs: int) -> ProcessPoolExecutor:
     """``jobs`` spawned worker processes (fresh interpreters: no forked torch state) that exit with this process."""
     return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_exit_with_parent, initargs=(os.getpid(),))
+
+
+class Executor(Protocol):
+    """Where ``run_tasks`` sends the tasks that do not run here: the part of ``concurrent.futures.Executor`` it uses
+    (``process_pool``'s ProcessPoolExecutor; ``experiments.cluster.RayExecutor``)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future: ...
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -89,8 +98,8 @@ def priorities(tasks: list[Task]) -> dict[str, float]:
     return level
 
 
-def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None] = lambda task, result: None
-              ) -> dict[str, Any]:
+def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None] = lambda task, result: None,
+              executor: Callable[[int], Executor] | None = None) -> dict[str, Any]:
     """Every task's result by name, ``jobs`` at a time, each once the tasks it waits for are done.
 
     ``graphlib`` keeps the bookkeeping (which tasks may start); among those, the one with the longest chain of
@@ -99,6 +108,10 @@ def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None]
     marked ``here`` always runs here. A task that raises stops the rest: tasks not yet started are dropped and the
     error is raised here (a task already running in another worker ends with it). Only ``jobs`` tasks are handed
     to the pool at a time, so the order is this function's, not a queue's.
+
+    ``executor(jobs)`` opens where the tasks go (default: ``process_pool``, spawned local processes; with it,
+    ``jobs`` ≤ 1 runs here). Whatever the executor, a task computes the same bits: it is the same function on the
+    same arguments, seeded on its own, on one torch thread.
     """
     graph = _graph(tasks)
     by_name = {t.name: t for t in tasks}
@@ -118,12 +131,12 @@ def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None]
         refill()
 
     refill()
-    if jobs <= 1 or sum(not t.here for t in tasks) <= 1:
+    if executor is None and (jobs <= 1 or sum(not t.here for t in tasks) <= 1):
         while ready:
             task = ready.pop(0)
             finish(task, task.fn(*task.args))
         return results
-    pool = process_pool(jobs)
+    pool = (process_pool if executor is None else executor)(max(1, jobs))
     running: dict[Future, Task] = {}
     try:
         while ready or running:
@@ -142,3 +155,39 @@ def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None]
         raise
     pool.shutdown()
     return results
+
+
+class Progress:
+    """How far a graph of tasks is, by the cost estimates (``Task.cost``): the estimated core-seconds of the tasks
+    done, of all of them, and the seconds left (``eta_s``).
+
+    The estimates are rough and a machine is faster or slower than the one they were measured on, so the seconds
+    left are the estimated work left scaled by how long the work done so far took against its estimate (before
+    anything is done: the estimate over ``jobs`` workers). Tasks that run here (plots) count as nothing.
+    """
+
+    def __init__(self, tasks: list[Task], jobs: int, clock: Callable[[], float] = time.perf_counter):
+        self.total = sum(t.cost for t in tasks if not t.here)
+        self.done_cost = 0.0
+        self.jobs = max(1, jobs)
+        self.clock = clock
+        self.start = clock()
+
+    def done(self, task: Task) -> None:
+        if not task.here:
+            self.done_cost += task.cost
+
+    def elapsed_s(self) -> float:
+        return self.clock() - self.start
+
+    def eta_s(self) -> float:
+        """Seconds left: estimated work left × (elapsed / estimated work done), or work left / jobs at the start."""
+        left = max(0.0, self.total - self.done_cost)
+        if self.done_cost <= 0:
+            return left / self.jobs
+        return left * self.elapsed_s() / self.done_cost
+
+    def line(self) -> str:
+        """``"12 s elapsed, 40% of the estimated work, ~18 s left"``: the end of a progress log line."""
+        share = self.done_cost / self.total if self.total > 0 else 1.0
+        return f"{self.elapsed_s():.0f} s elapsed, {share:.0%} of the estimated work, ~{self.eta_s():.0f} s left"

@@ -14,6 +14,7 @@ reporting or the controls, so a long run can be committed in parts.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import subprocess
 import sys
@@ -171,7 +172,8 @@ def needs_widening(scores: dict[float, float]) -> float | None:
     return None
 
 
-def tune(profile: Profile, arms: dict[str, Arm], device: str = "cpu", log=print, max_rounds: int = 4) -> list[dict]:
+def tune(profile: Profile, arms: dict[str, Arm], device: str = "cpu", log=print, max_rounds: int = 4,
+         jobs: int | None = None) -> list[dict]:
     """Tuning rows (arm, lr, score, …) on the tuning warm start: the start grid, then widened at an edge best."""
     tried: dict[str, dict[float, tuple[Run, dict]]] = {name: {} for name in arms}
     pending = {name: list(profile.start_lrs) for name in arms}
@@ -180,7 +182,7 @@ def tune(profile: Profile, arms: dict[str, Arm], device: str = "cpu", log=print,
                     (name,)) for name, lrs in pending.items() for lr in lrs]
         if not runs:
             break
-        for item, result in results_of(runs, device, log, name="verdict tuning"):
+        for item, result in results_of(runs, device, log, jobs, name="verdict tuning"):
             tried[item.roles[0]][item.args.lr] = (item, result)
         pending = {}
         for name, done in tried.items():
@@ -341,8 +343,9 @@ def dry_run_profile(profile: Profile) -> Profile:
 
 
 def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: str = "all",
-            dry_run: bool = False) -> dict[str, list[dict]]:
-    """Every stage of the protocol (cached runs): {"tuning", "runs", "table"} rows."""
+            dry_run: bool = False, jobs: int | None = None) -> dict[str, list[dict]]:
+    """Every stage of the protocol (cached runs, ``jobs`` at a time: ``experiments.llm.results_of``): {"tuning",
+    "runs", "table"} rows."""
     if profile_name not in PROFILES:
         raise ValueError(f"unknown profile {profile_name!r}; choose from {', '.join(PROFILES)}")
     profile = PROFILES[profile_name]
@@ -352,9 +355,9 @@ def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: 
         profile = dry_run_profile(profile)
     arms = {name: ARMS[name] for name in profile.arms}
     if profile.tune:
-        tuning_rows = tune(profile, arms, device, log)
+        tuning_rows = tune(profile, arms, device, log, jobs=jobs)
         combos = combination_arms(tuning_rows)
-        tuning_rows += tune(profile, combos, device, log)
+        tuning_rows += tune(profile, combos, device, log, jobs=jobs)
         arms.update(combos)
     else:
         tuning_rows = []
@@ -366,7 +369,7 @@ def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: 
     def rows_of(runs):
         runs = [Run(dry_run_args(r.args), r.roles) for r in runs] if dry_run else runs
         return [{**run_row(item.roles[0], item.roles[1], item, res), "code": commit}
-                for item, res in results_of(runs, device, log, name="verdict")]
+                for item, res in results_of(runs, device, log, jobs, name="verdict")]
 
     rows = rows_of(reporting_runs(profile, arms, lrs, device=device))
     if stage != "reporting" and profile.tune:
@@ -400,6 +403,13 @@ class VerdictArgs:
     """cpu, cuda or cuda:N"""
     force: bool = False
     """overwrite committed (git-tracked) CSVs with a profile other than full"""
+    jobs: int | None = None
+    """runs at once (default: experiments.llm.default_jobs, from the cores and the memory; with --executor ray, the
+    cluster's CPUs)"""
+    executor: Literal["local", "ray"] = "local"
+    """where the runs are computed: local worker processes, or a Ray cluster (pip install -e '.[cluster]')"""
+    address: str | None = None
+    """with --executor ray: the cluster to join (host:port, or auto); default: a local cluster for this command"""
 
 
 OUTPUT_SUFFIXES = ("", "_tuning", "_runs", "_controls")
@@ -415,6 +425,7 @@ def default_out(profile: str) -> Path:
 
 
 def main(argv=None) -> int:
+    from experiments import cluster
     from experiments.outputs import check_output_files
     from sim.record import one_line_os_error, write_records
 
@@ -425,10 +436,21 @@ def main(argv=None) -> int:
                            args.force)
         if args.profile == "gpu" and not args.device.startswith("cuda"):
             raise ValueError("profile gpu needs --device cuda (the 25M model); use quick or full on the CPU")
+        if args.jobs is not None and args.jobs < 1:
+            raise ValueError(f"--jobs must be a whole number of runs at once >= 1, got {args.jobs}")
+        if args.address is not None and args.executor != "ray":
+            raise ValueError("--address names a Ray cluster: give it with --executor ray")
     except ValueError as err:
         print(f"python -m experiments.verdict: error: {err}", file=sys.stderr)
         return 2
-    result = verdict(args.profile, args.device, lambda *a: print(*a, flush=True), args.stage)
+    with contextlib.ExitStack() as stack:
+        if args.executor == "ray":  # connected and checked before any run; results_of then sends the runs there
+            try:
+                stack.enter_context(cluster.connect(args.address))
+            except ValueError as err:
+                print(f"python -m experiments.verdict: error: {err}", file=sys.stderr)
+                return 2
+        result = verdict(args.profile, args.device, lambda *a: print(*a, flush=True), args.stage, jobs=args.jobs)
     tables = {"_tuning": result["tuning"], "_runs": result["runs"], "": result["table"] if result["runs"] else [],
               "_controls": control_differences(result["runs"]) if result["runs"] else []}
     written = []

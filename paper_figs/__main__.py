@@ -1,19 +1,22 @@
-"""`python -m paper_figs NAME|all --profile quick|full [--device D] [--jobs N] [--style talk]`: regenerate figures.
+"""`python -m paper_figs NAME|all --profile quick|full [--device D] [--jobs N] [--executor local|ray [--address A]]
+[--style talk]`: regenerate figures.
 
 The command line is the ``FigureArgs`` dataclass (paper_figs.driver), parsed by tyro (``--help`` lists every option).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import replace
 
 import torch
 import tyro
 
+from experiments import cache, cluster
 from experiments.llm import default_jobs, largest_size
 from paper_figs.common import STYLES
-from paper_figs.driver import DRY_RUN_DIR, FIGURES, LLM_FIGURES, TALK_DIR, FigureArgs, declare, make_figures
+from paper_figs.driver import DRY_RUN_DIR, FIGURES, LLM_FIGURES, TALK_DIR, FigureArgs, declare, make_figures, plan
 from sim.record import check_output_dir, one_line_os_error
 
 
@@ -56,6 +59,8 @@ def parse_args(argv=None) -> FigureArgs:
         _fail(f"give figure names or 'all': {', '.join(FIGURES)}")
     if args.jobs is not None and args.jobs < 1:
         _fail(f"--jobs must be a whole number of worker processes >= 1, got {args.jobs}")
+    if args.address is not None and args.executor != "ray":
+        _fail("--address names a Ray cluster: give it with --executor ray")
     if args.profile == "gpu":
         if any(name not in LLM_FIGURES for name in names):
             _fail(f"--profile gpu applies to the LLM figures only ({', '.join(LLM_FIGURES)})")
@@ -77,12 +82,26 @@ def parse_args(argv=None) -> FigureArgs:
 def main(argv=None) -> int:
     args = parse_args(argv)
     declared = declare(args)
+    if args.plan:
+        plan(declared)
+        return 0
+    with contextlib.ExitStack() as stack:
+        executor = None
+        try:
+            if args.executor == "ray":  # connected and checked before any work
+                ray_cluster = stack.enter_context(cluster.connect(args.address, cache.CACHE_DIR))
+                jobs, executor = args.jobs or ray_cluster.cpus, ray_cluster.executor
+            else:
+                jobs = default_jobs(largest_size([u for units in declared.values() for u in units]), args.jobs,
+                                    args.device)
+        except ValueError as err:
+            _fail(str(err))
+        return _run(args, jobs, declared, executor)
+
+
+def _run(args, jobs: int, declared, executor) -> int:
     try:
-        jobs = default_jobs(largest_size([u for units in declared.values() for u in units]), args.jobs, args.device)
-    except ValueError as err:
-        _fail(str(err))
-    try:
-        make_figures(args, jobs, declared=declared)
+        make_figures(args, jobs, declared=declared, executor=executor, progress=True)
     except KeyboardInterrupt:
         print(f"python -m paper_figs: interrupted; the figures finished so far are in {args.out} and every finished "
               "run is cached: rerun the same command to continue", file=sys.stderr)

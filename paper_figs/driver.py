@@ -15,7 +15,6 @@ import contextlib
 import importlib
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ import tyro
 
 from experiments import cache, llm
 from experiments.cache import Unit
-from experiments.pool import Task, run_tasks
+from experiments.pool import Executor, Progress, Task, run_tasks
 from paper_figs.common import OUT_DIR, STYLES, Results, figure_style
 from sim.record import OUT_LOCK, exclusive_lock, publish_together
 
@@ -63,7 +62,16 @@ class FigureArgs:
     """LLM figures: every run shrunk to the tiny model, 2 steps, one seed, on the CPU (checks a command starts
     and writes its CSV; a gpu profile then needs no CUDA device). Writes into OUT/dry_run/, never over real figures"""
     jobs: int | None = None
-    """worker processes (default: experiments.llm.default_jobs, from the cores and the memory; GAC_LAB_JOBS too)"""
+    """worker processes (default: experiments.llm.default_jobs, from the cores and the memory; GAC_LAB_JOBS too);
+    with --executor ray, tasks at once (default: the cluster's CPUs)"""
+    executor: Literal["local", "ray"] = "local"
+    """where the runs are computed: local worker processes, or a Ray cluster (pip install -e '.[cluster]'); the same
+    CSVs either way"""
+    address: str | None = None
+    """with --executor ray: the cluster to join (host:port, or auto for the one `ray start` made here); default: a
+    local cluster started for this command"""
+    plan: bool = False
+    """compute nothing: print where the CPU would go, per figure, by the units' cost estimates (``plan``)"""
     style: Style = "paper"
     """paper: NAME.png and NAME.pdf; talk: one 16:9 PNG per panel, NAME_a.png, NAME_b.png, ..., fonts >= 18 pt,
     into OUT/talk/ (same runs and CSV as paper)"""
@@ -99,10 +107,13 @@ class Figure:
 
 
 def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path | None = None,
-            figures: dict[str, tuple[list[Unit], Callable[[list], Any]]] | None = None, log=print) -> dict[str, Any]:
-    """Every unit's result by name: cached ones read once each, the others computed on ``jobs`` workers into the
-    cache ``folder`` (default ``experiments.cache.CACHE_DIR``). ``figures``: name → (its units, a function of
-    their [(unit, result)] pairs) run here as soon as those units are done."""
+            figures: dict[str, tuple[list[Unit], Callable[[list], Any]]] | None = None, log=print,
+            executor: Callable[[int], Executor] | None = None, progress: bool = False) -> dict[str, Any]:
+    """Every unit's result by name: cached ones read once each, the others computed on ``jobs`` workers of
+    ``executor`` (``experiments.pool.run_tasks``; default: local processes) into the cache ``folder`` (default
+    ``experiments.cache.CACHE_DIR``). ``figures``: name → (its units, a function of their [(unit, result)] pairs)
+    run here as soon as those units are done. Each log line ends with the elapsed time and the seconds left by the
+    cost estimates (``experiments.pool.Progress``); ``progress`` also draws a progress bar on a terminal's stderr."""
     folder = cache.CACHE_DIR if folder is None else Path(folder)
     figures = figures or {}
     values, tasks = llm.unit_tasks(units, folder, force)
@@ -118,10 +129,15 @@ def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path 
     log(f"[paper_figs] {len(figures)} figures, {len(every)} units ({runs} GRPO runs), {len(values)} cached; "
         f"{len(holder)} to compute ({in_batches} of them in {len(batched)} batch tasks): {len(tasks)} tasks on "
         f"{jobs} workers", flush=True)
-    start, count = time.perf_counter(), {"done": 0}
+    count, done = {"done": 0}, Progress(tasks, jobs)
+    bar = _progress_bar(done) if progress else None
+    say = log if bar is None else (lambda text, **_: bar.write(text))
 
     def report(task: Task, result: Any) -> None:
-        elapsed = time.perf_counter() - start
+        done.done(task)
+        elapsed, where = done.elapsed_s(), done.line()
+        if bar is not None:
+            bar.update(round(done.done_cost) - bar.n)
         for item, value in llm.unit_results(task, result):
             values[item.name] = value
             count["done"] += 1
@@ -130,15 +146,28 @@ def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path 
                 a = item.spec.args
                 what = (f"{a.size} {a.digits}-digit {a.run_method} s={a.staleness} lr={a.lr:g} seed={a.seed}: "
                         f"final acc {value['summary']['final_accuracy']:.3f}")
-            log(f"[paper_figs unit {count['done']}/{len(holder)}] {what} ({elapsed:.0f} s elapsed)", flush=True)
+            say(f"[paper_figs unit {count['done']}/{len(holder)}] {what} ({where})", flush=True)
         if isinstance(task.spec, Figure):
-            log(f"[paper_figs] {task.spec.name} done at {elapsed:.0f} s", flush=True)
+            say(f"[paper_figs] {task.spec.name} done at {elapsed:.0f} s", flush=True)
         elif isinstance(task.spec, llm.WarmStart):
             a = task.spec.args
-            log(f"[paper_figs] warm start {a.size} {a.digits}-digit trained ({elapsed:.0f} s elapsed)", flush=True)
+            say(f"[paper_figs] warm start {a.size} {a.digits}-digit trained ({where})", flush=True)
 
-    run_tasks(tasks, jobs, report)
+    try:
+        run_tasks(tasks, jobs, report, executor)
+    finally:
+        if bar is not None:
+            bar.close()
     return values
+
+
+def _progress_bar(progress: Progress):
+    """A tqdm bar over the graph's estimated core-seconds (shown on a terminal only); its ETA is ``Progress``'s
+    (estimated work left at the speed of the work done: tqdm's average rate, no smoothing)."""
+    from tqdm import tqdm
+
+    return tqdm(total=round(progress.total), unit="est. core-s", smoothing=0, disable=None, dynamic_ncols=True,
+                desc="[paper_figs]")
 
 
 def _draw(draw: Callable[[list], Any], units: list[Unit], values: dict[str, Any]) -> Any:
@@ -146,9 +175,9 @@ def _draw(draw: Callable[[list], Any], units: list[Unit], values: dict[str, Any]
 
 
 def results_for(units: list[Unit], profile: str, device: str = "cpu", dry_run: bool = False, jobs: int = 1,
-                force: bool = False) -> Results:
+                force: bool = False, executor: Callable[[int], Executor] | None = None) -> Results:
     """``units`` computed (through the cache) into the ``Results`` a plot receives: for tests and notebooks."""
-    values = compute(units, jobs, force, log=lambda *a, **k: None)
+    values = compute(units, jobs, force, log=lambda *a, **k: None, executor=executor)
     return Results(profile, device, dry_run, tuple((u, values[u.name]) for u in units))
 
 
@@ -176,15 +205,17 @@ def out_lock(out: Path, log=print):
         yield
 
 
-def make_figures(args: FigureArgs, jobs: int, log=print, declared: dict[str, list[Unit]] | None = None
-                 ) -> dict[str, list[Path]]:
-    """Every figure of ``args.names`` and every unit they read, as one graph of tasks on ``jobs`` workers, with the
-    out folder locked throughout (``out_lock``)."""
+def make_figures(args: FigureArgs, jobs: int, log=print, declared: dict[str, list[Unit]] | None = None,
+                 executor: Callable[[int], Executor] | None = None, progress: bool = False) -> dict[str, list[Path]]:
+    """Every figure of ``args.names`` and every unit they read, as one graph of tasks on ``jobs`` workers of
+    ``executor`` (default: local processes; ``experiments.cluster.connect``'s for Ray), with the out folder locked
+    throughout (``out_lock``); ``progress``: a progress bar on a terminal."""
     with out_lock(args.out, log):
-        return _make_figures(args, jobs, log, declared)
+        return _make_figures(args, jobs, log, declared, executor, progress)
 
 
-def _make_figures(args: FigureArgs, jobs: int, log, declared: dict[str, list[Unit]] | None) -> dict[str, list[Path]]:
+def _make_figures(args: FigureArgs, jobs: int, log, declared: dict[str, list[Unit]] | None,
+                  executor: Callable[[int], Executor] | None = None, progress: bool = False) -> dict[str, list[Path]]:
     declared = declare(args) if declared is None else declared
     written: dict[str, list[Path]] = {}
 
@@ -198,14 +229,57 @@ def _make_figures(args: FigureArgs, jobs: int, log, declared: dict[str, list[Uni
 
     units = [u for mine in declared.values() for u in mine]
     compute(units, jobs, args.force, figures={name: (mine, drawer(name)) for name, mine in declared.items()},
-            log=log)
+            log=log, executor=executor, progress=progress)
     return written
 
 
+def plan(declared: dict[str, list[Unit]], log=print) -> dict[str, dict[str, float]]:
+    """Where the CPU of the figures ``declared`` (``declare``) goes, by the cost estimates the scheduler orders the work
+    with (``Unit.cost``, estimated seconds on one core), computing nothing (``--plan``): per figure {"units", "grpo",
+    "core_s", "shared"} (distinct units, GRPO runs, estimated core-seconds, units another figure reads too), plus
+    "all" (every distinct unit once), logged as a table; then the GRPO runs that train the same policy under
+    different cache keys (equal in every argument but ``MEASURE_ONLY``: one run could serve them) and the biggest
+    units."""
+    from collections import Counter
+
+    owners = Counter(name for units in declared.values() for name in {u.name for u in units})
+    table = {}
+    for figure, units in declared.items():
+        mine = {u.name: u for u in units}.values()
+        table[figure] = {"units": len(mine), "grpo": sum(u.kind == "llm_grpo" for u in mine),
+                         "core_s": sum(u.cost for u in mine), "shared": sum(owners[u.name] > 1 for u in mine)}
+    every = {u.name: u for units in declared.values() for u in units}.values()
+    table["all"] = {"units": len(every), "grpo": sum(u.kind == "llm_grpo" for u in every),
+                    "core_s": sum(u.cost for u in every), "shared": sum(owners[u.name] > 1 for u in every)}
+    log(f"{'figure':<26} {'units':>6} {'GRPO':>5} {'est. core-s':>12} {'shared':>7}")
+    for figure, row in table.items():
+        log(f"{figure:<26} {row['units']:>6} {row['grpo']:>5} {row['core_s']:>12.0f} {row['shared']:>7}")
+    same = Counter(training_key(u) for u in every if u.kind == "llm_grpo")
+    log(f"GRPO runs that train the same policy as another under a different key (differing only in "
+        f"{', '.join(MEASURE_ONLY)}): {sum(n - 1 for n in same.values())}")
+    for u in sorted(every, key=lambda u: -u.cost)[:5]:
+        log(f"  biggest: {u.kind} {u.cost:.0f} est. core-s ({', '.join(f for f, us in declared.items() if u in us)})")
+    return table
+
+
+MEASURE_ONLY = ("eval_every", "eval_problems", "snr_every")
+"""Run arguments that set what a GRPO run measures on the way (evaluation and SNR-probe schedules), not the policy
+it trains."""
+
+
+def training_key(unit: Unit) -> str:
+    """A GRPO unit's cache key without ``MEASURE_ONLY``: runs with equal ones train the same policy."""
+    import json
+
+    return json.dumps({k: v for k, v in unit.key.items() if k not in MEASURE_ONLY}, sort_keys=True, default=str)
+
+
 def make_figure(name: str, profile: str, out: Path, device: str = "cpu", dry_run: bool = False, jobs: int = 1,
-                force: bool = False, units: list[Unit] | None = None, style: str = "paper") -> list[Path]:
+                force: bool = False, units: list[Unit] | None = None, style: str = "paper",
+                executor: Callable[[int], Executor] | None = None) -> list[Path]:
     """One figure by the same road, for tests and notebooks: its units (default: all it declares; a test may give
-    fewer) computed through the cache on ``jobs`` workers (``force``: every one recomputed), then its plot in
-    ``style`` (written into ``out`` itself)."""
+    fewer) computed through the cache on ``jobs`` workers of ``executor`` (default: local processes; ``force``:
+    every one recomputed), then its plot in ``style`` (written into ``out`` itself)."""
     units = module(name).runs(profile, device, dry_run) if units is None else units
-    return plot_figure(name, results_for(units, profile, device, dry_run, jobs, force), Path(out), style=style)
+    results = results_for(units, profile, device, dry_run, jobs, force, executor)
+    return plot_figure(name, results, Path(out), style=style)

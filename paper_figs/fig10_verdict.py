@@ -39,7 +39,8 @@ def arm_color(row: dict) -> str:
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
     """The toys' verdict (one cached unit) and the LLM verdict: the quick and gpu profiles' fixed-step GRPO runs;
     the full profile's runs depend on its tuning rounds, so its whole protocol is one unit (its runs are computed
-    inside it, on that worker's own pool)."""
+    inside it: on that worker's own pool under the local executor; under ``--executor ray`` as tasks of their own on
+    the cluster, ``experiments.llm.results_of``)."""
     p = verdict_mod.PROFILES[profile]
     toys = unit(f"{NAME}/toys", verdict_toys.toy_verdict_rows, toy_profile(profile, dry_run), spec=f"{NAME}/toys",
                 cost=30.0)

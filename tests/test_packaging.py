@@ -18,8 +18,8 @@ def names(requirements):
     return {re.split(r"[<>=\[ ]", r.strip(), maxsplit=1)[0].lower() for r in requirements}
 
 
-EXTRAS = ("research", "trl", "tensorboard", "dev")
-CONDA_NAME = {"torch": "pytorch"}  # PyPI name -> conda-forge name, where they differ
+EXTRAS = ("research", "trl", "tensorboard", "cluster", "dev")
+CONDA_NAME = {"torch": "pytorch", "ray": "ray-core"}  # PyPI name -> conda-forge name, where they differ
 
 
 def specs(requirements, where):

@@ -119,7 +119,7 @@ def test_a_full_disk_names_the_file_and_leaves_no_temp_file(tmp_path, monkeypatc
 def test_paper_figs_on_a_full_disk_is_one_line_naming_the_path(tmp_path, monkeypatch, capsys):
     from sim.record import atomic_write_bytes
 
-    def make_figures(args, jobs, declared=None):
+    def make_figures(args, jobs, declared=None, **options):  # options: executor, progress
         atomic_write_bytes(args.out / "fig7_bound.csv", b"x")  # as a plot writes its CSV
 
     monkeypatch.setattr(figs_cli, "make_figures", make_figures)

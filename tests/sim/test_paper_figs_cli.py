@@ -11,7 +11,7 @@ from paper_figs import driver, fig8_tuned
 
 
 def fake_figures(written: list):
-    def make_figures(args, jobs, log=print, declared=None):
+    def make_figures(args, jobs, log=print, declared=None, **options):  # options: executor, progress
         for name in args.names:
             path = args.out / f"{name}.png"
             path.parent.mkdir(parents=True, exist_ok=True)

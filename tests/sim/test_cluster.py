@@ -1,0 +1,194 @@
+"""``--executor ray`` (experiments/cluster.py): a figure computed on a local 2-CPU Ray cluster writes the same CSVs,
+byte for byte, as the local executor; the cluster's preconditions fail in one line before any work; the graph's
+progress line counts the estimated work."""
+
+import importlib.util
+import json
+import os
+import sys
+import types
+from dataclasses import replace
+
+import pytest
+
+from experiments import cache, cluster
+from experiments.pool import Progress, Task, run_tasks
+from paper_figs import fig1_cosine
+from paper_figs.__main__ import parse_args
+from paper_figs.driver import make_figure
+
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                               reason="Ray is not installed (the optional extra: pip install -e '.[cluster]')")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """One local Ray cluster of 2 CPUs for the module (its start-up takes tens of seconds), warm starts in a
+    temporary folder (the workers inherit the environment of the process that starts the cluster)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GAC_LAB_RUNS", str(tmp_path_factory.mktemp("runs")))
+        shared_cache = tmp_path_factory.mktemp("probe-cache")
+        patch.setenv("GAC_LAB_CACHE", str(shared_cache))  # the workers' own run cache: the one the probe checks
+        try:
+            stack = cluster.connect(None, shared_cache, cpus=2, log=lambda *a, **k: None)
+            c = stack.__enter__()
+        except ValueError as err:
+            # Ray waits a fixed time for its node's processes to register (connect tries twice): on a machine
+            # loaded far past its cores they may miss it. That is the machine, not this code (any other failure to
+            # start fails the test).
+            if "timed out during startup" not in str(err):
+                raise
+            pytest.skip(f"Ray could not start a local cluster on this loaded machine: {err}")
+        try:
+            yield c
+        finally:
+            stack.__exit__(None, None, None)
+
+
+@needs_ray
+@pytest.mark.slow
+def test_a_figure_on_ray_writes_the_same_csvs_as_the_local_executor(ray_cluster, tmp_path, monkeypatch):
+    units = fig1_cosine.toy_units("smoke")
+    assert len({u.name for u in units}) >= 2  # more units than one worker: the cluster shares them out
+    outputs = {}
+    for name, executor in (("local", None), ("ray", ray_cluster.executor)):
+        folder = tmp_path / f"cache-{name}"  # each executor from an empty cache: both compute every unit
+        monkeypatch.setattr(cache, "CACHE_DIR", folder)
+        make_figure(fig1_cosine.NAME, "smoke", tmp_path / name, jobs=2, units=units, executor=executor)
+        # the units were computed and stored there (on Ray: by its workers, into the folder they were handed)
+        stored = sorted(cache.cache_path(u.kind, u.key, folder).name for u in units)
+        assert sorted(p.name for p in folder.glob("*.json")) == stored
+        outputs[name] = {p.name: p.read_bytes() for p in sorted((tmp_path / name).glob("*.csv"))}
+    assert outputs["ray"] and outputs["ray"] == outputs["local"]
+    assert ray_cluster.cpus == 2
+
+
+@needs_ray
+@pytest.mark.slow
+def test_ray_tasks_run_in_the_cluster_and_a_failure_stops_the_graph(ray_cluster, tmp_path):
+    results = run_tasks([Task(f"pid {i}", os.getpid) for i in range(3)], 2, executor=ray_cluster.executor)
+    assert os.getpid() not in results.values()  # computed by Ray's workers, not here
+    ran = []
+    with pytest.raises(FileNotFoundError):
+        run_tasks([Task("bad", os.rename, (tmp_path / "absent", tmp_path / "x"), cost=9.0),
+                   Task("later", str.upper, ("y",), after=("bad",))], 2, lambda task, result: ran.append(task.name),
+                  executor=ray_cluster.executor)
+    assert ran == []
+
+
+@needs_ray
+@pytest.mark.slow
+def test_grpo_runs_of_a_connected_process_go_to_the_cluster_with_the_same_records(ray_cluster, tiny_checkpoint,
+                                                                                  monkeypatch):
+    # What the full verdict's unit does on a Ray worker: its runs go to the cluster, not to a second local pool.
+    from experiments import llm
+    from sim.llm.train import Args
+
+    base = Args(size="tiny", model=str(tiny_checkpoint), digits=1, steps=2, prompts_per_step=4, group_size=4,
+                eval_every=1, eval_problems=8, snr_every=1, lr=3e-3, threads=1, progress=False)
+    runs = [llm.Run(replace(base, method=method, staleness=s, seed=seed), ("test",))
+            for method, s, seed in (("naive", 0, 0), ("naive", 4, 1), ("gac", 4, 0))]
+    executors = []
+    real_run_tasks = llm.run_tasks
+    monkeypatch.setattr(llm, "run_tasks", lambda tasks, jobs, report, executor=None: (
+        executors.append(executor), real_run_tasks(tasks, jobs, report, executor))[1])
+    sent = llm.results_of(runs, log=lambda *a: None)
+    assert len(executors) == 1 and executors[0] is not None  # the cluster's executor, not the local pool
+    for (run, result) in sent:
+        here = llm.compute_run(run.args)  # the same run alone, in this process
+        assert json.dumps(result["records"]) == json.dumps(here["records"])
+        assert result["summary"]["final_accuracy"] == here["summary"]["final_accuracy"]
+
+
+def test_without_ray_the_executor_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError, as where it is not installed
+    with pytest.raises(ValueError, match=r"needs Ray, which is not installed: pip install -e '\.\[cluster\]'") as err:
+        with cluster.connect():
+            pass
+    assert "\n" not in str(err.value)
+
+
+def test_address_without_the_ray_executor_is_refused():
+    with pytest.raises(SystemExit):
+        parse_args(["fig4_stability_region", "--address", "auto"])
+    assert parse_args(["fig4_stability_region", "--executor", "ray", "--address", "auto"]).address == "auto"
+
+
+FOLDERS = {"run cache": "/shared/cache", "warm-start": "/shared/runs"}
+
+
+def _report(**changes):
+    return {"node": "node-2", "code": "c0ffee" * 4, "runs": "/shared/runs",
+            "seen": {"run cache": True, "warm-start": True}, **changes}
+
+
+@pytest.mark.parametrize("report, message", [
+    (_report(code="beef" * 6), "node node-2 runs other code than this checkout"),
+    (_report(seen={"run cache": False, "warm-start": True}), "cannot read the run cache folder /shared/cache"),
+    (_report(seen={"run cache": True, "warm-start": False}), "cannot read the warm-start folder /shared/runs"),
+    (_report(runs="/home/me/.cache/gac-lab/runs"), "keeps warm starts in /home/me/.cache/gac-lab/runs"),
+])
+def test_a_node_that_does_not_share_code_or_folders_is_refused_in_one_line(report, message):
+    cluster.check_nodes([_report()], "c0ffee" * 4, FOLDERS, "/shared/runs")  # a node that agrees passes
+    with pytest.raises(ValueError, match=message) as err:
+        cluster.check_nodes([_report(), report], "c0ffee" * 4, FOLDERS, "/shared/runs")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("connected, cpus", [(False, 8), (True, 1)])
+def test_runs_go_to_the_local_pool_unless_connected_to_a_cluster_with_a_cpu_to_spare(connected, cpus, monkeypatch):
+    # a stand-in for the ray module: not connected, or connected to a cluster whose one CPU the asking task holds
+    fake = types.SimpleNamespace(is_initialized=lambda: connected, cluster_resources=lambda: {"CPU": float(cpus)})
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    assert cluster.current() is None
+    monkeypatch.setitem(sys.modules, "ray", None)  # not installed
+    assert cluster.current() is None
+
+
+def test_a_worker_with_other_code_refuses_the_task():
+    assert cluster.checked_call(cache.code_fingerprint(), str.upper, "x") == "X"
+    with pytest.raises(RuntimeError, match="runs other code than the driver"):
+        cluster.checked_call("0" * 64, str.upper, "x")
+
+
+def test_progress_scales_the_estimated_work_left_by_the_speed_so_far():
+    now = [0.0]
+    tasks = [Task("a", str.upper, cost=30.0), Task("b", str.upper, cost=10.0),
+             Task("plot", str.upper, cost=3.0, here=True)]
+    progress = Progress(tasks, jobs=2, clock=lambda: now[0])
+    assert progress.total == 40.0 and progress.eta_s() == 20.0  # nothing done yet: 40 estimated core-s on 2 workers
+    now[0] = 15.0
+    progress.done(tasks[0])  # 30 estimated core-s in 15 s: twice as fast as one core by the estimate
+    assert progress.eta_s() == pytest.approx(5.0)
+    progress.done(tasks[2])  # a plot counts as no work
+    assert progress.eta_s() == pytest.approx(5.0)
+    assert progress.line() == "15 s elapsed, 75% of the estimated work, ~5 s left"
+    progress.done(tasks[1])
+    assert progress.eta_s() == 0.0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--jobs", "0"], "--jobs must be a whole number of runs at once >= 1, got 0"),
+    (["--address", "auto"], "--address names a Ray cluster: give it with --executor ray"),
+])
+def test_the_verdict_command_refuses_bad_jobs_and_a_lone_address_before_any_run(argv, message, tmp_path, monkeypatch,
+                                                                                capsys):
+    from experiments import verdict
+
+    monkeypatch.setattr(verdict, "verdict", lambda *a, **k: pytest.fail("a run started"))
+    assert verdict.main([*argv, "--out", str(tmp_path / "v.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_the_verdict_command_hands_its_jobs_to_the_protocol(tmp_path, monkeypatch):
+    from experiments import verdict
+
+    calls = []
+    row = {"arm": "sync", "final_accuracy": 0.5}
+    monkeypatch.setattr(verdict, "verdict", lambda *a, **k: calls.append(k) or {"tuning": [], "runs": [row],
+                                                                                "table": [row]})
+    monkeypatch.setattr(verdict, "control_differences", lambda rows: [])
+    monkeypatch.setattr(verdict, "drift_correlation", lambda rows: (0.0, 0))
+    assert verdict.main(["--jobs", "3", "--out", str(tmp_path / "v.csv")]) == 0
+    assert calls == [{"jobs": 3}]
