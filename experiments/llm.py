@@ -31,6 +31,7 @@ import pandas as pd
 from experiments import cache, cluster
 from experiments.aggregate import measured, seed_std
 from experiments.pool import Task, run_tasks
+from sim import paths
 from sim.llm.batched import batch_key, train_batch
 from sim.llm.train import Args, prepare_warm_start, run_records, warm_start_config
 
@@ -231,7 +232,7 @@ def default_jobs(size: str = "small", jobs: int | None = None, device: str = "cp
     per_worker = WORKER_MEMORY.get(size, max(WORKER_MEMORY.values()))
     limit = max(1, min(cores, memory // per_worker, CUDA_WORKERS if device.startswith("cuda") else cores))
     if jobs is None:
-        text = os.environ.get("GAC_LAB_JOBS", "").strip()
+        text = paths.jobs_setting()
         if not text:
             return limit
         if not text.isdigit() or int(text) < 1:
