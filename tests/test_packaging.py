@@ -18,7 +18,7 @@ def names(requirements):
     return {re.split(r"[<>=\[ ]", r.strip(), maxsplit=1)[0].lower() for r in requirements}
 
 
-EXTRAS = ("research", "trl", "tensorboard", "dev")
+EXTRAS = ("research", "trl", "tensorboard", "site", "dev")
 CONDA_NAME = {"torch": "pytorch"}  # PyPI name -> conda-forge name, where they differ
 
 
