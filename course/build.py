@@ -87,8 +87,8 @@ def notebook_title_and_time(path: Path) -> tuple[str, str]:
 
     first = nbformat.read(path, as_version=4).cells[0].source
     title = re.search(r"^#\s+(.+)$", first, re.M)
-    time = re.search(r"\*\*Time:\*\*\s*([^.]+)\.", first)
-    return (title[1].strip() if title else path.stem), (time[1].strip() if time else "")
+    time = re.search(r"\*\*Time:\*\*\s*([^.;(]+)", first)
+    return (title[1].strip() if title else path.stem), (" ".join(time[1].split()) if time else "")
 
 
 def home_page(executed: list[Executed]) -> str:
@@ -102,8 +102,8 @@ def home_page(executed: list[Executed]) -> str:
     for item in executed:
         title, time = notebook_title_and_time(item.path)
         lines.append(f"1. [{title}](notebooks/{item.name})" + (f" — {time}" if time else ""))
-    lines += ["", "Each notebook opens with its objectives, prerequisites and time, and ends its sections with "
-              "exercises; each exercise's solution is a function of `course/solutions.py` that the tests check.", "",
+    lines += ["", "Each notebook opens with its objectives, prerequisites and time, and ends with at least two "
+              "exercises; each solution is a function of `course/solutions.py` that the tests check.", "",
               "Every number with its setting and interval: [Results](RESULTS.md).", "",
               findings_section((ROOT / "README.md").read_text())]
     return "\n".join(lines)

@@ -12,8 +12,6 @@
 #     name: python3
 # ---
 
-# %%
-
 # %% [markdown]
 # # 0. Start here: the story in ten minutes
 #
