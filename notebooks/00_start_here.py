@@ -104,7 +104,7 @@ display(Markdown(findings_section((ROOT / "README.md").read_text())))
 # | 2. the theory | where exactly is the stability boundary, and how large can the cosine be? | 40 min |
 # | 3. GAC's geometry | what does the projection remove, and what do its modes do on a stale run? | 20 min |
 # | 4. bandits | stale *data* rather than stale gradients: when does staleness hurt a policy gradient? | 25 min |
-# | 5. a small LLM | does any of it show in GRPO on a transformer? | 15 min |
+# | 5. a small LLM | does any of it show in GRPO on a transformer? | 10 min |
 #
 # Each notebook has exercises; each solution is a function in `course/solutions.py` (the solution cell shows it),
 # and the test suite checks every one of them against an independent computation.
