@@ -44,10 +44,11 @@ def notebooks(folder: Path = NOTEBOOKS) -> list[Path]:
 
 
 def kernel_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The kernel's environment: this interpreter's bin/ first on PATH, the checkout importable, a non-interactive
-    matplotlib backend, plus ``extra`` (a child's environment, built as a dict; ours is left alone)."""
+    """The kernel's environment: this interpreter's bin/ first on PATH, the checkout importable, matplotlib's inline
+    backend (figures become the notebook's PNG outputs, no display needed; a plain Agg backend would show nothing),
+    plus ``extra`` (a child's environment, built as a dict; ours is left alone)."""
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-           "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+           "PYTHONPATH": str(ROOT), "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
     return {**env, **(extra or {})}
 
 

@@ -41,9 +41,12 @@ def executed(tmp_path_factory):
 def test_notebook_runs(path, executed):
     result = executed[path.name]
     assert not isinstance(result, Exception), str(result)
-    outputs = [out for cell in nbformat.read(result.path, as_version=4).cells if cell.cell_type == "code"
-               for out in cell.outputs]
+    cells = [cell for cell in nbformat.read(result.path, as_version=4).cells if cell.cell_type == "code"]
+    outputs = [out for cell in cells for out in cell.outputs]
     assert outputs and not [out for out in outputs if out.get("output_type") == "error"]
+    for cell in cells:  # every figure is stored in the executed copy (the site shows it)
+        if "plt.show()" in cell.source:
+            assert any("image/png" in out.get("data", {}) for out in cell.outputs), cell.source[:200]
 
 
 def test_the_site_renders_the_executed_notebooks_and_the_results(executed, tmp_path):
