@@ -9,6 +9,7 @@ nbclient, the same code the test suite uses, so CI executes each notebook once a
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import shutil
@@ -25,6 +26,8 @@ EXTRA_PAGES = ("RESULTS.md", "docs/usage.md", "RELIABILITY.md", "CHANGELOG.md", 
                "paper_figs/README.md", "benchmarks/README.md")
 """Markdown pages of the checkout the site carries (RESULTS.md links to the others), at the same relative paths."""
 FINDINGS = "## What the paper claims, and what this package found"
+SITE_PACKAGES = ("mkdocs", "mkdocs_jupyter", "material")
+"""The site extra's modules (mkdocs, mkdocs-jupyter, mkdocs-material), checked before any notebook runs."""
 
 
 class NotebookError(RuntimeError):
@@ -191,6 +194,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m course.build", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "site", help="the site's folder (default: site/)")
     args = parser.parse_args(argv)
+    missing = [name for name in SITE_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:  # before any notebook runs
+        parser.error(f"{', '.join(missing)} not installed: pip install -e '.[site]' (make site does)")
     if args.out.resolve() in (ROOT, *ROOT.parents):
         parser.error(f"--out {args.out} would replace the checkout's files; give a folder of its own")
     if args.out.exists() and not (args.out / "index.html").exists() and any(args.out.iterdir()):

@@ -138,3 +138,13 @@ def test_make_site_refuses_a_folder_that_is_not_a_site(tmp_path, monkeypatch, ca
     with pytest.raises(SystemExit):
         build.main(["--out", str(tmp_path)])
     assert "not a site" in capsys.readouterr().err and (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_make_site_says_what_to_install_before_any_notebook_runs(tmp_path, monkeypatch, capsys):
+    from course import build
+
+    monkeypatch.setattr(build, "SITE_PACKAGES", ("mkdocs", "no_such_site_package"))
+    monkeypatch.setattr(build, "build", lambda *a, **k: pytest.fail("the build started"))
+    with pytest.raises(SystemExit):
+        build.main(["--out", str(tmp_path / "site")])
+    assert "no_such_site_package not installed" in capsys.readouterr().err
