@@ -1,4 +1,4 @@
-# Two entry points (see README): `make figures` and `make test`. Each creates .venv if missing.
+# Entry points (see README): `make figures`, `make test` and `make site`. Each creates .venv if missing.
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
@@ -10,14 +10,20 @@ $(BIN)/.installed: pyproject.toml
 	# CPU build of torch (on this project's machines it lies on local disk); any torch>=2.4 works.
 	$(BIN)/pip install -q "torch==2.13.0"
 	# cluster (Ray) too: tests/sim/test_cluster.py checks on a local 2-CPU cluster that --executor ray writes the same CSVs
-	$(BIN)/pip install -q -e ".[research,trl,tensorboard,cluster,dev]"
+	# site: the course (make site; tests/test_notebooks.py builds it from the notebooks it executes)
+	$(BIN)/pip install -q -e ".[research,trl,tensorboard,cluster,site,dev]"
 	touch $@
 
-.PHONY: install figures test lint mutation mutation-sample
+.PHONY: install figures test lint site mutation mutation-sample
 install: $(BIN)/.installed
 
 figures: $(BIN)/.installed
 	$(BIN)/python -m paper_figs all --profile $(PROFILE)
+
+# The course: every notebook executed (a cell error fails the build), rendered with README's findings and RESULTS.md
+# into site/ (static HTML; open site/index.html). `make test` executes the notebooks once and builds the site from them.
+site: $(BIN)/.installed
+	$(BIN)/python -m course.build --out site
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

@@ -15,6 +15,13 @@
 # %% [markdown]
 # # 3. GAC: the projection geometry, its modes, the ablation
 #
+# **You will learn** what GAC's projection removes from a gradient and what it keeps, how its modes (project, cap,
+# skip) and references (previous gradient, EMA) differ, and what each does to a stale run on the noisy quadratic.
+# **Prerequisites:** notebook 1; vectors, dot products and projections. **Time:** 20 minutes (the cells run in a few
+# seconds). Claims shown: "GAC keeps stale runs stable" and "GAC matches sync at high staleness" (not reproduced)
+# ([Results: what the runs show](../RESULTS.md#what-the-runs-show-quick-profile-this-repositorys-code),
+# [Results: verdict](../RESULTS.md#verdict)). The paper: [arXiv:2603.01501](https://arxiv.org/abs/2603.01501).
+#
 # Gradient Alignment Control looks at two vectors: the current raw gradient $g$ and a reference direction $d$
 # (the previous raw gradient, or an EMA of past ones). With $c = \cos(g, d)$ and threshold $\tau$:
 #
@@ -110,3 +117,44 @@ for i, name in enumerate(variants):
 #
 # The systematic version of this comparison — thresholds, modes, references, update space, and the other
 # stabilizers, at several staleness levels — is figure 6 (`python -m paper_figs fig6_ablation`).
+
+# %% [markdown]
+# ## Exercise 3.1 — the cap mode's parallel scale, by hand
+#
+# Cap mode keeps $g_\perp$ whole and scales $g_\parallel$ by $\gamma$ so that $\cos(g', d) = \tau$ exactly. Derive
+# $\gamma$ as a function of $c = \cos(g, d)$ and $\tau$ (hint: $\tan$ of the angle between $g'$ and $d$ is
+# $\|g_\perp\| / (\gamma\|g_\parallel\|)$), evaluate it for the example at the top ($c \approx 0.93$, $\tau = 0.5$) and compare with
+# what `gac.control` reported.
+
+# %% [markdown]
+# ### Solution
+
+# %%
+from course import solutions
+
+solutions.show(solutions.cap_parallel_scale)
+by_hand = solutions.cap_parallel_scale(gac.alignment(g, d).item(), 0.5)
+print(f"gamma by hand {by_hand:.6f}, gac.control {capped.parallel_scale.item():.6f}")
+
+# %% [markdown]
+# ## Exercise 3.2 — predict, then measure: how often does GAC act, sync vs stale?
+#
+# GAC (project, $\tau = 0.3$) acts on a step when $\cos(g_t, g_{t-1}) > 0.3$. **Predict** the fraction of steps on which
+# it acts on the flat quadratic above at staleness 0 (sync) and at staleness 8 — all, about half, or none? Then
+# **measure** it (`act_fraction` of the run's summary).
+
+# %%
+my_prediction = {0: None, 8: None}  # fraction of steps GAC acts on
+
+# %% [markdown]
+# ### Solution
+
+# %%
+solutions.show(solutions.gac_act_fraction)
+for s in (0, 2, 8):
+    print(f"s = {s}: GAC (tau = 0.3) acts on {solutions.gac_act_fraction(s, 0.3):.0%} of the steps")
+
+# %% [markdown]
+# Never in sync (its consecutive cosine is slightly negative, notebook 2), and here not at $s = 2$ either (a stable
+# run in its noise floor: the cosine stays below τ); on every step at $s = 8$, the diverging run. GAC is a no-op
+# exactly where the signature is absent, which is why it removes so little in the noise-dominated LLM of notebook 5.

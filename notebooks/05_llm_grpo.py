@@ -20,6 +20,8 @@
 # (8 warm starts × 2 seeds), with intervals over warm starts. **Prerequisites:** notebooks 1–3 (the stale-aligned
 # effect, the bound cos ≤ SNR/(1+SNR), GAC's projection). **Time:** 10 minutes to read; the tiny run at the end takes
 # about a minute on a CPU.
+# Claims shown: the LLM rows of the README's table ([Results: the testbed](../RESULTS.md#the-reproducible-llm-testbed-8-warm-starts--2-seeds),
+# [Results: verdict](../RESULTS.md#verdict)); the paper: [arXiv:2603.01501](https://arxiv.org/abs/2603.01501).
 #
 # The model is a Qwen3-architecture transformer (0.6M parameters, built from a config in code, nothing downloaded) that
 # learns 2-digit addition with GRPO: 16 prompts × 8 samples per step, group-normalised advantages, the clipped
@@ -48,6 +50,9 @@ import pandas as pd
 
 from experiments import llm_figures
 from paper_figs import fig1_cosine, fig3_divergence, llm_testbed
+
+# %matplotlib inline
+# paper_figs switches matplotlib to its file backend (Agg) on import; back to inline, or the figures below stay unseen
 
 data = Path("..") / "docs" / "data"
 data = data if data.exists() else Path("docs") / "data"
@@ -187,6 +192,50 @@ for name, results in runs.items():
     kl = np.nanmean([row["kl_behaviour"] for r in results for row in r["records"]
                      if row.get("kl_behaviour") is not None])
     print(f"{name:<12}{final:>10.3f}{cos:>15.3f}{kl:>20.3f}")
+
+# %% [markdown]
+# ## Exercise 5.1 — a paired difference with its interval
+#
+# The summary table above reports, per arm, `minus_sync` with a 95 % interval over warm starts. Recompute it for
+# `gac gradient s=16` from `runs_table` yourself: pair each run with sync's run on the same warm start and RL seed,
+# average the seeds of each warm start, then take the mean and a t-interval over the warm starts. Does GAC close any
+# of naive async's gap?
+
+# %% [markdown]
+# ### Solution
+
+# %%
+from course import solutions
+
+solutions.show(solutions.paired_gap)
+for arm in ("naive s=16", "gac gradient s=16", "gac update s=16"):
+    mean, low, high = solutions.paired_gap(runs_table, arm)
+    print(f"{arm:<18} minus sync {mean:+.3f} [{low:+.3f}, {high:+.3f}]")
+
+# %% [markdown]
+# The GAC arms' intervals overlap naive async's and exclude 0: at this step size GAC closes none of the gap.
+
+# %% [markdown]
+# ## Exercise 5.2 — predict, then measure: the cosine across staleness
+#
+# The testbed's half-batch probe measures the gradient's SNR, and the theory bounds the consecutive cosine by
+# $\mathrm{SNR}/(1+\mathrm{SNR})$ (the `cos_bound` column). **Predict**: as the staleness grows from 0 to 16, does the mean
+# consecutive cosine of naive async grow towards 1 (the paper's signature), or stay near 0 under the bound? Then
+# **measure** both per staleness from `runs_table`.
+
+# %%
+my_prediction = None  # "grows towards 1" or "stays under the bound"
+
+# %% [markdown]
+# ### Solution
+
+# %%
+solutions.show(solutions.cosine_by_staleness)
+print(solutions.cosine_by_staleness(runs_table).round(3).to_string())
+
+# %% [markdown]
+# It stays at 0.05 or less at every staleness, under its bound (below 0.1): with 16 prompts × 8 samples the gradient is
+# noise-dominated, so stale gradients cannot stay aligned, whatever the staleness.
 
 # %% [markdown]
 # To run one configuration yourself (CPU; add `--device cuda --size gpu` on a GPU):

@@ -1,12 +1,12 @@
-"""Every teaching notebook executes top to bottom (stored without outputs; run here with nbclient)."""
+"""Every teaching notebook executes top to bottom (stored without outputs; executed here once, with nbclient, by
+the code ``make site`` uses) and the course site renders the executed copies."""
 
-import os
-import sys
+import html
+import re
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -21,18 +21,70 @@ def test_notebooks_are_stored_without_outputs():
                 assert not cell.outputs and cell.execution_count is None, f"{path.name} has stored outputs"
 
 
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """Every notebook executed once (as ``make site`` does, with the tiny LLM run): name -> the executed copy, or
+    the error that stopped it. The site test renders these copies, so CI executes each notebook once."""
+    from course.build import NotebookError, execute_notebook, kernel_environment
+
+    out, env = tmp_path_factory.mktemp("executed"), kernel_environment({"GAC_LAB_NOTEBOOK_TEST": "1"})
+    results = {}
+    for path in NOTEBOOKS:
+        try:
+            results[path.name] = execute_notebook(path, out, env, timeout=300)
+        except NotebookError as error:
+            results[path.name] = error
+    return results
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs(path, monkeypatch):
-    # The kernel is this interpreter (its bin/ first on PATH) and imports the package from the checkout.
-    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    monkeypatch.setenv("GAC_LAB_NOTEBOOK_TEST", "1")
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
-    errors = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs
-              if out.get("output_type") == "error"]
-    assert not errors
+def test_notebook_runs(path, executed):
+    result = executed[path.name]
+    assert not isinstance(result, Exception), str(result)
+    cells = [cell for cell in nbformat.read(result.path, as_version=4).cells if cell.cell_type == "code"]
+    outputs = [out for cell in cells for out in cell.outputs]
+    assert outputs and not [out for out in outputs if out.get("output_type") == "error"]
+    for cell in cells:  # every figure shown at a cell's top level is stored in the executed copy (the site shows it)
+        if re.search(r"^plt\.show\(\)", cell.source, re.M):
+            assert any("image/png" in out.get("data", {}) for out in cell.outputs), cell.source[:200]
+    if any("plt.show()" in cell.source for cell in cells):  # figures drawn inside a function count too
+        assert any("image/png" in out.get("data", {}) for out in outputs), path.name
+
+
+def test_the_site_renders_the_executed_notebooks_and_the_results(executed, tmp_path):
+    from course.build import build_site
+
+    if any(isinstance(result, Exception) for result in executed.values()):
+        pytest.skip("a notebook failed (test_notebook_runs says which): no site")
+    site = build_site(tmp_path / "site", list(executed.values()))
+    pages = {p.relative_to(site).as_posix() for p in site.rglob("*.html")}
+    assert {"index.html", "RESULTS.html"} | {f"notebooks/{p.stem}.html" for p in NOTEBOOKS} <= pages
+    results_html = (site / "RESULTS.html").read_text()
+    for path in NOTEBOOKS:
+        page = (site / "notebooks" / f"{path.stem}.html").read_text()
+        assert "Exercise" in page and "solutions" in page
+        anchors = re.findall(r'href="\.\./RESULTS\.html#([^"]+)"', page)  # the claims' links resolve on the site
+        assert anchors and all(f'id="{anchor}"' in results_html for anchor in anchors), (path.name, anchors)
+        assert ".ipynb" not in "".join(re.findall(r'<a href="([^"]+)"', page)), path.name  # notebooks link pages
+        for image in re.findall(r'<img[^>]+src="(\.\./[^"]+)"', page):
+            assert (site / "notebooks" / image).resolve().exists(), (path.name, image)
+    home = (site / "index.html").read_text()
+    assert "What the paper claims, and what this package found" in home
+    for path in NOTEBOOKS:  # the start-here path lists every notebook by its title, with its time
+        title = nbformat.read(path, as_version=4).cells[0].source.splitlines()[0].lstrip("# ")
+        assert f'href="notebooks/{path.stem}.html">{html.escape(title, quote=False)}</a> — ' in home, title
+
+
+def test_a_notebook_error_stops_the_build_and_names_the_notebook(tmp_path):
+    from course.build import NotebookError, execute_notebook, kernel_environment
+
+    broken = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('fine')"),
+                                             nbformat.v4.new_code_cell("1 / 0")])
+    path = tmp_path / "broken.ipynb"
+    nbformat.write(broken, path)
+    with pytest.raises(NotebookError, match=r"^broken\.ipynb failed \(cell 1\): ZeroDivisionError: division by zero$"):
+        execute_notebook(path, tmp_path / "out", kernel_environment(), timeout=120)
+    assert not (tmp_path / "out" / "broken.ipynb").exists()
 
 
 def paired_cells(notebook) -> list[tuple[str, str]]:
@@ -58,3 +110,43 @@ def test_the_pairing_check_catches_an_edit_on_one_side():
     path = NOTEBOOKS[0]
     edited = path.with_suffix(".py").read_text().replace("import", "import  ", 1)
     assert out_of_step(path, edited)
+
+
+def test_links_to_the_checkouts_pages_and_notebooks_become_the_sites_pages():
+    from course.build import link_for_site
+
+    text = ("[a](../RESULTS.md#verdict) [b](../RESULTS.md) [c](01_x.ipynb) [d](https://arxiv.org/abs/2603.01501) "
+            "![e](../docs/figures/fig1_cosine.png)")
+    assert link_for_site(text) == ("[a](../RESULTS.html#verdict) [b](../RESULTS.html) [c](01_x.html) "
+                                   "[d](https://arxiv.org/abs/2603.01501) ![e](../docs/figures/fig1_cosine.png)")
+
+
+@pytest.mark.parametrize("out", [".", ".."])
+def test_make_site_refuses_to_replace_the_checkout(out, monkeypatch, capsys):
+    from course import build
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(build, "build", lambda *a, **k: pytest.fail("the build started"))
+    with pytest.raises(SystemExit):
+        build.main(["--out", out])
+    assert "would replace the checkout" in capsys.readouterr().err
+
+
+def test_make_site_refuses_a_folder_that_is_not_a_site(tmp_path, monkeypatch, capsys):
+    from course import build
+
+    (tmp_path / "notes.txt").write_text("mine")
+    monkeypatch.setattr(build, "build", lambda *a, **k: pytest.fail("the build started"))
+    with pytest.raises(SystemExit):
+        build.main(["--out", str(tmp_path)])
+    assert "not a site" in capsys.readouterr().err and (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_make_site_says_what_to_install_before_any_notebook_runs(tmp_path, monkeypatch, capsys):
+    from course import build
+
+    monkeypatch.setattr(build, "SITE_PACKAGES", ("mkdocs", "no_such_site_package"))
+    monkeypatch.setattr(build, "build", lambda *a, **k: pytest.fail("the build started"))
+    with pytest.raises(SystemExit):
+        build.main(["--out", str(tmp_path / "site")])
+    assert "no_such_site_package not installed" in capsys.readouterr().err

@@ -18,7 +18,7 @@ def names(requirements):
     return {re.split(r"[<>=\[ ]", r.strip(), maxsplit=1)[0].lower() for r in requirements}
 
 
-EXTRAS = ("research", "trl", "tensorboard", "cluster", "dev")
+EXTRAS = ("research", "trl", "tensorboard", "cluster", "site", "dev")
 CONDA_NAME = {"torch": "pytorch", "ray": "ray-core"}  # PyPI name -> conda-forge name, where they differ
 
 

@@ -1,0 +1,192 @@
+"""The course's exercises: every solution in course/solutions.py against a computation that shares none of its code
+(a closed form of theory/, gac.control, torch.distributions, the package's own summary of the same runs), and the
+notebooks' shape (objectives, prerequisites, time; >= 2 exercises, one of them predict-then-measure; each solution
+cell calls a function tested here; links to the claims and the paper)."""
+
+import math
+import re
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import gac
+from course import solutions
+from experiments import llm_figures
+from theory.cosine import predicted_cosine
+from theory.stability import stability_boundary_closed_form
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+RUNS = ROOT / "docs" / "data" / "llm_figures_runs.csv"
+
+
+# --- the solutions -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("staleness", [0, 1, 2, 4, 8, 16])
+def test_measured_stability_boundary_is_the_closed_form_on_the_grid(staleness):
+    # a grid that avoids the boundary values themselves (2, 1, ...), where decay and growth are both absent
+    grid = np.arange(0.0025, 2.0, 0.005)
+    measured = solutions.measured_stability_boundary(staleness, grid)
+    exact = float(stability_boundary_closed_form(staleness))
+    assert exact - 0.005 < measured < exact
+
+
+@pytest.mark.parametrize("step", [0.5, 0.3, 0.1, 0.05])
+def test_smallest_diverging_staleness_is_the_first_s_with_a_star_below_the_step(step):
+    expected = next(s for s in range(100) if float(stability_boundary_closed_form(s)) < step)
+    assert solutions.smallest_diverging_staleness(step) == expected
+
+
+def test_delayed_iterate_follows_the_recursion():
+    xs = solutions.delayed_iterate(0.3, 2, 5)
+    assert xs[0] == 1.0 and xs[1] == pytest.approx(0.7) and xs[2] == pytest.approx(0.4)  # x_{t-2} = x_0 = 1
+    assert xs[3] == pytest.approx(0.4 - 0.3 * 1.0)  # x_3 = x_2 - a x_0
+    assert xs[4] == pytest.approx(xs[3] - 0.3 * xs[1])
+
+
+def test_late_cosine_is_the_predicted_stationary_cosine_at_any_noise():
+    # 50 directions, κ = 100, ηλ_max = 0.6 a*(4): theory's cosine does not depend on σ; 4 seeds × 700 steps measure
+    # it to about ±0.01, far inside 0.03
+    curvatures = np.geomspace(0.01, 1.0, 50)
+    lr = 0.6 * float(stability_boundary_closed_form(4))
+    predicted = predicted_cosine(lr, curvatures, 4)
+    for noise in (0.1, 1.0):
+        assert solutions.late_cosine(noise, staleness=4, dim=50) == pytest.approx(predicted, abs=0.03)
+
+
+@pytest.mark.parametrize("step, staleness", [(0.1, 0), (0.1, 1), (0.1, 4), (1.0, 0), (0.3, 1)])
+def test_one_direction_cosine_is_the_lyapunov_prediction(step, staleness):
+    # 256 chains × 4000 steps: the ratio estimate's standard error is below 0.005 here
+    assert solutions.one_direction_cosine(step, staleness) == pytest.approx(
+        predicted_cosine(step, [1.0], staleness), abs=0.02)
+
+
+def test_snr_law_solution_equals_minus_a_half_at_s0_and_bounds_the_cosine_for_s1():
+    predicted, bound = solutions.snr_law(0.4, [1.0], 0)
+    assert predicted == pytest.approx(-0.2) and bound == pytest.approx(0.2)  # cos = −a/2 = −SNR/(1+SNR)
+    spectrum = np.geomspace(0.05, 1.0, 20)
+    for staleness in (1, 4, 8):
+        predicted, bound = solutions.snr_law(0.8 * float(stability_boundary_closed_form(staleness)), spectrum,
+                                             staleness)
+        assert predicted <= bound + 1e-12
+
+
+def test_cap_parallel_scale_is_what_gac_control_applies():
+    gen = torch.Generator().manual_seed(0)
+    g, d = torch.randn(64, 20, generator=gen, dtype=torch.float64), torch.randn(64, 20, generator=gen,
+                                                                            dtype=torch.float64)
+    g = g + torch.linspace(-1.0, 3.0, 64, dtype=torch.float64)[:, None] * d  # cosines from about −0.7 to 0.95
+    for threshold in (0.1, 0.3, 0.6):
+        out = gac.control(g, d, gac.GACConfig(threshold=threshold, mode="cap"))
+        cosines = gac.alignment(g, d)
+        by_hand = torch.tensor([solutions.cap_parallel_scale(c.item(), threshold) for c in cosines],
+                               dtype=torch.float64)
+        assert (cosines > threshold).any() and (cosines <= threshold).any()
+        torch.testing.assert_close(by_hand, out.parallel_scale.to(torch.float64), rtol=1e-6, atol=1e-9)
+
+
+def test_gac_act_fraction_falls_with_the_threshold_and_is_higher_when_stale():
+    # the same noise at every threshold: a higher threshold can only act on fewer steps (it acts where cos > τ)
+    fractions = [solutions.gac_act_fraction(8, tau, steps=100, seeds=2, dim=40) for tau in (0.0, 0.3, 0.9, 0.999)]
+    assert all(0.0 <= f <= 1.0 for f in fractions)
+    assert fractions == sorted(fractions, reverse=True) and fractions[0] > fractions[-1]
+    assert solutions.gac_act_fraction(0, 0.3, steps=100, seeds=2, dim=40) < fractions[1]
+
+
+def test_bandit_cosine_grows_with_the_batch():
+    # a larger batch, a larger signal share: at s = 8 over 4 seeds × 200 steps the cosine moves by far more than 0.1
+    # between 1 and 16 groups (0.7 vs 0.9 when measured); the assertion only needs the direction with a margin
+    small, large = (solutions.bandit_cosine(groups, 8, steps=200) for groups in (1, 16))
+    assert large > small + 0.1
+
+
+def test_softmax_kl_is_torch_distributions_kl():
+    gen = torch.Generator().manual_seed(1)
+    behaviour, current = torch.randn(5, 10, generator=gen), torch.randn(5, 10, generator=gen)
+    expected = torch.distributions.kl_divergence(torch.distributions.Categorical(logits=behaviour),
+                                                 torch.distributions.Categorical(logits=current))
+    torch.testing.assert_close(solutions.softmax_kl(behaviour, current), expected)
+    assert torch.all(solutions.softmax_kl(behaviour, behaviour).abs() < 1e-6)
+
+
+def test_paired_gap_is_the_packages_paired_summary():
+    runs = pd.read_csv(RUNS)
+    summary = llm_figures.paired_summary(runs).set_index("arm")
+    for arm in ("naive s=2", "naive s=16", "gac gradient s=16", "gac update s=16"):
+        mean, low, high = solutions.paired_gap(runs, arm)
+        row = summary.loc[arm]
+        assert (mean, low, high) == pytest.approx((row.minus_sync, row.minus_sync_low, row.minus_sync_high), abs=1e-12)
+
+
+def test_paired_gap_pairs_by_warm_start_and_seed():
+    runs = pd.DataFrame({"warm_seed": [1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3], "seed": [0, 1] * 6,
+                         "arm": (["sync"] * 2 + ["x"] * 2) * 3,
+                         "final_accuracy": [0.1, 0.3, 0.2, 0.2, 0.5, 0.5, 0.4, 0.6, 0.0, 0.2, 0.3, 0.1]})
+    # warm start 1: (0.2−0.1 + 0.2−0.3)/2 = 0; 2: (−0.1 + 0.1)/2 = 0; 3: (0.3 + −0.1)/2 = 0.1
+    mean, low, high = solutions.paired_gap(runs, "x")
+    half = 4.302652729911275 * math.sqrt(((0 - 1 / 30) ** 2 * 2 + (0.1 - 1 / 30) ** 2) / 2) / math.sqrt(3)
+    assert (mean, low, high) == pytest.approx((1 / 30, 1 / 30 - half, 1 / 30 + half))
+
+
+def test_cosine_by_staleness_is_the_arm_summary_of_sync_and_naive():
+    runs = pd.read_csv(RUNS)
+    table = solutions.cosine_by_staleness(runs)
+    summary = llm_figures.paired_summary(runs).set_index("arm")
+    assert list(table.index) == [0, 2, 4, 8, 16]
+    for staleness in table.index:
+        arm = "sync" if staleness == 0 else f"naive s={staleness}"
+        assert table.loc[staleness, "cos_prev"] == pytest.approx(summary.loc[arm, "cos_prev"], abs=1e-12)
+        assert table.loc[staleness, "cos_bound"] == pytest.approx(summary.loc[arm, "cos_bound"], abs=1e-12)
+
+
+# --- the notebooks' shape ---------------------------------------------------------------------------------------------
+
+
+def markdown(path: Path) -> list[str]:
+    return [cell.source for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "markdown"]
+
+
+def test_there_is_a_start_here_notebook_first():
+    assert NOTEBOOKS[0].name.startswith("00_")
+    text = "\n".join(markdown(NOTEBOOKS[0]))
+    for figure in ("fig1_cosine", "fig3_divergence"):  # the paper's two figures
+        assert f"../docs/figures/{figure}.png" in text
+    for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
+        assert (NOTEBOOKS[0].parent / image).resolve().exists(), image
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_each_notebook_opens_with_objectives_prerequisites_and_time(path):
+    opening = "\n".join(markdown(path)[:2])
+    for label in ("**You will learn**", "**Prerequisites:**", "**Time:**"):
+        assert label in opening, (path.name, label)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_each_notebook_links_the_paper_and_the_claims_it_shows(path):
+    text = "\n".join(markdown(path))
+    assert "https://arxiv.org/abs/2603.01501" in text
+    anchors = re.findall(r"\]\(\.\./RESULTS\.md(?:#([^)]*))?\)", text)
+    assert anchors, path.name
+    headings = re.findall(r"^#+ (.+)$", (ROOT / "RESULTS.md").read_text(), re.M)
+    github = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+    assert {a for a in anchors if a} <= github, path.name
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_each_notebook_has_two_exercises_one_predict_then_measure_each_with_a_tested_solution(path):
+    cells = nbformat.read(path, as_version=4).cells
+    exercises = [c.source for c in cells if c.cell_type == "markdown" and re.match(r"## Exercise", c.source)]
+    assert len(exercises) >= 2, path.name
+    assert any("predict, then measure" in e.lower() for e in exercises), path.name
+    shown = {name for c in cells if c.cell_type == "code" for name in re.findall(r"solutions\.show\(solutions\.(\w+)\)",
+                                                                                  c.source)}
+    assert len(shown) >= len(exercises), (path.name, shown)
+    tests = Path(__file__).read_text()
+    for name in shown:
+        assert re.search(rf"solutions\.{name}\(", tests.split("# --- the notebooks' shape")[0]), name
