@@ -51,8 +51,6 @@ import pandas as pd
 from experiments import llm_figures
 from paper_figs import fig1_cosine, fig3_divergence, llm_testbed
 
-# %matplotlib inline
-# paper_figs switches matplotlib to its file backend (Agg) on import; back to inline, or the figures below stay unseen
 
 data = Path("..") / "docs" / "data"
 data = data if data.exists() else Path("docs") / "data"

@@ -14,6 +14,7 @@ import contextvars
 import io
 import pickle
 import string
+import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,7 +28,8 @@ from experiments.llm import Run
 from sim import paths
 from sim.record import atomic_write_bytes
 
-matplotlib.use("Agg")
+if "ipykernel" not in sys.modules:  # a notebook keeps its backend (inline), so its figures show and are stored
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
