@@ -8,6 +8,7 @@ runs that diverged before warm-up; the column ``mean_cos_prev_before_divergence`
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 
@@ -108,12 +109,20 @@ def plot(results: Results, out_dir: Path, panels=None) -> list[Path]:
     """Every panel with rows in ``results`` (a test may declare fewer units), then the table."""
     drawn = [(panel, rows) for panel in (PANELS if panels is None else panels) if (rows := panel.rows(results))]
     apply_style()
-    fig, axes = plt.subplots(1, len(drawn), figsize=(3.3 * len(drawn), 2.6), squeeze=False)
+    # At a page's width (7 in), two panels to a row (was one row of five at 16.5 x 2.6 in: 6:1).
+    cols = min(2, len(drawn))
+    rows_of_panels = math.ceil(len(drawn) / cols)
+    fig, axes = plt.subplots(rows_of_panels, cols, figsize=(3.5 * cols, 2.8 * rows_of_panels), squeeze=False,
+                             layout="constrained")
+    flat = list(axes.flat)
+    for ax in flat[len(drawn):]:
+        fig.delaxes(ax)  # an empty place in the last row
     all_rows = []
-    for ax, (panel, rows) in zip(axes[0], drawn, strict=True):
+    for ax, (panel, rows) in zip(flat, drawn, strict=False):
         panel.plot(ax, rows)
+        ax.set_title(textwrap.fill(ax.get_title(), 48))  # a long title on two lines, not over its neighbour's
         all_rows.extend(rows)
-    axes[0][0].legend(ncol=2)
+    flat[0].legend(ncol=2)
     table = cosine_table(all_rows)
     for row in table:
         print(f"  {row['sim']:<16} {row['config'][:24]:<24} s={row['staleness']:>2}  "
