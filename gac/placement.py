@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-from gac.config import SPACES, GACConfig
+from gac.config import GACConfig
 from gac.control import ACT, SKIP
 from gac.state import GACState, UpdateReport, init, update
 
@@ -39,13 +39,6 @@ class Placed(NamedTuple):
     out: torch.Tensor
     state: GACState
     report: UpdateReport
-
-
-def check_space(space: str) -> str:
-    """``space`` if it is one of SPACES, else a one-line ValueError naming them."""
-    if space not in SPACES:
-        raise ValueError(f"GAC space must be one of {', '.join(SPACES)}; got {space!r}")
-    return space
 
 
 def _state(vector: torch.Tensor, state: GACState | None, cfg: GACConfig) -> GACState:
@@ -121,5 +114,5 @@ def on_update(before: torch.Tensor, after: torch.Tensor, state: GACState | None,
     return Placed(out, state, report)
 
 
-__all__ = ["Placed", "adam_moment", "check_space", "control_moment", "control_step", "on_gradient", "on_momentum",
+__all__ = ["Placed", "adam_moment", "control_moment", "control_step", "on_gradient", "on_momentum",
            "on_update", "stepping"]

@@ -223,7 +223,7 @@ def optimizer_update(batch: BatchState, data: dict, idx: torch.Tensor, where: st
     before = batch.theta.detach().clone()
     adamw_step(batch.theta, grad, batch.adam, lr, stepping)
     if space == "update" and stepping:
-        regimes, scales = controls.gac_on_update(batch, before, stepping, cfg, tau)
+        regimes, scales = controls.gac_on_update(batch, before, cfg, tau)
     moved = [k for k in stepping if regimes[k] != "skip"]
     delta = batch.theta.detach() - before
     delta64 = as_float64(delta)

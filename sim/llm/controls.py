@@ -82,11 +82,9 @@ def gac_on_momentum(batch: BatchState, grad: torch.Tensor, cfg, tau) -> tuple[li
 
 
 @torch.no_grad()
-def gac_on_update(batch: BatchState, before: torch.Tensor, stepped: list[int], cfg,
-                  tau) -> tuple[list[str], list[float]]:
-    """GAC on AdamW's proposed step Δθ (update space, ``gac.placement.on_update``), after the step of the runs
-    ``stepped``: θ is set to θ_after − (Δθ − Δθ') (θ_before for a skip, whose reference restarts); AdamW's state
-    stays as its step left it."""
+def gac_on_update(batch: BatchState, before: torch.Tensor, cfg, tau) -> tuple[list[str], list[float]]:
+    """GAC on AdamW's proposed step Δθ (update space, ``gac.placement.on_update``), after its step: θ is set to
+    θ_after − (Δθ − Δθ') (θ_before for a skip, whose reference restarts); AdamW's state stays as its step left it."""
     after = batch.theta.detach()
     # A run that did not step (stopped) has Δθ = 0: cosine 0, kept, θ unchanged.
     placed = placement.on_update(before, after, batch.space_state, cfg, tau)
