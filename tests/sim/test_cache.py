@@ -72,6 +72,24 @@ def test_fingerprint_follows_source_edits_in_the_given_folders(tmp_path):
     assert cache.code_fingerprint(("gac", "sim"), tmp_path) != before
 
 
+def test_fingerprint_follows_code_not_comments_docstrings_or_layout(tmp_path):
+    """A doc or layout edit keeps every cached result; a changed statement or constant does not."""
+    (tmp_path / "sim").mkdir()
+    module = tmp_path / "sim" / "m.py"
+
+    def fp(text):
+        module.write_text(text)
+        fingerprint.code_fingerprint.cache_clear()
+        return cache.code_fingerprint(("sim",), tmp_path)
+
+    base = fp('"""Module."""\nX = 1\n"""X\'s docstring."""\n\ndef f(a):\n    """Doc."""\n    return a + X\n')
+    assert fp('"""Other words."""\nX = 1  # a comment\n\n\ndef f(a):\n    return (a +\n            X)\n') == base
+    assert fp('"""Module."""\nX = 2\n"""X\'s docstring."""\n\ndef f(a):\n    """Doc."""\n    return a + X\n') != base
+    assert fp('"""Module."""\nX = 1\n"""X\'s docstring."""\n\ndef f(a):\n    """Doc."""\n    return a - X\n') != base
+    assert fp('"""Module."""\nX = 1\n\ndef f(a):\n    """Doc."""\n    return f"{a}" + "s"\n') != base
+    assert fp("def f(:\n") != fp("def f(:  \n")  # a file that does not parse is hashed as its bytes
+
+
 def test_llm_runs_are_keyed_by_their_source(monkeypatch):
     """Editing sim/ or gac/ recomputes an LLM run; reverting the edit serves the first result again."""
     from experiments import llm
