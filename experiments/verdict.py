@@ -10,6 +10,11 @@ arms are also run at a milder configuration (s = 4) at their tuned steps.
 ``python -m experiments.verdict --profile full --out docs/data/verdict_llm.csv`` runs (cached) and writes the table,
 the per-run rows (``*_runs.csv``) and the tuning grid (``*_tuning.csv``). ``--stage`` stops after tuning or
 reporting or the controls, so a long run can be committed in parts.
+
+Profile ``v2`` (issue "Verdict v2") runs the protocol on the reproducible testbed instead of the signature
+configuration: its configuration (``experiments.llm_figures.BASE``: 16 × 8 samples, one update per RL step, the
+clip ratio to π_b, accepted warm starts in [0.1, 0.5]), its 8 reported warm starts × 2 seeds, 200 RL steps (sync
+gained +0.186 [0.100, 0.272] there at a shared step), VCPO among the arms, and ``docs/data/verdict_llm_v2.csv``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import tyro
 from experiments import stats
 from experiments.llm import Run, dry_run_args, results_of
 from experiments.signature import config_args
+from sim.llm.args import Args
 from sim.stabilizers import gac_config, parse_method
 
 SIGNATURE = "updates=2"
@@ -66,6 +72,7 @@ ARMS: dict[str, Arm] = {
     "kl_target": Arm("kl_target"),
     "m2po": Arm("m2po"),
     "bapo": Arm("bapo"),
+    "vcpo": Arm("vcpo"),
 }
 """The arms tuned first; the combinations with the best GAC placement (``combination_arms``) follow."""
 GAC_PLACEMENTS = ("gac gradient", "gac update", "gac momentum")
@@ -91,11 +98,23 @@ class Profile:
     arms: tuple[str, ...] = tuple(ARMS)
     control_seeds: tuple[int, ...] = (0,)
     """RL seeds of the controls and the milder configuration (on every reporting warm start)."""
+    config: Literal["signature", "testbed"] = "signature"
+    """the runs' configuration: the GAC table's (``SIGNATURE``) or the reproducible testbed's
+    (``experiments.llm_figures.BASE``)"""
+    combinations: bool = True
+    """also tune and report GAC + TIS and KL-target + GAC (with the best-scoring GAC placement)"""
 
 
 PROFILES = {
     # 120 RL steps (the GAC table ran 300; its sync − naive gap was 0.19 at step 75 and 0.25–0.3 at step 150): the
     # horizon this 2-core machine affords for ~180 runs in a session.
+    # v2 (issue "Verdict v2"): the testbed's configuration, warm starts and horizon; tuning on warm start 0 (never
+    # reported, seed 10), reporting on the testbed's 8 warm starts × 2 seeds; no combinations (CPU budget).
+    "v2": Profile(staleness=16, mild_staleness=4, steps=200, eval_every=20, tuning_warm=0, tuning_seed=10,
+                  reporting_warms=(1, 2, 3, 4, 6, 7, 8, 9), reporting_seeds=(0, 1), start_lrs=(1.5e-4, 3e-4, 6e-4),
+                  base=(("snr_every", 1000),), config="testbed", combinations=False,
+                  arms=("sync", "naive", "gac gradient", "gac update", "gac momentum", "braking", "tis", "kl_target",
+                        "m2po", "bapo", "vcpo")),
     "full": Profile(staleness=16, mild_staleness=4, steps=120, eval_every=40, tuning_warm=0, tuning_seed=10,
                     reporting_warms=(1, 2, 3), reporting_seeds=(0, 1), start_lrs=(7.5e-5, 1.5e-4, 3e-4),
                     base=(("snr_every", 50),)),
@@ -117,12 +136,15 @@ PROFILES = {
 
 def arm_args(profile: Profile, arm: Arm, lr: float, warm: int, seed: int, staleness: int | None = None,
              device: str = "cpu"):
-    """The Args of one verdict run (the signature configuration with the profile's horizon)."""
+    """The Args of one verdict run (the profile's configuration with its horizon)."""
     s = profile.staleness if staleness is None else staleness
     method = "naive" if arm.method == "sync" else arm.method
-    return config_args(SIGNATURE, dict(profile.base), device, method=method, staleness=0 if arm.method == "sync" else s,
-                       seed=seed, warm_seed=warm, lr=lr, steps=profile.steps, eval_every=profile.eval_every,
-                       **arm.args_changes())
+    changes = dict(method=method, staleness=0 if arm.method == "sync" else s, seed=seed, warm_seed=warm, lr=lr,
+                   steps=profile.steps, eval_every=profile.eval_every, **arm.args_changes())
+    if profile.config == "testbed":
+        from experiments.llm_figures import BASE
+        return Args(**{**BASE, **dict(profile.base), **changes}, device=device, progress=False, on_nonfinite="mark")
+    return config_args(SIGNATURE, dict(profile.base), device, **changes)
 
 
 def late_accuracy(result: dict, steps: int) -> float:
@@ -151,7 +173,7 @@ def run_row(arm_name: str, role: str, item: Run, result: dict) -> dict:
             "kl_behaviour_mean": mean("kl_behaviour"), "cos_prev": mean("cos_prev"),
             "cos_prev_step": mean("cos_prev_step"), "cos_update": mean("cos_update"),
             "step_norm_mean": mean("step_norm"), "lr_mean": mean("lr"), "parallel_scale_mean": mean("parallel_scale"),
-            "diverged": result["summary"]["diverged_at"] is not None}
+            "ess_ratio_mean": mean("ess_ratio"), "diverged": result["summary"]["diverged_at"] is not None}
 
 
 # -- tuning -----------------------------------------------------------------------------------------------------
@@ -356,9 +378,10 @@ def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: 
     arms = {name: ARMS[name] for name in profile.arms}
     if profile.tune:
         tuning_rows = tune(profile, arms, device, log, jobs=jobs)
-        combos = combination_arms(tuning_rows)
-        tuning_rows += tune(profile, combos, device, log, jobs=jobs)
-        arms.update(combos)
+        if profile.combinations:
+            combos = combination_arms(tuning_rows)
+            tuning_rows += tune(profile, combos, device, log, jobs=jobs)
+            arms.update(combos)
     else:
         tuning_rows = []
     lrs = tuned_lrs(tuning_rows) if tuning_rows else {name: profile.fixed_lr for name in arms}
@@ -381,8 +404,10 @@ def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: 
     if stage == "all" and profile.tune:
         best_gac = max(GAC_PLACEMENTS, key=lambda a: np.mean([r["final_accuracy"] for r in rows if r["arm"] == a]))
         combos = [a for a in ("gac + tis", "kl_target + gac") if a in arms]
-        best_combo = max(combos, key=lambda a: np.mean([r["final_accuracy"] for r in rows if r["arm"] == a]))
-        mild = {name: arms[name] for name in ("sync", "naive", best_gac, "kl_target", "tis", best_combo)}
+        best_combo = max(combos, key=lambda a: np.mean([r["final_accuracy"] for r in rows if r["arm"] == a])) \
+            if combos else None
+        mild = {name: arms[name] for name in ("sync", "naive", best_gac, "kl_target", "tis", best_combo)
+                if name is not None}
         rows += rows_of(reporting_runs(profile, mild, lrs, "mild", profile.mild_staleness, device,
                                        profile.control_seeds))
     return {"tuning": tuning_rows, "runs": rows, "table": verdict_table(rows, tuning_rows)}
@@ -392,17 +417,18 @@ def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: 
 class VerdictArgs:
     """The LLM verdict: every arm at its own step size over warm starts; writes the table, runs and tuning."""
 
-    profile: Literal["quick", "full", "gpu"] = "quick"
+    profile: Literal["quick", "full", "v2", "gpu"] = "quick"
     """the run sizes (``PROFILES``)"""
     out: Path | None = None
-    """table CSV (runs, tuning and controls beside it); default: docs/data/verdict_llm.csv for the full profile (the
-    committed table), paper_figs/out/verdict_llm_PROFILE.csv for the others"""
+    """table CSV (runs, tuning and controls beside it); default: docs/data/verdict_llm.csv for the full profile and
+    docs/data/verdict_llm_v2.csv for v2 (the committed tables), paper_figs/out/verdict_llm_PROFILE.csv for the
+    others"""
     stage: Literal["tuning", "reporting", "controls", "all"] = "all"
     """stop after this stage (tuning, reporting, the controls, or all incl. the milder one)"""
     device: str = "cpu"
     """cpu, cuda or cuda:N"""
     force: bool = False
-    """overwrite committed (git-tracked) CSVs with a profile other than full"""
+    """overwrite committed (git-tracked) CSVs with a profile other than full or v2"""
     jobs: int | None = None
     """runs at once (default: experiments.llm.default_jobs, from the cores and the memory; with --executor ray, the
     cluster's CPUs)"""
@@ -412,15 +438,17 @@ class VerdictArgs:
     """with --executor ray: the cluster to join (host:port, or auto); default: a local cluster for this command"""
 
 
+COMMITTED_PROFILES = {"full": "verdict_llm.csv", "v2": "verdict_llm_v2.csv"}
+"""The profiles whose tables are committed (docs/data/), by file name."""
 OUTPUT_SUFFIXES = ("", "_tuning", "_runs", "_controls")
 """The files a verdict writes: the table and, beside it, its tuning grid, its runs and its controls."""
 
 
 def default_out(profile: str) -> Path:
-    """Where a verdict of ``profile`` goes without --out: only the full profile writes the committed table."""
+    """Where a verdict of ``profile`` goes without --out: only the full and v2 profiles write committed tables."""
     root = Path(__file__).resolve().parents[1]
-    if profile == "full":
-        return root / "docs" / "data" / "verdict_llm.csv"
+    if profile in COMMITTED_PROFILES:
+        return root / "docs" / "data" / COMMITTED_PROFILES[profile]
     return root / "paper_figs" / "out" / f"verdict_llm_{profile}.csv"
 
 
@@ -432,8 +460,8 @@ def main(argv=None) -> int:
     args = tyro.cli(VerdictArgs, args=argv, prog="python -m experiments.verdict")
     out = default_out(args.profile) if args.out is None else args.out
     try:  # before any work: a run of hours that cannot write its table is refused now
-        check_output_files(out, [out.with_name(out.stem + s + ".csv") for s in OUTPUT_SUFFIXES], args.profile,
-                           args.force)
+        check_output_files(out, [out.with_name(out.stem + s + ".csv") for s in OUTPUT_SUFFIXES],
+                           "full" if args.profile in COMMITTED_PROFILES else args.profile, args.force)
         if args.profile == "gpu" and not args.device.startswith("cuda"):
             raise ValueError("profile gpu needs --device cuda (the 25M model); use quick or full on the CPU")
         if args.jobs is not None and args.jobs < 1:

@@ -148,6 +148,8 @@ class GridUpdater:
         self.adam = rep([s.optimizer == "adam" for s in settings], torch.bool)
         self.heavy_ball = rep([s.optimizer == "sgd_momentum" for s in settings], torch.bool)
         axes = [s.combination for s in settings]
+        if any(a.step == "vcpo" for a in axes):
+            raise ValueError("method vcpo runs in the LLM trainer only (sim.llm); the toy simulators do not apply it")
         # A part's parameter per setting (``absent`` where the setting does not use that part).
         param = lambda part, name, absent: [s.part_params(part)[name] if part in a.parts else absent
                                             for s, a in zip(settings, axes, strict=True)]

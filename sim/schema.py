@@ -53,7 +53,9 @@ EXTRAS: dict[str, str] = {
     "objective_fn": "the method's choice on the objective axis: none (the clipped ratio / stale gradient as if fresh) "
                     "| tis | m2po | bapo | dc",
     "direction_control": "the method's choice on the direction-control axis: none | gac | braking",
-    "step_control": "the method's choice on the step-control axis: none (constant η) | lr_scale | kl_target",
+    "step_control": "the method's choice on the step-control axis: none (constant η) | lr_scale | kl_target | vcpo",
+    "ess_ratio": "Kish's ESS / N of the update's sequence-level importance weights π_θ/π_b (1: every sample counts "
+                 "fully, 1/N: one carries the update); mean over the step's updates (LLM)",
 }
 """Columns a simulator adds after the core ones; which ones each simulator has is in SIM_EXTRAS."""
 
@@ -66,7 +68,7 @@ SIM_EXTRAS: dict[str, tuple[str, ...]] = {
     "bandit_contextual": _BANDIT,
     "llm": ("label", "lr", "diverged", "kl_behaviour", "entropy", "accuracy", "train_accuracy", "response_length",
             "clip_frac", "clip_low", "clip_high", "behaviour_version", "ratio_to", "step_norm", "objective_fn",
-            "direction_control", "step_control"),
+            "direction_control", "step_control", "ess_ratio"),
 }
 """Exactly the extra columns of each simulator's rows, in order."""
 

@@ -131,6 +131,25 @@ class KLTargetConfig:
             raise ValueError(f"kl_floor must be in (0, 1], got {self.kl_floor}")
 
 
+@dataclass(frozen=True)
+class VCPOConfig:
+    """VCPO's parameters (Huang, Zhang, Hu, Yang, Han, arXiv:2602.17616): the step size scaled by the effective
+    sample size of the update's importance weights, and the off-policy minimum-variance baseline."""
+
+    vcpo_reference_ratio: float = 1.0
+    """ρ_ref ∈ (0, 1]: the ESS ratio from which on the step is not cut (1: any drop below a full batch cuts)."""
+    vcpo_power: float = 0.5
+    """the factor's power (> 0): ½ for Adam-like optimizers (step ∝ √batch), 1 for SGD (linear scaling)."""
+    vcpo_baseline: bool = True
+    """replace the group mean in the advantage by the off-policy minimum-variance baseline (``vcpo_baseline``)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.vcpo_reference_ratio <= 1:
+            raise ValueError(f"vcpo_reference_ratio must be in (0, 1], got {self.vcpo_reference_ratio}")
+        if not self.vcpo_power > 0:
+            raise ValueError(f"vcpo_power must be > 0, got {self.vcpo_power}")
+
+
 OBJECTIVE, DIRECTION, STEP = "objective", "direction", "step"
 AXES = (OBJECTIVE, DIRECTION, STEP)
 
@@ -178,6 +197,11 @@ STABILIZERS: dict[str, Stabilizer] = {s.name: s for s in [
            "this package's drift control, after PPO's adaptive-KL target (Schulman et al., arXiv:1707.06347)",
            "cut the step size to η·clip(κ/KL_t, floor, 1), KL_t the measured KL to the behaviour policy",
            KLTargetConfig, STEP),
+    _entry("vcpo", (STALE_DATA,),
+           "Huang, Zhang, Hu, Yang, Han, Stable Asynchrony: Variance-Controlled Off-Policy RL for LLMs (VCPO), "
+           "arXiv:2602.17616 (2026)",
+           "scale the step size by (ESS/N)^½ of the update's sequence-level importance weights π_θ/π_b, and take "
+           "the advantage against the off-policy minimum-variance baseline", VCPOConfig, STEP),
     _entry("dc", (STALE_GRADIENT,),
            "Zheng et al., Asynchronous SGD with delay compensation (DC-ASGD), ICML 2017",
            "g + λ·g⊙g⊙(θ_t − θ_{t−s}): first-order Taylor correction with a diagonal Hessian proxy", DCConfig),
@@ -324,12 +348,26 @@ def lr_scale_factor(staleness: torch.Tensor | int) -> torch.Tensor | float:
 
 # VCPO (Huang, Zhang, Hu, Yang, Han, "Stable Asynchrony: Variance-Controlled Off-Policy RL for LLMs",
 # arXiv:2602.17616): the step size follows the effective sample size of the update's importance weights, and the
-# policy-gradient baseline is the one of least variance under those weights. Not in STABILIZERS yet: no simulator
-# applies it, and a registry name that a simulator silently ran as naive would be a wrong result.
-# Wiring (per optimizer update, on that update's B·G sequences): w_i from the stored behaviour log-probs and the
-# learner's log-probs at the RL step's start (the proximal ones), summed over each sequence's valid tokens;
-# η_update = η·vcpo_step_factor(effective_sample_size(w)[1]) (power ½ for AdamW); and, for the baseline, one
-# backward per sequence for ‖∇ log π_θ(y_i)‖², then A_i = R_i − vcpo_baseline(R_group, w_group, norms_group).
+# policy-gradient baseline is the one of least variance under those weights. The LLM trainer applies both
+# (sim/llm: ``sequence_weights`` of the update's sequences, ``vcpo_step_factor`` on η, ``vcpo_baseline`` in the
+# advantage); the toy simulators refuse the name (sim/grid.py) rather than run it as naive.
+
+def sequence_weights(token_log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sequence-level importance weights over the last two dims (n, T) → (n,): w_i ∝ exp(Σ_t log r_i,t) over the
+    sequence's valid tokens, divided by the largest (so no weight overflows; ESS and the baseline are invariant to a
+    common scale). Rows of a leading dim are scaled separately."""
+    log_w = (token_log_ratio.detach() * mask).sum(-1)
+    return torch.exp(log_w - log_w.amax(-1, keepdim=True))
+
+
+def logit_score_sq(logp_all: torch.Tensor, token_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per sequence, Σ_t ‖∇_z log softmax(z_t)[y_t]‖² = Σ_t (1 − 2π(y_t) + Σ_v π_v²) over its valid tokens: the
+    squared norm of its score in logit space (forward only), the stand-in this package uses for VCPO's
+    ‖∇_θ log π_θ(y_i)‖² (which takes one backward per sequence). ``logp_all`` (..., n, T, V), the rest (..., n, T)."""
+    sum_sq = torch.exp(2 * logp_all).sum(-1)
+    per_token = 1 - 2 * token_logp.exp() + sum_sq
+    return (per_token.detach() * mask).sum(-1)
+
 
 def effective_sample_size(weights: torch.Tensor,
                           valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,6 +24,7 @@ from sim.stabilizers import (
     KLTargetConfig,
     M2POConfig,
     TISConfig,
+    VCPOConfig,
     gac_config,
     parse_method,
     record_method,
@@ -42,7 +43,7 @@ def flag(name: str) -> str:
 class Args:
     method: str = "naive"
     """method from sim/stabilizers.py: one choice per axis joined by + (objective tis/m2po/bapo, direction gac/braking,
-    step lr_scale/kl_target; e.g. gac+tis), naive (no stabilizer), or sync (= naive at s=0)"""
+    step lr_scale/kl_target/vcpo; e.g. gac+tis), naive (no stabilizer), or sync (= naive at s=0)"""
     staleness: int = 0
     """staleness s: rollouts of step t come from the policy of step t − s (max s when kind is random)"""
     staleness_kind: str = "fixed"
@@ -92,6 +93,8 @@ class Args:
     """method braking (Adaptive Braking): its parameter"""
     kl_target: KLTargetConfig = field(default_factory=KLTargetConfig)
     """method kl_target (step control by the KL to π_b): its parameters"""
+    vcpo: VCPOConfig = field(default_factory=VCPOConfig)
+    """method vcpo (step size by the ESS of the update's importance weights, off-policy baseline): its parameters"""
     eval_every: int = 20
     """held-out accuracy every this many steps"""
     eval_problems: int = 1000

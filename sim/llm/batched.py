@@ -27,6 +27,7 @@ from sim.llm.state import BatchState, NonFiniteError, RunState
 from sim.llm.task import AdditionTask
 from sim.llm.warmstart import load_warm_start
 from sim.schema import NO_REGIME, make_row
+from sim.stabilizers import effective_sample_size, sequence_weights
 from sim.staleness import Staleness, VersionRing
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 PER_RUN = ("seed", "lr", "staleness", "staleness_kind", "method", "warm_seed", "warm_target", "warm_ceiling",
            "warm_sft_problems", "warm_max_steps", "warm_attempts", "model", "clip_eps", "kl_coef", "max_grad_norm",
-           "tis", "m2po", "bapo", "braking", "kl_target", "out_dir", "progress")
+           "tis", "m2po", "bapo", "braking", "kl_target", "vcpo", "out_dir", "progress")
 """Args fields that may differ between the runs of one batch (besides GAC's fixed threshold τ); every other field
 (model size, task and batch shapes, steps, the method's axes and placement, device, threads) is the batch's."""
 
@@ -118,6 +119,8 @@ def sample_batch(batch: BatchState) -> dict:
     if args.axes.objective == "tis" or args.ratio_to == "proximal":
         with torch.no_grad():
             prox_logp, _ = stacked.token_logprobs(batch.layout, batch.theta, prompts, responses, args.temperature)
+    if args.axes.step == "vcpo" and any(run.args.vcpo.vcpo_baseline for run in batch.runs):
+        advantages = controls.vcpo_advantages(batch, prompts, responses, behaviour_logp, mask, reward, advantages)
     # The clip's denominator: π_b (default) or, with ratio_to=proximal, π_θ at the step's start.
     proximal_clip = args.ratio_to == "proximal" and args.axes.objective == "none"
     return {"version": [max(0, step - int(r.schedule[step])) for r in batch.runs], "prompts": prompts,
@@ -154,8 +157,10 @@ def minibatch_losses(batch: BatchState, data: dict, idx: torch.Tensor) -> tuple[
         if a.kl_coef > 0:
             loss = loss + a.kl_coef * grpo.kl_k3(logp[k], ref_logp[k], mask[k])
         losses.append(loss)
+        weights = sequence_weights((logp[k] - behaviour[k]).double(), mask[k].double())
         stats.append({**s, "kl_behaviour": grpo.behaviour_kl(logp[k], behaviour[k], mask[k]),
-                      "entropy": float(grpo.masked_mean(entropy[k].detach(), mask[k].float()))})
+                      "entropy": float(grpo.masked_mean(entropy[k].detach(), mask[k].float())),
+                      "ess_ratio": float(effective_sample_size(weights)[1])})
     return losses, stats
 
 
@@ -238,7 +243,8 @@ def optimizer_update(batch: BatchState, data: dict, idx: torch.Tensor, where: st
         out.append({"grad_norm": norms[k], "cos_prev": cos_prev[k], "cos_applied": cos_applied[k],
                     "regime": regimes[k], "parallel_scale": scales[k], "clip_frac": s["clip_frac"],
                     "clip_low": s["clip_low"], "clip_high": s["clip_high"], "kl_behaviour": s["kl_behaviour"],
-                    "entropy": s["entropy"], "cos_update": cos_update[k] if k in moved else math.nan,
+                    "entropy": s["entropy"], "ess_ratio": s["ess_ratio"],
+                    "cos_update": cos_update[k] if k in moved else math.nan,
                     "step_norm": step_norms[k] if k in moved else 0.0, "lr": lr[k]})
     return out, raw
 
@@ -288,7 +294,8 @@ def rl_step_batch(batch: BatchState, log=print) -> list[dict | None]:
             regime=Counter(u["regime"] for u in mine).most_common(1)[0][0],
             parallel_scale=mean_of(mine, "parallel_scale"), lr=mean_of(mine, "lr"),
             step_norm=mean_of(mine, "step_norm"), kl_behaviour=mine[0]["kl_behaviour"],
-            entropy=mine[0]["entropy"], accuracy=accuracy[k], train_accuracy=float(data["correct"][k].mean()),
+            entropy=mine[0]["entropy"], ess_ratio=mean_of(mine, "ess_ratio"), accuracy=accuracy[k],
+            train_accuracy=float(data["correct"][k].mean()),
             response_length=float(data["mask"][k].sum(1).float().mean()), clip_frac=mean_of(mine, "clip_frac"),
             clip_low=mean_of(mine, "clip_low"), clip_high=mean_of(mine, "clip_high"),
             behaviour_version=data["version"][k], ratio_to=a.ratio_to, objective_fn=a.axes.objective,

@@ -1,6 +1,6 @@
 """The trainer's direction and step controls, each run of a batch with its own: GAC (gradient, update or momentum
-space), Adaptive Braking, and the step sizes of lr_scale and kl_target. Each is a call between ``backward()`` and
-AdamW's step in ``batched.optimizer_update``, on (K, P) rows, one per run.
+space), Adaptive Braking, the step sizes of lr_scale, kl_target and vcpo, and VCPO's baseline (at sampling). Each
+control is a call between ``backward()`` and AdamW's step in ``batched.optimizer_update``, on (K, P) rows, one per run.
 
 GAC is the library's own placement (``gac.placement``, the transforms ``gac.wrap`` is checked against) on the (K, P)
 rows: in gradient space against each run's previous raw gradient or its previous RL step's summed gradient, in
@@ -16,10 +16,19 @@ from gac import placement
 from gac.control import regime_name
 from gac.cosine64 import Float64Vector, as_float64, cosine64
 from gac.state import init_threshold_stats
+from sim.advantages import ADVANTAGE_EPS
+from sim.llm import stacked
 from sim.llm.args import Args
 from sim.llm.rows import per_row
 from sim.llm.state import BatchState
-from sim.stabilizers import braking_scale, kl_target_factor
+from sim.stabilizers import (
+    braking_scale,
+    kl_target_factor,
+    logit_score_sq,
+    sequence_weights,
+    vcpo_baseline,
+    vcpo_step_factor,
+)
 
 
 def gac_space(args: Args) -> str:
@@ -29,15 +38,41 @@ def gac_space(args: Args) -> str:
 
 def learning_rates(batch: BatchState, stats: list) -> list[float]:
     """Each run's step size for this update: its lr, divided by 1 + s_t (lr_scale), times the KL-target factor
-    (kl_target) of the update's KL to π_b measured before its step."""
+    (kl_target) of the update's KL to π_b, or times VCPO's factor (ESS/N / ρ_ref)^power ≤ 1 (vcpo) of the update's
+    sequence-level weights π_θ/π_b, both measured before its step.
+
+    VCPO's weights are π_prox/π_b with π_prox the policy at the RL step's start; the trainer uses the policy at the
+    update (the ratio its loss uses): the same at an RL step's first update, so at one update per step."""
     lrs = []
     for run, s in zip(batch.runs, stats, strict=True):
         a = run.args
         lr = a.lr / (1 + int(run.schedule[batch.step])) if a.axes.step == "lr_scale" else a.lr
         if a.axes.step == "kl_target" and s is not None:
             lr *= kl_target_factor(s["kl_behaviour"], a.kl_target.kl_target, a.kl_target.kl_floor)
+        if a.axes.step == "vcpo" and s is not None:
+            lr *= vcpo_step_factor(s["ess_ratio"], a.vcpo.vcpo_reference_ratio, a.vcpo.vcpo_power)
         lrs.append(lr)
     return lrs
+
+
+@torch.no_grad()
+def vcpo_advantages(batch: BatchState, prompts: torch.Tensor, responses: torch.Tensor, behaviour_logp: torch.Tensor,
+                    mask: torch.Tensor, reward: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """VCPO's advantages (K, n) for the runs with its baseline: (R − b)/(std + ε) per group, b the off-policy
+    minimum-variance baseline Σ c_i R_i / Σ c_i, c_i = w_i² ‖score_i‖² (``sim.stabilizers.vcpo_baseline``), w_i the
+    sequence's weight π_θ/π_b at the step's start and ‖score_i‖² its score's norm in logit space
+    (``sim.stabilizers.logit_score_sq``); the std is GRPO's. Other runs keep ``advantages``."""
+    group, runs = batch.args.group_size, len(batch.runs)
+    logp_all = stacked.response_logp_all(batch.layout, batch.theta, prompts, responses, batch.args.temperature)
+    logp = logp_all.gather(3, responses[..., None]).squeeze(3)
+    valid = mask.float()
+    weights = sequence_weights(logp - behaviour_logp, valid).reshape(runs, -1, group)
+    norms = logit_score_sq(logp_all, logp, valid).reshape(runs, -1, group)
+    rewards = reward.to(weights.dtype).reshape(runs, -1, group)
+    baseline = vcpo_baseline(rewards, weights, norms)[..., None]
+    vcpo = (rewards - baseline) / (rewards.std(-1, unbiased=False, keepdim=True) + ADVANTAGE_EPS)
+    use = torch.tensor([run.args.vcpo.vcpo_baseline for run in batch.runs], device=advantages.device)
+    return torch.where(use[:, None], vcpo.reshape(runs, -1).to(advantages.dtype), advantages)
 
 
 def regimes_of(report: gac.UpdateReport, mode: str) -> tuple[list[str], list[float]]:
@@ -93,5 +128,5 @@ def gac_on_update(batch: BatchState, before: torch.Tensor, cfg, tau) -> tuple[li
     return regimes_of(placed.report, cfg.mode)
 
 
-__all__ = ["gac_space", "learning_rates", "apply_gac", "apply_braking", "gac_on_momentum", "gac_on_update",
-           "regimes_of"]
+__all__ = ["gac_space", "learning_rates", "vcpo_advantages", "apply_gac", "apply_braking", "gac_on_momentum",
+           "gac_on_update", "regimes_of"]

@@ -146,15 +146,21 @@ def token_logprobs(layout: Layout, theta: torch.Tensor, prompts: torch.Tensor, r
 
     Only the positions that predict a response token go through the head.
     """
+    logp_all = response_logp_all(layout, theta, prompts, responses, temperature)
+    logp = logp_all.gather(3, responses[..., None]).squeeze(3)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+def response_logp_all(layout: Layout, theta: torch.Tensor, prompts: torch.Tensor, responses: torch.Tensor,
+                      temperature: float = 1.0) -> torch.Tensor:
+    """log π over the vocabulary at every position that predicts a response token, (K, n, T, V)."""
     prompt_len, total = prompts.shape[2], prompts.shape[2] + responses.shape[2]
     cos, sin = layout.rotary_tables(total, theta.device)
     w = layout.weights(theta)
     hidden = hidden_states(w, layout.config, torch.cat([prompts, responses], dim=2), cos, sin)
     logits = logits_of(w, hidden[:, :, prompt_len - 1:-1]).float() / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(3, responses[..., None]).squeeze(3)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
+    return torch.log_softmax(logits, dim=-1)
 
 
 def shared_prefix_rows(prompts: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -225,4 +231,4 @@ def _choose_runs(logp: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     return token.clamp_max(logp.shape[-1] - 1)
 
 
-__all__ = ["Layout", "stack", "load_row", "token_logprobs", "sample", "shared_prefix_rows"]
+__all__ = ["Layout", "stack", "load_row", "token_logprobs", "response_logp_all", "sample", "shared_prefix_rows"]

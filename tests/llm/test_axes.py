@@ -95,6 +95,88 @@ def test_kl_target_check_catches_an_ignored_kl(tiny_args, monkeypatch, adamw_hoo
     assert used != pytest.approx(expected, rel=1e-12)
 
 
+def vcpo_lrs(args, adamw_hooks) -> tuple[list, list, list]:
+    """(lr AdamW used at each update, the lr VCPO's rule gives from that update's recorded ESS ratio, records)."""
+    state = setup(args, **QUIET)
+    used = []
+    adamw_hooks(lambda theta, grad, adam, lr: used.append(lr[0]))
+    records = [rl_step(state) for _ in range(args.steps)]
+    cfg = args.vcpo
+    expected = [args.lr * min(1.0, r["ess_ratio"] / cfg.vcpo_reference_ratio) ** cfg.vcpo_power for r in records]
+    return used, expected, records
+
+
+def test_vcpo_scales_the_step_by_the_square_root_of_the_updates_ess(tiny_args, adamw_hooks):
+    # one update per step: the record's ess_ratio is the one that update measured before its step
+    args = tiny_args(method="vcpo", staleness=3, minibatches=1, lr=1e-2, steps=8, snr_every=1000)
+    used, expected, records = vcpo_lrs(args, adamw_hooks)
+    assert used == pytest.approx(expected, rel=1e-12)
+    assert min(used) < 0.999 * args.lr  # the rule did act (stale samples: ESS/N < 1)
+    assert all(0 < r["ess_ratio"] <= 1 + 1e-12 for r in records)
+
+
+def test_vcpo_check_catches_an_ignored_ess(tiny_args, monkeypatch, adamw_hooks):
+    monkeypatch.setattr(controls, "vcpo_step_factor", lambda ratio, reference, power: 1.0)
+    args = tiny_args(method="vcpo", staleness=3, minibatches=1, lr=1e-2, steps=8, snr_every=1000)
+    used, expected, _ = vcpo_lrs(args, adamw_hooks)
+    assert used != pytest.approx(expected, rel=1e-12)
+
+
+def test_ess_ratio_is_one_on_policy_and_drops_with_staleness(tiny_args):
+    """Sync samples from the learner itself: every weight π_θ/π_b is 1 up to the sampler's float32 log-probs (1e-4
+    per token, tests/llm/test_sampling), so ESS/N is 1 to ~1e-7; stale samples give ESS/N < 1."""
+    sync = run_records(tiny_args(method="sync", minibatches=1, steps=6, snr_every=1000), **QUIET)["records"]
+    stale = run_records(tiny_args(method="naive", staleness=3, minibatches=1, lr=3e-2, steps=6, snr_every=1000),
+                        **QUIET)["records"]
+    assert all(abs(r["ess_ratio"] - 1) < 1e-6 for r in sync)
+    assert min(r["ess_ratio"] for r in stale[3:]) < 0.99
+
+
+def explicit_vcpo_advantages(state, data) -> torch.Tensor:
+    """VCPO's advantages by loops over groups: w_i = exp(Σ_t log π_θ − log π_b) from the trainer's plain log-prob
+    function, c_i = w_i² ‖score_i‖², b = Σ c_i R_i / Σ c_i, A_i = (R_i − b)/(std + ε)."""
+    from sim.advantages import ADVANTAGE_EPS
+    from sim.llm import stacked
+
+    args = state.args
+    with torch.no_grad():
+        logp, _ = stacked.token_logprobs(state.layout, state.theta, data["prompts"], data["responses"])
+        logp_all = stacked.response_logp_all(state.layout, state.theta, data["prompts"], data["responses"])
+    mask = data["mask"][0].double()
+    log_w = ((logp[0] - data["behaviour_logp"][0]).double() * mask).sum(-1)
+    norms = stabilizers.logit_score_sq(logp_all[0].double(), logp[0].double(), mask)
+    rewards = data["reward"][0].double()
+    out = torch.zeros_like(rewards)
+    for g in range(args.prompts_per_step):
+        rows = slice(g * args.group_size, (g + 1) * args.group_size)
+        c = torch.exp(2 * (log_w[rows] - log_w[rows].max())) * norms[rows]
+        b = float((c * rewards[rows]).sum() / c.sum()) if c.sum() > 0 else float(rewards[rows].mean())
+        out[rows] = (rewards[rows] - b) / (rewards[rows].std(unbiased=False) + ADVANTAGE_EPS)
+    return out
+
+
+def test_vcpo_advantages_use_the_off_policy_least_variance_baseline(tiny_args):
+    from sim.advantages import group_advantages
+    from sim.llm import batched
+
+    args = tiny_args(method="vcpo", staleness=3, minibatches=1, lr=3e-2, steps=5, snr_every=1000)
+    state = setup(args, **QUIET)
+    for _ in range(4):
+        rl_step(state)
+    data = batched.sample_batch(state)
+    expected = explicit_vcpo_advantages(state, data)
+    assert torch.allclose(data["advantages"][0].double(), expected, rtol=1e-5, atol=1e-5)
+    grpo = group_advantages(data["reward"][0].reshape(-1, args.group_size)).reshape(-1)
+    assert not torch.allclose(data["advantages"][0], grpo, atol=1e-3)  # the baseline moved something
+    off = setup(tiny_args(method="vcpo", staleness=3, minibatches=1, lr=3e-2, steps=5, snr_every=1000,
+                          vcpo=stabilizers.VCPOConfig(vcpo_baseline=False)), **QUIET)
+    for _ in range(4):
+        rl_step(off)
+    plain = batched.sample_batch(off)
+    plain_grpo = group_advantages(plain["reward"][0].reshape(-1, args.group_size)).reshape(-1)
+    assert torch.equal(plain["advantages"][0], plain_grpo)  # without it: GRPO's group mean
+
+
 def test_gac_with_tis_uses_the_tis_loss_and_projects_its_gradient(tiny_args):
     """gac+tis: the first raw gradient is TIS's (equal to a tis-only run's, and with the importance weight capped at
     C = 0.5 exactly half of the plain loss's, as π_prox = π_b at step 0), and GAC (τ = 0) then leaves the applied

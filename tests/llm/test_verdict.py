@@ -76,7 +76,7 @@ def test_gap_ratio_and_paired_interval():
 
 
 def test_every_arm_resolves_to_valid_args_and_the_protocol_keeps_tuning_apart():
-    for name in ("full", "quick"):
+    for name in ("full", "quick", "v2"):
         p = verdict.PROFILES[name]
         assert p.tuning_warm not in p.reporting_warms and p.tuning_seed not in p.reporting_seeds
         for arm in (*verdict.ARMS.values(), *verdict.combination_arms([]).values()):
@@ -85,6 +85,22 @@ def test_every_arm_resolves_to_valid_args_and_the_protocol_keeps_tuning_apart():
     assert len(full.reporting_warms) >= 3 and len(full.reporting_seeds) >= 2
     args = verdict.arm_args(full, verdict.ARMS["gac momentum"], 3e-4, 1, 0)
     assert (args.minibatches, args.ratio_to, args.staleness, args.digits) == (2, "behaviour", 16, 3)
+
+
+def test_verdict_v2_runs_on_the_testbed_configuration_and_its_warm_starts():
+    from experiments import llm_figures
+
+    v2 = verdict.PROFILES["v2"]
+    assert v2.reporting_warms == llm_figures.PROFILES["full"]["warm_seeds"] and len(v2.reporting_warms) >= 8
+    assert v2.tuning_warm not in v2.reporting_warms and len(v2.reporting_seeds) >= 2
+    assert {"vcpo", "m2po", "bapo", "tis", "kl_target", "braking", "gac gradient", "gac update",
+            "gac momentum"} <= set(v2.arms)
+    args = verdict.arm_args(v2, verdict.ARMS["vcpo"], 3e-4, 1, 0)
+    for key, value in llm_figures.BASE.items():
+        assert getattr(args, key) == value or key in ("lr", "snr_every", "eval_every"), key
+    assert (args.method, args.staleness, args.steps, args.lr) == ("vcpo", 16, 200, 3e-4)
+    assert verdict.arm_args(v2, verdict.ARMS["sync"], 3e-4, 1, 0).staleness == 0
+    assert verdict.default_out("v2").name == "verdict_llm_v2.csv"
 
 
 def test_fig10_gpu_profile_dry_run_writes_every_arm_with_warm_start_and_seed(tiny_checkpoint, tmp_path, monkeypatch):

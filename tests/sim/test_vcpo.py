@@ -97,6 +97,51 @@ def test_baseline_with_equal_weights_and_norms_is_the_mean_and_with_none_falls_b
     assert float(vcpo_baseline(rewards, torch.zeros_like(rewards), ones)) == pytest.approx(0.6)
 
 
-def test_vcpo_is_not_a_registry_method_until_a_simulator_applies_it():
-    with pytest.raises(ValueError, match="unknown method"):
-        stabilizers.parse_method("vcpo")
+def test_vcpo_is_a_step_control_of_the_stale_data_model_that_the_toys_refuse():
+    assert stabilizers.parse_method("vcpo").step == "vcpo"
+    assert stabilizers.parse_method("gac+vcpo").name == "gac+vcpo"
+    with pytest.raises(ValueError, match="does not apply"):
+        stabilizers.parse_method("vcpo", stabilizers.STALE_GRADIENT)
+    with pytest.raises(ValueError, match="two step controls"):
+        stabilizers.parse_method("vcpo+kl_target")
+    from sim.bandit import SoftmaxBandit, run_bandit
+    from sim.grid import setting
+    with pytest.raises(ValueError, match="LLM trainer only"):  # never silently run as naive
+        run_bandit(SoftmaxBandit(arms=4, contexts=2), [setting("vcpo", 2, 0.1)], steps=2, seeds=1)
+
+
+@pytest.mark.parametrize("kwargs", [dict(vcpo_reference_ratio=0.0), dict(vcpo_reference_ratio=1.5),
+                                    dict(vcpo_power=0.0)])
+def test_vcpo_config_refuses_bad_values(kwargs):
+    with pytest.raises(ValueError, match="vcpo_"):
+        stabilizers.VCPOConfig(**kwargs)
+
+
+def test_sequence_weights_are_the_exponentiated_sums_of_valid_token_log_ratios_up_to_one_scale():
+    generator = torch.Generator().manual_seed(1)
+    log_ratio = torch.randn(3, 6, 4, generator=generator, dtype=torch.float64)
+    mask = torch.rand(3, 6, 4, generator=generator) < 0.7
+    weights = stabilizers.sequence_weights(log_ratio, mask.double())
+    for row in range(3):
+        direct = [math.exp(sum(log_ratio[row, i, t].item() for t in range(4) if mask[row, i, t])) for i in range(6)]
+        assert weights[row].tolist() == pytest.approx([d / max(direct) for d in direct], rel=1e-12)
+    huge = stabilizers.sequence_weights(torch.full((1, 2, 3), 400.0, dtype=torch.float64), torch.ones(1, 2, 3))
+    assert huge.tolist() == [[1.0, 1.0]]  # exp(1200) would overflow; the common scale is divided out
+
+
+def test_logit_score_norm_equals_autograd_of_the_log_softmax():
+    """Σ_t ‖∇_z log softmax(z_t)[y_t]‖² over valid tokens, against autograd on random logits (independent)."""
+    generator = torch.Generator().manual_seed(2)
+    logits = torch.randn(5, 3, 7, generator=generator, dtype=torch.float64, requires_grad=True)
+    tokens = torch.randint(0, 7, (5, 3), generator=generator)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [0, 0, 0], [1, 1, 1]], dtype=torch.float64)
+    expected = torch.zeros(5, dtype=torch.float64)
+    for i in range(5):
+        for t in range(3):
+            if mask[i, t]:
+                (grad,) = torch.autograd.grad(torch.log_softmax(logits[i, t], -1)[tokens[i, t]], logits)
+                expected[i] += (grad * grad).sum()
+    logp_all = torch.log_softmax(logits.detach(), -1)
+    token_logp = logp_all.gather(-1, tokens[..., None]).squeeze(-1)
+    got = stabilizers.logit_score_sq(logp_all, token_logp, mask)
+    assert torch.allclose(got, expected, rtol=1e-12, atol=1e-15)
