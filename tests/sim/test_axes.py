@@ -30,7 +30,7 @@ def test_every_registry_entry_sits_on_one_axis():
     axes = {name: entry.axis for name, entry in stabilizers.STABILIZERS.items()}
     assert axes == {"naive": "objective", "gac": "direction", "braking": "direction", "lr_scale": "step",
                     "kl_target": "step", "dc": "objective", "tis": "objective", "m2po": "objective",
-                    "bapo": "objective"}
+                    "bapo": "objective", "vcpo": "step"}
 
 
 @pytest.mark.parametrize("c", [-1.0, -0.3, 0.0, 0.5, 1.0])
