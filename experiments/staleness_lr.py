@@ -21,8 +21,14 @@ which is not instability).
 Scales: ``quadratic`` (stale gradients, ``experiments.toy.QUADRATIC``, λ_max = 1), ``bandit_gaussian`` (stale data,
 GRPO advantages, ``experiments.toy.GAUSSIAN``) and ``bandit_gaussian_mean`` (the same bandit with advantages r − mean
 and no std: its gradient is the stale-gradient model's h⊙(μ_b − a*)(1 − 1/G) + noise, so a*(s) applies with
-λ = h_max(1 − 1/G)). An ``llm`` scale joins the same table later (the columns do not depend on the scale).
-``python -m experiments.staleness_lr --profile full --out docs/data/staleness_lr_scaling.csv``.
+λ = h_max(1 − 1/G)), and ``llm``: the reproducible testbed (``experiments.llm_figures.BASE``; one 0.6M Qwen3 run per
+warm start and step size, ``LawProfile.llm_steps`` RL steps; its "seeds" are accepted warm starts), where a run is
+stable under ``progress`` if it never went non-finite and its final held-out accuracy is at least half of the best
+it reached (fig9's LLM collapse rule, ``experiments.early_warning.LLM_COLLAPSE_FRACTION``), and under ``finite`` if
+it never went non-finite. No closed form gives the LLM's λ_max, so its theory_lr is NaN; its exponent is still
+fitted beside theory's.
+``python -m experiments.staleness_lr --profile full --out docs/data/staleness_lr_scaling.csv`` (toy scales;
+``--scales`` adds ``llm``).
 """
 
 from __future__ import annotations
@@ -49,10 +55,13 @@ from theory.stability import stability_boundary_closed_form
 STALENESS = (1, 2, 4, 8, 16)
 METHODS = ("naive", "gac")
 SCALES = ("quadratic", "bandit_gaussian", "bandit_gaussian_mean")
+"""The toy scales (the default); ``ALL_SCALES`` adds the LLM testbed."""
+ALL_SCALES = (*SCALES, "llm")
 CRITERIA = ("progress", "finite")
 GAP_FRACTION = 0.5
 """A stable run ends with its objective gap at most this share of the initial gap."""
-SEARCH_RANGE = {"quadratic": (0.01, 8.0), "bandit_gaussian": (2.0**-9, 2.0**3), "bandit_gaussian_mean": (0.01, 8.0)}
+SEARCH_RANGE = {"quadratic": (0.01, 8.0), "bandit_gaussian": (2.0**-9, 2.0**3), "bandit_gaussian_mean": (0.01, 8.0),
+                "llm": (1.5e-4, 1.92e-2)}
 """Each scale's step-size grid [low, high]: wide enough that every boundary measured so far lies inside it (a seed
 stable at ``high`` or unstable at ``low`` is reported as censored, never clipped silently)."""
 ADVANTAGE = {"bandit_gaussian": "grpo", "bandit_gaussian_mean": "mean"}
@@ -67,9 +76,18 @@ class LawProfile:
     seeds: int
     grid_points: int
     refinements: int
+    llm_steps: int = 100
+    """RL steps of an LLM run"""
+    llm_warm_starts: tuple[int, ...] = (1, 2)
+    """the LLM scale's "seeds": accepted testbed warm starts (RL seed 0 on each)"""
+    llm_grid_points: int = 8
+    """LLM grid: 8 points over SEARCH_RANGE["llm"] are 2× apart"""
+    llm_refine_points: int = 1
+    """LLM zooms: one point (the bracket's geometric middle) per open bracket"""
 
 
-PROFILES = {"smoke": LawProfile(quad_steps=40, bandit_steps=30, seeds=2, grid_points=6, refinements=1),
+PROFILES = {"smoke": LawProfile(quad_steps=40, bandit_steps=30, seeds=2, grid_points=6, refinements=1, llm_steps=3,
+                                 llm_warm_starts=(1,), llm_grid_points=3),
             "quick": LawProfile(quad_steps=600, bandit_steps=300, seeds=4, grid_points=16, refinements=1),
             "full": LawProfile(quad_steps=1000, bandit_steps=400, seeds=6, grid_points=18, refinements=2)}
 """smoke is for tests (numbers meaningless); quick is the figure's default; full makes
@@ -248,6 +266,43 @@ def bandit_evaluator(advantage: str, steps: int, seeds: int, cell_list: list[tup
     return evaluate
 
 
+LLM_BASE: dict = {}
+"""Args changes of the LLM scale on top of the testbed's ``BASE`` (tests put the tiny model here)."""
+
+
+def llm_kept(records: list[dict], fraction: float) -> bool:
+    """No collapse: the final held-out accuracy is at least ``fraction`` × the best of the run's evaluations (the
+    start included); a run without a finite final evaluation collapsed."""
+    if any(r.get("diverged") for r in records):
+        return False
+    accuracy = [r["accuracy"] for r in records if r.get("accuracy") is not None and r["accuracy"] == r["accuracy"]]
+    return bool(accuracy) and accuracy[-1] >= fraction * max(accuracy)
+
+
+def llm_evaluator(steps: int, warm_starts: Sequence[int], cell_list: list[tuple[str, int]],
+                  criterion: str = "progress", jobs: int | None = None) -> Evaluate:
+    """``Evaluate`` on the LLM testbed: every pair one run per warm start (RL seed 0), cached, ``jobs`` at a time."""
+    from dataclasses import replace
+
+    from experiments.early_warning import LLM_COLLAPSE_FRACTION
+    from experiments.llm import Run, results_of
+    from experiments.llm_figures import BASE
+    from sim.llm.train import Args
+
+    base = Args(**{**BASE, "snr_every": 1000, "eval_every": min(20, steps), **LLM_BASE}, steps=steps, progress=False,
+                on_nonfinite="mark")
+
+    def evaluate(pairs):
+        runs = [Run(replace(base, method=cell_list[c][0], staleness=cell_list[c][1], lr=lr, warm_seed=w, seed=0),
+                    ("staleness_lr",)) for c, lr in pairs for w in warm_starts]
+        stable = []
+        for _, result in results_of(runs, log=lambda *a, **k: None, jobs=jobs, name="staleness x lr (llm)"):
+            finite = result["summary"]["diverged_at"] is None
+            stable.append(finite and (criterion == "finite" or llm_kept(result["records"], LLM_COLLAPSE_FRACTION)))
+        return np.asarray(stable, dtype=bool).reshape(len(pairs), len(warm_starts))
+    return evaluate
+
+
 def _stable_matrix(result, gap_of, initial_gap: float, pairs: int, seeds: int, criterion: str) -> np.ndarray:
     final = result.summary["final_objective"].numpy().reshape(pairs, seeds)
     diverged = result.summary["diverged"].numpy().reshape(pairs, seeds)
@@ -262,7 +317,9 @@ def evaluator(scale: str, profile: LawProfile, criterion: str) -> tuple[Evaluate
     if scale in ADVANTAGE:
         return (bandit_evaluator(ADVANTAGE[scale], profile.bandit_steps, profile.seeds, cells(), criterion),
                 profile.bandit_steps)
-    raise ValueError(f"unknown scale {scale!r}; choose from {', '.join(SCALES)}")
+    if scale == "llm":
+        return llm_evaluator(profile.llm_steps, profile.llm_warm_starts, cells(), criterion), profile.llm_steps
+    raise ValueError(f"unknown scale {scale!r}; choose from {', '.join(ALL_SCALES)}")
 
 
 def theory_curvature(scale: str) -> float:
@@ -298,8 +355,14 @@ def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
         raise ValueError(f"unknown criterion {criterion!r}; choose from {', '.join(CRITERIA)}")
     evaluate, steps = evaluator(scale, p, criterion)
     low, high = SEARCH_RANGE[scale]
-    found = search_boundaries(evaluate, len(cells()), p.seeds, low, high, p.grid_points, p.refinements)
-    return {"scale": scale, "criterion": criterion, "steps": steps, "seeds": p.seeds,
+    if scale == "llm":
+        seeds = len(p.llm_warm_starts)
+        found = search_boundaries(evaluate, len(cells()), seeds, low, high, p.llm_grid_points, p.refinements,
+                                  p.llm_refine_points)
+    else:
+        seeds = p.seeds
+        found = search_boundaries(evaluate, len(cells()), seeds, low, high, p.grid_points, p.refinements)
+    return {"scale": scale, "criterion": criterion, "steps": steps, "seeds": seeds,
             "cells": [list(c) for c in cells()],
             **{name: getattr(found, name).tolist() for name in ("boundary", "low", "high", "censored_low",
                                                                  "censored_high", "nonmonotone")}}
@@ -360,9 +423,9 @@ def fit_rows(found: dict) -> list[dict]:
 def law_tables(profile: str = "quick", scales: Sequence[str] = SCALES, criteria: Sequence[str] = CRITERIA,
                log: Callable[..., None] | None = None) -> dict[str, list[dict]]:
     """{"table": COLUMNS rows, "fit": FIT_COLUMNS rows} over ``scales`` × ``criteria`` (each search cached)."""
-    unknown = [s for s in scales if s not in SCALES] + [c for c in criteria if c not in CRITERIA]
+    unknown = [s for s in scales if s not in ALL_SCALES] + [c for c in criteria if c not in CRITERIA]
     if unknown:
-        raise ValueError(f"unknown scale(s) or criteria {unknown}; choose from {', '.join(SCALES + CRITERIA)}")
+        raise ValueError(f"unknown scale(s) or criteria {unknown}; choose from {', '.join(ALL_SCALES + CRITERIA)}")
     profile_of(profile)
     found, start = [], time.perf_counter()
     for scale in scales:
@@ -388,6 +451,8 @@ class StalenessLRArgs:
     """run sizes (``PROFILES``)"""
     force: bool = False
     """overwrite committed (git-tracked) CSVs with the quick profile"""
+    scales: tuple[Literal["quadratic", "bandit_gaussian", "bandit_gaussian_mean", "llm"], ...] = SCALES
+    """the scales to search (llm: the 0.6M testbed, hours of CPU on the full profile)"""
 
 
 def main(argv=None) -> int:
@@ -402,7 +467,7 @@ def main(argv=None) -> int:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     with one_thread():  # the grid's tensors are small: a second thread only spins on a shared machine
-        tables = law_tables(args.profile, log=print)
+        tables = law_tables(args.profile, args.scales, log=print)
     write_records(tables["table"], args.out, COLUMNS)
     write_records(tables["fit"], fit_path(args.out), FIT_COLUMNS)
     for row in tables["fit"]:
@@ -415,7 +480,7 @@ def main(argv=None) -> int:
 
 __all__ = ["search_boundaries", "stable_quorum", "fit_exponent", "bootstrap_exponent", "search_scale", "table_rows",
            "fit_rows", "law_tables", "COLUMNS",
-           "FIT_COLUMNS", "STALENESS", "SCALES", "main"]
+           "FIT_COLUMNS", "STALENESS", "SCALES", "ALL_SCALES", "llm_kept", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -142,6 +142,33 @@ def test_smoke_tables_have_every_cell_and_the_documented_columns():
                                                                  for m in law.METHODS]
 
 
+def test_an_llm_run_is_kept_unless_its_final_accuracy_falls_below_half_its_best():
+    rec = lambda acc, diverged=False: {"accuracy": acc, "diverged": diverged}
+    assert law.llm_kept([rec(0.3), rec(math.nan), rec(0.5), rec(0.26)], 0.5)  # 0.26 >= 0.5 x 0.5
+    assert not law.llm_kept([rec(0.3), rec(0.5), rec(0.24)], 0.5)  # fell below half its best: collapsed
+    assert law.llm_kept([rec(0.3), rec(0.2)], 0.5)  # below its start, not below half of it: kept
+    assert not law.llm_kept([rec(0.3), rec(None, diverged=True)], 0.5)  # no finite final evaluation
+    assert not law.llm_kept([], 0.5)
+
+
+def test_llm_scale_smoke_on_the_tiny_model(tiny_checkpoint, tmp_path, monkeypatch):
+    """The LLM scale's search runs real trainer runs (tiny model, 3 steps), one per (cell, step size, warm start),
+    and yields a row per cell with the table's columns and no closed-form theory."""
+    import experiments.cache
+
+    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(law, "LLM_BASE", dict(size="tiny", model=str(tiny_checkpoint), digits=1, prompts_per_step=4,
+                                              group_size=4, eval_problems=8, warm_ceiling=1.0))
+    monkeypatch.setitem(law.SEARCH_RANGE, "llm", (1e-3, 1.0))
+    found = law.search_scale("llm", "smoke", "progress")
+    rows = law.table_rows(found)
+    assert {(r["method"], r["staleness"]) for r in rows} == set(law.cells()) and found["seeds"] == 1
+    assert all(math.isnan(r["theory_lr"]) and r["steps"] == 3 for r in rows)
+    assert all(1e-3 <= r["max_stable_lr"] <= 1.0 for r in rows)
+    runs = list((tmp_path / "cache").glob("llm_grpo-*.json"))
+    assert len(runs) >= len(law.cells()) * 3  # the grid: every cell at its 3 step sizes on the one warm start
+
+
 @pytest.mark.parametrize("out, message", [("table.txt", "must name a .csv"), ("a_file/t.csv", "is a file"),
                                           ("a_folder.csv", "is a folder")])
 def test_command_refuses_bad_output_before_any_run(out, message, tmp_path, monkeypatch, capsys):
