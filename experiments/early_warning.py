@@ -23,7 +23,8 @@ collapse, is negative. Steps are the record steps: the toys record every 5 steps
 
 Direction, fixed in advance for every signal: a higher value is the warning (a stale-aligned cosine above
 what noise explains, a policy drifting from its data, an exploding gradient, more clipping, an entropy
-blow-up). An AUC below 0.5 means the signal moves the other way before a collapse; it is not flipped.
+blow-up, an effective sample size that drops: ``ess_drop`` = 1 − ess_ratio). An AUC below 0.5 means the signal
+moves the other way before a collapse; it is not flipped.
 
 Statistics pool every scored step of every run of one simulator (``auc_collapsing_runs``: of the runs that
 collapse only, which gives less credit to telling healthy runs from doomed ones, as the staleness alone
@@ -53,6 +54,8 @@ SIGNALS: dict[str, str] = {
     "grad_norm": "‖g_t‖ of the raw gradient",
     "clip_frac": "share of clipped tokens (LLM only)",
     "entropy": "mean policy entropy (bandits, LLM)",
+    "ess_drop": "1 − ESS/N of the update's importance weights π_θ/π_b (bandits, LLM; from the rows' ess_ratio): the "
+                "share of the batch the stale data no longer carries (VCPO's warning: collapse follows an ESS drop)",
     "staleness": "the run's staleness s: known before training, the baseline a signal has to beat",
 }
 """The candidate signals, each read as: higher = warning."""
@@ -144,10 +147,13 @@ def _column(run: list[dict], name: str) -> np.ndarray:
 def signal_values(run: list[dict], name: str) -> np.ndarray:
     """The signal ``name`` at each row of ``run`` (NaN where not measured).
 
+    ``ess_drop`` = 1 − ess_ratio (the rows record ESS/N, where lower is the warning; the signal turns it round).
     ``cos_excess`` = cos_prev − SNR/(1+SNR) with SNR = snr_halves = c/(1 − c) of the latest probe's halves
     cosine c, carried forward (never from a later step): SNR/(1+SNR) is then c itself, and 0 where the
     halves show no signal (c ≤ 0, where snr_halves is NaN). NaN before the first probe.
     """
+    if name == "ess_drop":
+        return 1.0 - _column(run, "ess_ratio")
     if name != "cos_excess":
         return _column(run, name)
     halves = _column(run, "cos_halves")

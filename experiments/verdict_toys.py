@@ -49,14 +49,16 @@ ARMS: dict[str, tuple[str, dict]] = {
     "braking": ("braking", {}),
     "tis": ("tis", {}),
     "kl_target": ("kl_target", {"kl_target": TOY_KL_TARGET}),
+    "vcpo": ("vcpo", {}),
 }
-"""arm → (method, parameters); registry defaults otherwise (GAC: project at τ = 0, prev reference; braking α = 1)."""
+"""arm → (method, parameters); registry defaults otherwise (GAC: project at τ = 0, prev reference; braking α = 1;
+VCPO: ρ_ref = 1, power ½ (the Adam rule, kept for heavy-ball SGD too), its baseline on)."""
 COMBINATIONS: dict[str, tuple[str, dict]] = {"gac+tis": ("gac+tis", {}),
                                              "kl_target+gac": ("gac+kl_target", {"kl_target": TOY_KL_TARGET})}
 """Combinations with GAC: run in every space, reported in the space whose GAC-alone arm tuned best (tuning seeds)."""
 SIM_ARMS = {"bandit_gaussian": (*ARMS, *COMBINATIONS),
             "quadratic": ("sync", "naive", *(f"gac_{space}" for space in GAC_SPACES), "braking")}
-"""The arms that apply: TIS and the KL to π_b need a behaviour policy (stale data)."""
+"""The arms that apply: TIS, the KL to π_b and VCPO's importance weights need a behaviour policy (stale data)."""
 SIM_STRUCTURES = {"bandit_gaussian": ("one_update", "llm"), "quadratic": ("one_update",)}
 
 LR_GRID = tuple(2.0 ** k for k in range(-12, 4))

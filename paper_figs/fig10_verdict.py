@@ -131,7 +131,7 @@ def plot_tuning_or_runs(ax, tuning: list[dict], runs: list[dict]) -> None:
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v")
 TOY_ARMS = ("naive", "gac_gradient", "gac_update", "gac_momentum", "braking", "tis", "gac+tis", "kl_target",
-            "kl_target+gac")
+            "kl_target+gac", "vcpo")
 
 
 def plot_toys(ax_final, ax_cos, fig, toys: list[dict], staleness: int = 16) -> None:

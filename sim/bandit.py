@@ -8,6 +8,11 @@ with w_i = 1 (objective none), min(π_θ/π_b, C) ("tis"), the M2PO mask times �
 ("bapo"). ĝ is the gradient of the loss −J, so every run steps θ ← θ − η·ĝ'. The expected reward J(θ)
 is exact (closed form), recorded as the objective (higher is better).
 
+VCPO (step control "vcpo"): each update's step is η·min(1, (ESS/N)/ρ_ref)^power, ESS/N Kish's of that update's
+weights π_θ/π_b (recorded for every row as ``ess_ratio``), and, with ``vcpo_baseline``, the group mean in A_i is
+replaced by VCPO's b = Σ c_i r_i / Σ c_i, c_i = w_i² ‖∇_θ log π_θ(a_i)‖², with w_i = π_prox/π_b and the score at
+π_prox (θ at the step's start, as the LLM trainer does); the toys' score norm is the exact one (closed form).
+
 The LLM's structure (``updates_per_batch`` K > 1, ``ratio_clip_eps`` ε): the batch is split by group into K
 minibatches, one optimizer update each (θ moves between them, the behaviour policy does not), and the
 objective is PPO/GRPO's clipped ratio −min(r·A, clip(r, 1−ε, 1+ε)·A), r = π_θ/π_b, so w_i = r_i where the
@@ -31,7 +36,16 @@ from tqdm import tqdm
 
 from sim.advantages import ADVANTAGES, group_advantages
 from sim.grid import GridResult, GridUpdater, Recorder, Setting, check_models
-from sim.stabilizers import STALE_DATA, BAPOConfig, bapo_clip_bounds_rows, bapo_unclipped, m2po_mask_rows, tis_weights
+from sim.stabilizers import (
+    STALE_DATA,
+    BAPOConfig,
+    bapo_clip_bounds_rows,
+    bapo_unclipped,
+    effective_sample_size,
+    m2po_mask_rows,
+    tis_weights,
+    vcpo_baseline,
+)
 from sim.staleness import TensorVersionBuffer
 
 DIVERGENCE_FACTOR = 1e6
@@ -147,7 +161,8 @@ class SoftmaxBandit:
 
 
 class _SampleWeights:
-    """Per-row sample weights of the stale-data methods, from the log-ratio log π_θ(a) − log π_b(a)."""
+    """Per-row sample weights of the stale-data methods, from the log-ratio log π_θ(a) − log π_b(a), and which rows
+    take VCPO's baseline in their advantages (``vcpo_baseline``)."""
 
     def __init__(self, updater: GridUpdater, ratio_clip_eps: float | None = None):
         settings, seeds = updater.settings, updater.seeds
@@ -164,6 +179,9 @@ class _SampleWeights:
                              for s, o in zip(settings, objectives, strict=True) if o == "bapo" for _ in range(seeds)]
         self.clip_eps = ratio_clip_eps
         self.any = bool(self.tis.any() or self.m2po.any() or len(self.bapo_rows)) or ratio_clip_eps is not None
+        self.vcpo_baseline = rep([s.combination.step == "vcpo" and s.part_params("vcpo")["vcpo_baseline"]
+                                  for s in settings], torch.bool)
+        self.any_baseline = bool(self.vcpo_baseline.any())
 
     def __call__(self, log_ratio: torch.Tensor, advantages: torch.Tensor,
                  prox_log_ratio: torch.Tensor | None = None) -> torch.Tensor:
@@ -215,21 +233,40 @@ def _check_run(settings: list[Setting], steps: int, seeds: int, groups: int, gro
 
 
 def _stale_gradient(problem, tables, theta, proximal, batch, advantage,
-                    weigh) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                    weigh) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """One update's policy gradient at θ on (a minibatch of) the behaviour policy's ``batch``: (grad, sample
-    weights, KL(behaviour ‖ θ), entropy of θ); ``tables`` are a softmax bandit's (features, reward probabilities),
-    None for the Gaussian; ``proximal`` is θ at the step's start (the clipped TIS ratio's denominator)."""
+    weights, KL(behaviour ‖ θ), entropy of θ, ESS/N of the samples' π_θ/π_b); ``tables`` are a softmax bandit's
+    (features, reward probabilities), None for the Gaussian; ``proximal`` is θ at the step's start (the clipped TIS
+    ratio's denominator, and VCPO's baseline's policy)."""
     behaviour = batch[0]
     if tables is None:
-        grad, _, weights = _gaussian_gradient(problem, theta, proximal, batch, advantage, weigh)
-        return grad, weights, problem.kl(behaviour, theta), problem.entropy(theta)
+        grad, log_ratio, weights = _gaussian_gradient(problem, theta, proximal, batch, advantage, weigh)
+        return grad, weights, problem.kl(behaviour, theta), problem.entropy(theta), ess_ratio(log_ratio)
     feats, _ = tables
-    grad, _, weights = _softmax_gradient(problem, theta, proximal, batch, advantage, weigh)
-    return grad, weights, problem.kl(behaviour, theta, feats), problem.entropy(theta, feats)
+    grad, log_ratio, weights = _softmax_gradient(problem, theta, proximal, batch, advantage, weigh)
+    return grad, weights, problem.kl(behaviour, theta, feats), problem.entropy(theta, feats), ess_ratio(log_ratio)
+
+
+def ess_ratio(log_ratio: torch.Tensor) -> torch.Tensor:
+    """Per row, Kish's ESS / N (``sim.stabilizers.effective_sample_size``) of the update's N per-sample weights
+    w_i = π_θ(a_i)/π_b(a_i), from their log-ratios (R, …): each row's weights are divided by its largest first (no
+    overflow; the ratio does not see a common scale). 1 when every weight is equal, e.g. on policy."""
+    flat = log_ratio.detach().reshape(len(log_ratio), -1)
+    return effective_sample_size(torch.exp(flat - flat.amax(-1, keepdim=True)))[1]
+
+
+def _vcpo_advantages(rewards: torch.Tensor, advantage: str, advantages: torch.Tensor, rows: torch.Tensor,
+                     log_weight: torch.Tensor, score_sq: torch.Tensor) -> torch.Tensor:
+    """``advantages`` (R, B, G) with the ``rows`` (bool, (R,)) that take VCPO's baseline recomputed against it:
+    b = Σ c_i r_i / Σ c_i per group, c_i = w_i² ‖score_i‖² (``sim.stabilizers.vcpo_baseline``), w_i = exp(log_weight)
+    divided by the group's largest (b does not see a common scale; no overflow), the std still the group's."""
+    weights = torch.exp(log_weight - log_weight.amax(-1, keepdim=True))
+    baseline = vcpo_baseline(rewards, weights, score_sq)
+    return torch.where(rows[:, None, None], group_advantages(rewards, advantage, baseline=baseline), advantages)
 
 
 MEAN_OVER_UPDATES = ("grad_norm", "cos_prev", "cos_applied", "parallel_scale", "threshold", "lr", "kl_behaviour",
-                     "entropy", "mean_weight")
+                     "entropy", "mean_weight", "ess_ratio")
 """Update-level numbers a step records as their mean over its updates (the rest: the step's last update)."""
 
 
@@ -251,7 +288,7 @@ def run_bandit(problem: GaussianBandit | SoftmaxBandit, settings: list[Setting],
     ``ratio_clip_eps`` ε: the objective is the clipped ratio to π_b (None: today's unweighted stale gradient).
     K = 1 and no clip are the original simulator, bit for bit. Steps count batches; a step records the
     mean of its updates' numbers (``MEAN_OVER_UPDATES``) and the reward after its last update.
-    Extras recorded (``sim.schema``): kl_behaviour, entropy, reward_gap (J* − J), mean_weight.
+    Extras recorded (``sim.schema``): kl_behaviour, entropy, reward_gap (J* − J), mean_weight, ess_ratio.
     """
     _check_run(settings, steps, seeds, groups, group_size, advantage, updates_per_batch, ratio_clip_eps)
     dtype = torch.float64
@@ -262,7 +299,7 @@ def run_bandit(problem: GaussianBandit | SoftmaxBandit, settings: list[Setting],
     buffer = TensorVersionBuffer(theta, int(updater.max_staleness.max()) + 1)
     gen = torch.Generator().manual_seed(int(seed))
     optimum = problem.optimal_reward()
-    extras = ("kl_behaviour", "entropy", "reward_gap", "mean_weight")
+    extras = ("kl_behaviour", "entropy", "reward_gap", "mean_weight", "ess_ratio")
     recorder = Recorder(rows, steps, record_every, steps // 5 if warmup is None else warmup,
                         max(1, steps // 10) if tail is None else tail, extras=extras, dtype=dtype,
                         higher_is_better=True, means=("kl_behaviour",))
@@ -284,8 +321,9 @@ def run_bandit(problem: GaussianBandit | SoftmaxBandit, settings: list[Setting],
                                                  strict=True)]
         proximal, updates = theta, []
         for minibatch in minibatches:
-            grad, weights, kl, entropy = _stale_gradient(problem, tables, theta, proximal, minibatch, advantage, weigh)
-            theta_new, info = updater.update(theta, grad, behaviour, staleness, ~diverged, kl)
+            grad, weights, kl, entropy, ess = _stale_gradient(problem, tables, theta, proximal, minibatch, advantage,
+                                                              weigh)
+            theta_new, info = updater.update(theta, grad, behaviour, staleness, ~diverged, kl, ess)
             reward = reward_of(theta_new)
             gap = optimum - reward
             bad = ~torch.isfinite(theta_new).all(-1) | ~torch.isfinite(reward)
@@ -294,7 +332,7 @@ def run_bandit(problem: GaussianBandit | SoftmaxBandit, settings: list[Setting],
             diverged = diverged | bad
             theta = torch.where(diverged[:, None], theta, theta_new)
             info.update(objective=reward, diverged=diverged, kl_behaviour=kl, entropy=entropy, reward_gap=gap,
-                        mean_weight=weights.mean(-1))
+                        mean_weight=weights.mean(-1), ess_ratio=ess)
             updates.append(info)
         buffer.push(step + 1, theta)
         recorder.observe(step, _step_record(updates))
@@ -323,12 +361,27 @@ def _gaussian_batch(problem: GaussianBandit, behaviour, gen, seeds, seed_index, 
     return behaviour, eps, actions, rewards
 
 
+def _gaussian_log_weight(problem: GaussianBandit, behaviour: torch.Tensor, mu: torch.Tensor,
+                         eps: torch.Tensor) -> torch.Tensor:
+    """log π_μ(a) − log π_b(a) of the samples a = μ_b + σε, (R, B, G): −(‖δ‖² + 2σ⟨δ, ε⟩)/(2σ²) with δ = μ_b − μ,
+    the log-ratio without the cancellation of ‖a − μ‖² − ‖σε‖², so exactly 0 on policy (ESS/N exactly 1 there).
+    The objectives' weights keep their own form (their numbers are pinned by tests/data/grid_golden.npz)."""
+    sigma, delta = problem.policy_std, behaviour - mu
+    cross = (eps * delta[:, None, None, :]).sum(-1)
+    return -((delta * delta).sum(-1)[:, None, None] + 2 * sigma * cross) / (2 * sigma ** 2)
+
+
 def _gaussian_gradient(problem: GaussianBandit, mu, proximal, batch, advantage, weigh):
-    _, eps, actions, rewards = batch
+    """(grad, log π_μ/π_b of the samples (``_gaussian_log_weight``), the samples' weights (R, N))."""
+    behaviour, eps, actions, rewards = batch
     sigma = problem.policy_std
     adv = group_advantages(rewards, advantage)  # (R, B, G)
     diff_now = actions - mu[:, None, None, :]
     log_ratio = (-(diff_now ** 2).sum(-1) + (sigma * eps) .pow(2).sum(-1)) / (2 * sigma ** 2)
+    if weigh.any_baseline:
+        score_sq = ((actions - proximal[:, None, None, :]) ** 2).sum(-1) / sigma ** 4  # ‖∇_μ log π_prox(a)‖²
+        adv = _vcpo_advantages(rewards, advantage, adv, weigh.vcpo_baseline,
+                               _gaussian_log_weight(problem, behaviour, proximal, eps), score_sq)
     prox_log_ratio = None
     if weigh.clip_eps is not None:
         prox = (-(diff_now ** 2).sum(-1) + (actions - proximal[:, None, None, :]).pow(2).sum(-1)) / (2 * sigma ** 2)
@@ -336,7 +389,7 @@ def _gaussian_gradient(problem: GaussianBandit, mu, proximal, batch, advantage, 
     weights = weigh(log_ratio.reshape(len(mu), -1), adv.reshape(len(mu), -1), prox_log_ratio).reshape(adv.shape)
     score = diff_now / sigma ** 2  # ∇_μ log π_θ(a) at the current μ
     grad = -((weights * adv)[..., None] * score).mean(dim=(1, 2))
-    return grad, log_ratio, weights.reshape(len(mu), -1)
+    return grad, _gaussian_log_weight(problem, behaviour, mu, eps), weights.reshape(len(mu), -1)
 
 
 def _softmax_batch(problem: SoftmaxBandit, feats, probs, behaviour, gen, seeds, seed_index, groups, group_size):
@@ -362,9 +415,17 @@ def _softmax_gradient(problem: SoftmaxBandit, theta, proximal, batch, advantage,
     adv = group_advantages(rewards, advantage)
     logp_t = logits_t.log_softmax(-1)
     log_ratio = (logp_t.gather(-1, actions) - logp_b.gather(-1, actions))  # (R, B, G)
-    prox_log_ratio = None
-    if weigh.clip_eps is not None:
+    prox_log_ratio = logp_prox = None
+    if weigh.clip_eps is not None or weigh.any_baseline:
         logp_prox = torch.einsum("rbf,rfk->rbk", phi, proximal.reshape(rows, nf, arms)).log_softmax(-1)
+    if weigh.any_baseline:
+        prox_vs_behaviour = logp_prox.gather(-1, actions) - logp_b.gather(-1, actions)
+        pi_prox = logp_prox.exp()
+        # ‖x_c ⊗ (e_a − π_prox(·|c))‖² = ‖x_c‖² (1 − 2π_prox(a|c) + Σ_k π_prox(k|c)²)
+        score_sq = (phi * phi).sum(-1)[..., None] * (1 - 2 * pi_prox.gather(-1, actions)
+                                                     + (pi_prox * pi_prox).sum(-1, keepdim=True))
+        adv = _vcpo_advantages(rewards, advantage, adv, weigh.vcpo_baseline, prox_vs_behaviour, score_sq)
+    if weigh.clip_eps is not None:
         prox_log_ratio = (logp_t.gather(-1, actions) - logp_prox.gather(-1, actions)).reshape(rows, -1)
     weights = weigh(log_ratio.reshape(rows, -1), adv.reshape(rows, -1), prox_log_ratio).reshape(adv.shape)
     onehot = torch.nn.functional.one_hot(actions, arms).to(theta.dtype)
@@ -374,4 +435,4 @@ def _softmax_gradient(problem: SoftmaxBandit, theta, proximal, batch, advantage,
     return grad, log_ratio, weights.reshape(rows, -1)
 
 
-__all__ = ["GaussianBandit", "SoftmaxBandit", "group_advantages", "run_bandit", "sim_name", "ADVANTAGES"]
+__all__ = ["GaussianBandit", "SoftmaxBandit", "group_advantages", "run_bandit", "sim_name", "ess_ratio", "ADVANTAGES"]

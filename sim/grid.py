@@ -3,9 +3,9 @@
 Each simulator only computes the raw gradients of all runs, shape (R, P); ``GridUpdater`` turns them
 into parameter updates with each row's method (``sim.stabilizers``, one choice per axis): GAC through
 ``gac.update`` once per group of rows that share a GAC configuration (in gradient, momentum or update
-space), Adaptive Braking, the staleness-aware or KL-target step size, SGD, SGD with heavy-ball momentum
-or Adam. Rows are ordered setting-major: row = setting_index · seeds + seed_index. ``GridResult`` holds
-what was recorded and turns it into the per-step record of ``sim.record``.
+space), Adaptive Braking, the staleness-aware, KL-target or ESS-scaled (VCPO) step size, SGD, SGD with
+heavy-ball momentum or Adam. Rows are ordered setting-major: row = setting_index · seeds + seed_index.
+``GridResult`` holds what was recorded and turns it into the per-step record of ``sim.record``.
 """
 
 from __future__ import annotations
@@ -148,8 +148,6 @@ class GridUpdater:
         self.adam = rep([s.optimizer == "adam" for s in settings], torch.bool)
         self.heavy_ball = rep([s.optimizer == "sgd_momentum" for s in settings], torch.bool)
         axes = [s.combination for s in settings]
-        if any(a.step == "vcpo" for a in axes):
-            raise ValueError("method vcpo runs in the LLM trainer only (sim.llm); the toy simulators do not apply it")
         # A part's parameter per setting (``absent`` where the setting does not use that part).
         param = lambda part, name, absent: [s.part_params(part)[name] if part in a.parts else absent
                                             for s, a in zip(settings, axes, strict=True)]
@@ -157,12 +155,16 @@ class GridUpdater:
         self.kl_target = rep([a.step == "kl_target" for a in axes], torch.bool)
         self.kl_params = torch.stack([rep(param("kl_target", "kl_target", 1.0), dtype),
                                       rep(param("kl_target", "kl_floor", 1.0), dtype)], dim=-1)
+        self.vcpo = rep([a.step == "vcpo" for a in axes], torch.bool)
+        self.vcpo_params = torch.stack([rep(param("vcpo", "vcpo_reference_ratio", 1.0), dtype),
+                                        rep(param("vcpo", "vcpo_power", 1.0), dtype)], dim=-1)
         self.dc = rep([a.objective == "dc" for a in axes], torch.bool)
         self.dc_lambda = rep(param("dc", "dc_lambda", 0.0), dtype)
         self.braking_rows = torch.nonzero(rep([a.direction == "braking" for a in axes], torch.bool))[:, 0]
         self.braking_alpha = rep(param("braking", "braking_alpha", 0.0), dtype)[self.braking_rows]
         self.any_adam, self.any_dc = bool(self.adam.any()), bool(self.dc.any())
         self.any_heavy_ball, self.any_kl_target = bool(self.heavy_ball.any()), bool(self.kl_target.any())
+        self.any_vcpo = bool(self.vcpo.any())
         self.has_moment = self.adam | self.heavy_ball
         shape = (self.rows, dim)
         self.groups = self._gac_groups(torch.zeros(shape, dtype=dtype, device=device))
@@ -229,8 +231,10 @@ class GridUpdater:
         info["parallel_scale"][rows] = factor.to(info["parallel_scale"].dtype)
         return out
 
-    def step_sizes(self, staleness: torch.Tensor, kl_behaviour: torch.Tensor | None, dtype) -> torch.Tensor:
-        """η_t per row: η, η/(1+s_t) (lr_scale rows) or η·clip(κ/KL_t, floor, 1) (kl_target rows)."""
+    def step_sizes(self, staleness: torch.Tensor, kl_behaviour: torch.Tensor | None, dtype,
+                   ess_ratio: torch.Tensor | None = None) -> torch.Tensor:
+        """η_t per row: η, η/(1+s_t) (lr_scale rows), η·clip(κ/KL_t, floor, 1) (kl_target rows) or
+        η·min(1, (ESS/N)/ρ_ref)^power (vcpo rows, ``stabilizers.vcpo_step_factor`` of the update's ``ess_ratio``)."""
         lr = torch.where(self.lr_scale, self.lr / (1.0 + staleness.to(dtype)), self.lr)
         if self.any_kl_target:
             if kl_behaviour is None:
@@ -240,11 +244,20 @@ class GridUpdater:
                 rows = self.kl_target & (self.kl_params[:, 0] == kappa) & (self.kl_params[:, 1] == floor)
                 factor = torch.where(rows, stabilizers.kl_target_factor(kl_behaviour.to(dtype), kappa, floor), factor)
             lr = lr * factor
+        if self.any_vcpo:
+            if ess_ratio is None:
+                raise ValueError("vcpo needs the ESS of the update's importance weights (stale-data model only)")
+            factor = torch.ones_like(lr)
+            for reference, power in torch.unique(self.vcpo_params[self.vcpo], dim=0).tolist():
+                rows = self.vcpo & (self.vcpo_params[:, 0] == reference) & (self.vcpo_params[:, 1] == power)
+                factor = torch.where(rows, stabilizers.vcpo_step_factor(ess_ratio.to(dtype), reference, power), factor)
+            lr = lr * factor
         return lr
 
     def update(self, params: torch.Tensor, grad: torch.Tensor, stale_params: torch.Tensor,
                staleness: torch.Tensor, active: torch.Tensor,
-               kl_behaviour: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+               kl_behaviour: torch.Tensor | None = None,
+               ess_ratio: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
         """New parameters of all rows from their raw gradients; rows with ``active`` False stay put.
 
         Order per row: DC correction (dc rows), GAC in gradient space or Adaptive Braking, the first moment
@@ -252,7 +265,8 @@ class GridUpdater:
         past uncontrolled m; the controlled m'_t is stored, so the removed part does not come back), the
         proposed step (Adam: m̂/(√v̂+ε); heavy ball: m'_t; SGD: g), GAC in update space (the proposed step
         against past proposed steps; optimizer state as without it), step size η_t (÷(1+s_t) for lr_scale
-        rows, × clip(κ/KL_t, floor, 1) for kl_target rows, KL_t = ``kl_behaviour``). A GAC "skip" in any
+        rows, × clip(κ/KL_t, floor, 1) for kl_target rows, KL_t = ``kl_behaviour``, × VCPO's factor of
+        ``ess_ratio`` for vcpo rows). A GAC "skip" in any
         space leaves the row unchanged, optimizer state included (``gac.wrap`` does so in gradient and momentum
         space; in update space its inner optimizer has already stepped); in update space the skipped row's
         reference restarts at zero, as in ``gac.wrap`` (``gac.placement.control_step``).
@@ -296,7 +310,7 @@ class GridUpdater:
                 self.exp_avg_sq = torch.where(adam_moving, exp_avg_sq, self.exp_avg_sq)
                 self.adam_steps = torch.where(adam_moving[:, 0], steps, self.adam_steps)
         moving = active & (info["regime"] != gac.SKIP)
-        lr = self.step_sizes(staleness, kl_behaviour, dtype)
+        lr = self.step_sizes(staleness, kl_behaviour, dtype, ess_ratio)
         applied = direction * moving[:, None].to(dtype)  # frozen or skipped rows apply nothing
         applied64 = as_float64(applied)
         info["cos_applied"], self.prev_applied = cosine64(applied64, self.prev_applied).to(cos_dtype), applied64

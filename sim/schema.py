@@ -54,13 +54,14 @@ EXTRAS: dict[str, str] = {
                     "| tis | m2po | bapo | dc",
     "direction_control": "the method's choice on the direction-control axis: none | gac | braking",
     "step_control": "the method's choice on the step-control axis: none (constant η) | lr_scale | kl_target | vcpo",
-    "ess_ratio": "Kish's ESS / N of the update's sequence-level importance weights π_θ/π_b (1: every sample counts "
-                 "fully, 1/N: one carries the update); mean over the step's updates (LLM)",
+    "ess_ratio": "Kish's ESS / N of the update's importance weights π_θ/π_b (LLM: sequence-level; bandits: per "
+                 "sample) (1: every sample counts fully, e.g. on policy; 1/N: one carries the update); mean over the "
+                 "step's updates (bandits, LLM)",
 }
 """Columns a simulator adds after the core ones; which ones each simulator has is in SIM_EXTRAS."""
 
 _TOY = ("label", "lr", "diverged")
-_BANDIT = (*_TOY, "kl_behaviour", "entropy", "reward_gap", "mean_weight")
+_BANDIT = (*_TOY, "kl_behaviour", "entropy", "reward_gap", "mean_weight", "ess_ratio")
 SIM_EXTRAS: dict[str, tuple[str, ...]] = {
     "quadratic": _TOY,
     "bandit_gaussian": _BANDIT,

@@ -350,7 +350,8 @@ def lr_scale_factor(staleness: torch.Tensor | int) -> torch.Tensor | float:
 # arXiv:2602.17616): the step size follows the effective sample size of the update's importance weights, and the
 # policy-gradient baseline is the one of least variance under those weights. The LLM trainer applies both
 # (sim/llm: ``sequence_weights`` of the update's sequences, ``vcpo_step_factor`` on η, ``vcpo_baseline`` in the
-# advantage); the toy simulators refuse the name (sim/grid.py) rather than run it as naive.
+# advantage); so do the bandits (sim/bandit.py: per-sample weights, the exact score norm; the step in sim/grid.py).
+# The quadratic (stale-gradient model: no samples, no weights) refuses the name through the entry's models.
 
 def sequence_weights(token_log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Sequence-level importance weights over the last two dims (n, T) → (n,): w_i ∝ exp(Σ_t log r_i,t) over the

@@ -130,6 +130,18 @@ def test_cos_excess_subtracts_the_latest_probes_snr_share():
     np.testing.assert_allclose(ew.signal_values(run, "cos_excess"), expected)
 
 
+def test_ess_drop_is_one_minus_the_rows_ess_ratio_and_nan_where_not_recorded():
+    ratios = [1.0, 0.8, 0.25, None]
+    bandit = [make_row("bandit_gaussian", step=5 * i, seed=0, method="naive", label="naive", staleness=4, lr=0.3,
+                       ess_ratio=r) for i, r in enumerate(ratios)]
+    llm = [make_row("llm", step=i, seed=0, method="vcpo", label="vcpo", staleness=4, lr=3e-4, ess_ratio=r)
+           for i, r in enumerate(ratios)]
+    expected = [0.0, 1 - 0.8, 0.75, math.nan]  # higher = warning: the ESS fell
+    np.testing.assert_allclose(ew.signal_values(bandit, "ess_drop"), expected)
+    np.testing.assert_allclose(ew.signal_values(llm, "ess_drop"), expected)
+    assert np.isnan(ew.signal_values(quadratic_run([1.0, 2.0]), "ess_drop")).all()  # the quadratic has no weights
+
+
 def test_split_runs_keeps_a_run_cached_twice_once():
     run = llm_run({0: 0.4}, {}, 3)
     runs = ew.split_runs(run + run)
@@ -177,4 +189,6 @@ def test_figure_smoke(tmp_path):
     assert (tmp_path / f"{fig9_early_warning.NAME}_collapses.csv").stat().st_size > 0
     assert {r["sim"] for r in table} == {"quadratic", "bandit_gaussian", "bandit_softmax"}
     assert len(table) == 3 * len(ew.SIGNALS) * len(ew.HORIZONS)
+    scored = {r["sim"]: int(r["scored_steps"]) for r in table if r["signal"] == "ess_drop"}
+    assert scored["quadratic"] == 0 and scored["bandit_gaussian"] > 0 and scored["bandit_softmax"] > 0  # from rows
     assert fig9_early_warning.NAME in FIGURES

@@ -39,7 +39,9 @@ def test_every_arm_where_it_applies(smoke_rows):
                                   & (smoke_rows["optimizer"] == optimizer)]
                 expected = {("sync", 0)} | {(arm, s) for arm in SIM_ARMS[sim] if arm != "sync" for s in STALENESS}
                 assert set(zip(cell["arm"], cell["staleness"], strict=True)) == expected, (sim, structure, optimizer)
-    assert not smoke_rows[smoke_rows["sim"] == "quadratic"]["arm"].isin(["tis", "kl_target"]).any()
+    assert not smoke_rows[smoke_rows["sim"] == "quadratic"]["arm"].isin(["tis", "kl_target", "vcpo"]).any()
+    assert set(smoke_rows[smoke_rows["arm"] == "vcpo"]["sim"]) == {"bandit_gaussian"}
+    assert set(smoke_rows[smoke_rows["arm"] == "vcpo"]["step_control"]) == {"vcpo"}
     assert smoke_rows[smoke_rows["sim"] == "quadratic"]["kl_behaviour"].isna().all()
     combos = smoke_rows[smoke_rows["arm"].isin(["gac+tis", "kl_target+gac"])]
     assert combos["gac_space"].isin(GAC_SPACES).all() and (combos["direction_control"] == "gac").all()
@@ -58,7 +60,8 @@ def _recomputed(runs: pd.DataFrame, optimizer: str, arm: str, staleness: int) ->
 
 @pytest.mark.parametrize("sim,structure,optimizer,arm,staleness", [
     ("bandit_gaussian", "llm", "adam", "tis", 16), ("bandit_gaussian", "one_update", "sgd_momentum", "naive", 4),
-    ("quadratic", "one_update", "sgd_momentum", "gac_momentum", 16), ("quadratic", "one_update", "adam", "sync", 0)])
+    ("quadratic", "one_update", "sgd_momentum", "gac_momentum", 16), ("quadratic", "one_update", "adam", "sync", 0),
+    ("bandit_gaussian", "llm", "adam", "vcpo", 16)])
 def test_rows_follow_the_protocol(smoke, sim, structure, optimizer, arm, staleness):
     smoke_rows, runs = smoke
     row = smoke_rows[(smoke_rows["sim"] == sim) & (smoke_rows["structure"] == structure)
