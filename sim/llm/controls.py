@@ -16,7 +16,7 @@ from gac import placement
 from gac.control import regime_name
 from gac.cosine64 import Float64Vector, as_float64, cosine64
 from gac.state import init_threshold_stats
-from sim.advantages import ADVANTAGE_EPS
+from sim.advantages import group_advantages
 from sim.llm import stacked
 from sim.llm.args import Args
 from sim.llm.rows import per_row
@@ -69,8 +69,7 @@ def vcpo_advantages(batch: BatchState, prompts: torch.Tensor, responses: torch.T
     weights = sequence_weights(logp - behaviour_logp, valid).reshape(runs, -1, group)
     norms = logit_score_sq(logp_all, logp, valid).reshape(runs, -1, group)
     rewards = reward.to(weights.dtype).reshape(runs, -1, group)
-    baseline = vcpo_baseline(rewards, weights, norms)[..., None]
-    vcpo = (rewards - baseline) / (rewards.std(-1, unbiased=False, keepdim=True) + ADVANTAGE_EPS)
+    vcpo = group_advantages(rewards, baseline=vcpo_baseline(rewards, weights, norms))
     use = torch.tensor([run.args.vcpo.vcpo_baseline for run in batch.runs], device=advantages.device)
     return torch.where(use[:, None], vcpo.reshape(runs, -1).to(advantages.dtype), advantages)
 
