@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import tyro
 
@@ -26,6 +26,7 @@ from experiments import cache, llm
 from experiments.cache import Unit
 from experiments.pool import Executor, Progress, Task, run_tasks
 from paper_figs.common import OUT_DIR, STYLES, Results, figure_style
+from sim.cli import choice, folder
 from sim.record import OUT_LOCK, exclusive_lock, publish_together
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = listing order for "all".
@@ -54,7 +55,7 @@ class FigureArgs:
     """run lengths and seeds: quick (minutes), full (paper scale, hours on CPU) or gpu (LLM figures, --device cuda)"""
     device: str = "cpu"
     """torch device for the runs (cpu or cuda[:N])"""
-    out: Path = OUT_DIR
+    out: Annotated[Path, folder("--out")] = OUT_DIR
     """output folder"""
     force: bool = False
     """recompute every run the figures read, even when cached results exist"""
@@ -72,9 +73,24 @@ class FigureArgs:
     local cluster started for this command"""
     plan: bool = False
     """compute nothing: print where the CPU would go, per figure, by the units' cost estimates (``plan``)"""
-    style: Style = "paper"
+    style: Annotated[Style, choice("--style", STYLES)] = "paper"
     """paper: NAME.png and NAME.pdf; talk: one 16:9 PNG per panel, NAME_a.png, NAME_b.png, ..., fonts >= 18 pt,
     into OUT/talk/ (same runs and CSV as paper)"""
+
+    def __post_init__(self):
+        """The checks that need only the values (the folder and the device are checked by ``python -m paper_figs``
+        before any work, as they ask the machine)."""
+        if not self.names:
+            raise ValueError(f"give figure names or 'all': {', '.join(FIGURES)}")
+        if self.jobs is not None and self.jobs < 1:
+            raise ValueError(f"--jobs must be a whole number of worker processes >= 1, got {self.jobs}")
+        if self.address is not None and self.executor != "ray":
+            raise ValueError("--address names a Ray cluster: give it with --executor ray")
+        if self.profile == "gpu":
+            if any(name not in LLM_FIGURES for name in self.names):  # 'all' too: it holds the toy figures
+                raise ValueError(f"--profile gpu applies to the LLM figures only ({', '.join(LLM_FIGURES)})")
+            if not self.dry_run and not self.device.startswith("cuda"):
+                raise ValueError("--profile gpu needs --device cuda (or --dry-run for a CPU smoke test)")
 
 
 def module(name: str):
