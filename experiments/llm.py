@@ -9,8 +9,8 @@ grid holds), the peers TIS, M2PO and BAPO, and naive async with the clip ratio t
 policy (``ratio_to="behaviour"``, the CLI default). The sweep's naive/GAC runs use ``ratio_to="proximal"``:
 the learner recomputes the old log-probs, i.e. stale data used as if fresh (the registry's "naive"),
 which TIS then corrects. GAC also runs at the small step size, where naive async's cosine is highest.
-Every run goes through ``experiments.cache.cached``, so the figures share them; missing runs are
-computed in a process pool. The ``*_rows`` functions return per-step records (the ``sim.schema``
+Every run is a cached unit (``run_unit``), so the figures share them; missing runs are computed in a process
+pool. The ``*_rows`` functions return per-step records (the ``sim.schema``
 columns); ``summary_rows`` and ``aggregate`` reduce them per run and per setting.
 """
 
@@ -138,11 +138,6 @@ def compute_run(args: Args) -> dict:
     result = run_records(args, log=lambda *a: None)
     result["summary"].update(wall_s=time.perf_counter() - start, batch_runs=1)
     return result
-
-
-def run_cached(args: Args, force: bool = False) -> dict:
-    """The run's {"records", "summary"} from the cache (computed on first use)."""
-    return cache.cached("llm_grpo", run_key(args), lambda: compute_run(args), force=force)
 
 
 def warm_start_name(args: Args) -> str | None:
