@@ -143,6 +143,20 @@ class Unit:
         """The cached result, or None when it is missing (never computes)."""
         return lookup(self.kind, self.key, folder)
 
+    # A unit is the spec of the task that computes it alone (``experiments.llm.TaskSpec``).
+    @property
+    def units(self) -> tuple[Unit, ...]:
+        """The units the task computes: this one."""
+        return (self,)
+
+    def unit_results(self, result: Any) -> list[tuple[Unit, Any]]:
+        """(this unit, the task's result)."""
+        return [(self, result)]
+
+    def done_line(self, where: str, elapsed_s: float) -> str | None:
+        """None: a unit's result is reported as a unit's."""
+        return None
+
 
 def unit(kind: str, fn: Callable[..., Any], *args, spec: Any = None, cost: float = 10.0) -> Unit:
     """The unit ``fn(*args)`` keyed by the function's name, its arguments and the fingerprint of SOURCE_DIRS."""

@@ -67,7 +67,8 @@ def test_the_command_lines_cached_tables_keep_their_keys(monkeypatch):
 
     monkeypatch.setattr(cache, "code_fingerprint", lambda *a, **k: "fp")
     unit = staleness_lr.scale_unit("quadratic", "quick", "progress")
-    assert (unit.kind, unit.key) == ("staleness_lr_quadratic_progress", {"profile": "quick", "device": "cpu", "code": "fp"})
+    assert unit.kind == "staleness_lr_quadratic_progress"
+    assert unit.key == {"profile": "quick", "device": "cpu", "code": "fp"}
     seen = []
     monkeypatch.setattr(tuning, "result", lambda u: seen.append(u) or [])
     monkeypatch.setattr(verdict_toys, "result", lambda u: seen.append(u) or [])
