@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 import gac
+from sim.cli import parse
 
 
 def transformer_shapes(total_millions: float) -> list[tuple[int, ...]]:
@@ -329,9 +330,8 @@ class OverheadArgs:
 
 
 def main(argv=None) -> None:
-    import tyro  # a bad value: tyro names it (its __post_init__ check) and exits 2 before any timing
-
-    args = tyro.cli(OverheadArgs, args=argv, prog="python -m benchmarks.gac_overhead")
+    # a bad value: one line naming it, exit 2, before any timing
+    args = parse(OverheadArgs, argv, prog="python -m benchmarks.gac_overhead")
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, medians of {args.repeats}")

@@ -25,13 +25,14 @@ import resource
 import tempfile
 import time
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Annotated, Literal
 from unittest import mock
 
 import torch
 
 from experiments.llm import sweep
 from experiments.tuning import LLM_TUNING
+from sim.cli import choice, parse
 from sim.llm import batched, controls, probes, stacked
 from sim.llm.model import build_model, parameter_count, sample, sample_reference
 from sim.llm.task import AdditionTask
@@ -320,7 +321,7 @@ def batched_speed(size: str, max_runs: int, steps: int, rounds: int) -> list[dic
 class SpeedArgs:
     """The trainer's speed: one run's steps, its parts, the sampler, or K batched runs per CPU-second."""
 
-    size: Literal["tiny", "small", "cpu", "gpu"] = "small"
+    size: Annotated[Literal["tiny", "small", "cpu", "gpu"], choice("--size", ("tiny", "small", "cpu", "gpu"))] = "small"
     """model size of the one-run measurement"""
     steps: int = 40
     """RL steps (--batched: 6 unless given)"""
@@ -352,9 +353,8 @@ class SpeedArgs:
 
 
 def main(argv=None) -> None:
-    import tyro
-
-    args = tyro.cli(SpeedArgs, args=argv, prog="python -m benchmarks.llm_speed")
+    # a bad value: one line naming it, exit 2, before any timing
+    args = parse(SpeedArgs, argv, prog="python -m benchmarks.llm_speed")
     torch.set_num_threads(args.threads)
     if args.batched:
         steps = args.steps if args.steps != 40 else 6

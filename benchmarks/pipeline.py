@@ -17,14 +17,19 @@ biggest units.
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
+
+import tyro
+
+from sim.cli import choice, folder, parse
 
 FIRST_RELEASE = ("fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region",
                  "fig5_llm_grpo", "fig6_ablation", "fig7_bound", "figs1_bandit_snr")
@@ -38,14 +43,28 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+@dataclass(frozen=True)
+class PipelineArgs:
+    """The figure pipeline from an empty cache: wall time against the issue's targets, and how busy the cores were."""
+
+    names: tyro.conf.Positional[tuple[str, ...]] = ()
+    """these figures instead of --figures (no target: a smoke run)"""
+    figures: Annotated[Literal["all", "first-release"], choice("--figures", tuple(sorted(TARGET_S)))] = "all"
+    """the figures timed against their target: all, or first-release (fig1–fig7 and figs1)"""
+    keep: Annotated[Path, folder("--keep")] | None = None
+    """write the figures here (default: a temp folder, removed)"""
+    plan: bool = False
+    """compute nothing: where the CPU goes by the cost estimates, per figure"""
+
+    def __post_init__(self):
+        if self.figures not in TARGET_S:
+            raise ValueError(f"--figures must be one of {', '.join(sorted(TARGET_S))}, got {self.figures!r}")
+        if self.keep is not None and self.keep.is_file():  # paper_figs would refuse it after the cache was set up
+            raise ValueError(f"--keep {self.keep} is a file, not a folder")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--figures", choices=sorted(TARGET_S), default="all")
-    parser.add_argument("names", nargs="*", help="these figures instead of --figures (no target: a smoke run)")
-    parser.add_argument("--keep", type=Path, default=None, help="write the figures here (default: a temp folder)")
-    parser.add_argument("--plan", action="store_true",
-                        help="compute nothing: where the CPU goes by the cost estimates, per figure")
-    args = parser.parse_args(argv)
+    args = parse(PipelineArgs, argv, prog="python -m benchmarks.pipeline", description=__doc__.splitlines()[0])
     names = args.names or (["all"] if args.figures == "all" else list(FIRST_RELEASE))
     if args.plan:  # the figures' declarations live in paper_figs, which benchmarks do not import
         return subprocess.run([sys.executable, "-m", "paper_figs", *names, "--profile", "quick", "--plan"]).returncode

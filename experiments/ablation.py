@@ -13,7 +13,6 @@ import statistics
 import pandas as pd
 
 from experiments import toy
-from experiments.cache import cached_runs
 from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.quadratic import run_quadratic
@@ -95,11 +94,6 @@ def run_tables(profile: str, device: str = "cpu") -> list[dict]:
     return (score(quad.summary_rows(), "quadratic", "sync", False, 0.0)
             + score(adam.summary_rows(), "quadratic_adam", "sync_adam", False, 0.0)
             + score(band.summary_rows(), "bandit_gaussian", "sync", True, band.meta["optimal_reward"]))
-
-
-def ablation_table(profile: str, device: str = "cpu") -> list[dict]:
-    """``run_tables``, cached by profile, device and source."""
-    return cached_runs("fig6_ablation", profile, device, lambda: run_tables(profile, device))
 
 
 TIE = 1.05

@@ -7,7 +7,6 @@ per (bandit, B, G, setting) with the median final reward gap and the mean consec
 from __future__ import annotations
 
 from experiments import toy
-from experiments.cache import cached_runs
 from sim.bandit import run_bandit
 from sim.grid import setting
 
@@ -46,7 +45,3 @@ def run_table(profile: str) -> list[dict]:
                               "diverged": int(result.summary["diverged"][rows].sum()), "seeds": seeds})
     return table
 
-
-def snr_table(profile: str) -> list[dict]:
-    """``run_table``, cached by profile and source (the bandits run on the CPU)."""
-    return cached_runs("figs1_bandit_snr", profile, "cpu", lambda: run_table(profile))

@@ -1,11 +1,11 @@
 """Run cache: results keyed by a hash of their configuration, so a re-run with nothing changed is fast.
 
-``cached(kind, config, compute)`` returns ``compute()``'s JSON-able result, stored under
-``experiments/.cache/KIND-HASH.json`` in a checkout, the user's cache folder otherwise (``sim.paths``; atomically;
-``GAC_LAB_CACHE`` moves it). A ``Unit`` is one computable,
-cacheable piece of work (a GRPO run, a toy simulation): its key holds a fingerprint of the code that computes it
-(gac/, sim/, theory/, experiments/; not the plotting code), so editing that code recomputes. ``GAC_LAB_FORCE=1``
-always recomputes.
+A ``Unit`` is one computable, cacheable piece of work (a GRPO run, a toy simulation): ``fn(*args)``'s JSON-able
+result, stored under ``experiments/.cache/KIND-HASH.json`` in a checkout, the user's cache folder otherwise
+(``sim.paths``; atomically; ``GAC_LAB_CACHE`` moves it). Its key holds a fingerprint of the code that computes it
+(gac/, sim/, theory/, experiments/; not the plotting code), so editing that code recomputes. The figures compute
+their units in one graph of tasks (``compute_unit`` in a worker, ``paper_figs.driver``); a command line that needs
+one unit's result takes ``result(unit)``, which reads it or computes it here. ``GAC_LAB_FORCE=1`` always recomputes.
 
 Each entry carries the SHA-256 of its content (as a checkpoint does), so an entry altered into other valid JSON is
 a miss that warns with its path, never a silent change of a figure. A write that fails (disk full, a read-only
@@ -115,29 +115,12 @@ def store(kind: str, config: dict, result: Any, folder: Path | None = None) -> A
     return json.loads(text)["result"]
 
 
-def cached(kind: str, config: dict, compute: Callable[[], Any], force: bool = False) -> Any:
-    """``compute()`` once per (kind, config); later calls read the stored JSON result.
-
-    A corrupt entry (truncated JSON, missing key) counts as missing: it is recomputed and rewritten atomically.
-    """
-    force = force or paths.force_recompute()
-    stored = _MISSING if force else _read(cache_path(kind, config))
-    if stored is not _MISSING:
-        return stored
-    return store(kind, config, compute())
-
-
-def cached_runs(kind: str, profile: str, device: str, compute: Callable[[], Any], **config) -> Any:
-    """``cached`` with the profile, the device and the source fingerprint in the key."""
-    key = {"profile": profile, "device": device, "code": code_fingerprint(), **config}
-    return cached(kind, key, compute)
-
-
 @dataclass(frozen=True, eq=False)
 class Unit:
     """A computable, cacheable unit of work: ``fn(*args)``'s JSON-able result, stored under ``kind`` and ``key``.
 
-    ``fn`` is module-level (a spawned worker imports it) and lives in the code whose fingerprint ``key`` holds.
+    ``fn`` lives in the code whose fingerprint ``key`` holds, and is module-level when a worker computes the unit
+    (a spawned worker imports it; ``result`` computes in this process and takes any callable).
     ``spec`` is what the unit stands for to whoever reads its result (an ``experiments.llm.Run``, a panel name);
     ``after`` names the tasks it waits for (a GRPO run: its warm start); ``cost`` is a rough estimate of its
     seconds on one core, which orders the work and never changes a result.
@@ -160,11 +143,44 @@ class Unit:
         """The cached result, or None when it is missing (never computes)."""
         return lookup(self.kind, self.key, folder)
 
+    # A unit is the spec of the task that computes it alone (``experiments.llm.TaskSpec``).
+    @property
+    def units(self) -> tuple[Unit, ...]:
+        """The units the task computes: this one."""
+        return (self,)
+
+    def unit_results(self, result: Any) -> list[tuple[Unit, Any]]:
+        """(this unit, the task's result)."""
+        return [(self, result)]
+
+    def done_line(self, where: str, elapsed_s: float) -> str | None:
+        """None: a unit's result is reported as a unit's."""
+        return None
+
 
 def unit(kind: str, fn: Callable[..., Any], *args, spec: Any = None, cost: float = 10.0) -> Unit:
     """The unit ``fn(*args)`` keyed by the function's name, its arguments and the fingerprint of SOURCE_DIRS."""
     key = {"fn": f"{fn.__module__}.{fn.__qualname__}", "args": list(args), "code": code_fingerprint()}
     return Unit(kind, key, fn, args, spec=kind if spec is None else spec, cost=cost)
+
+
+def profile_unit(kind: str, profile: str, device: str, fn: Callable[..., Any], *args, **config) -> Unit:
+    """The unit ``fn(*args)`` keyed by ``profile``, ``device``, the fingerprint of SOURCE_DIRS and ``config``: the key
+    the command lines' cached tables have always had (``staleness_lr``, ``verdict_toys``, ``tuning``), kept so that
+    their entries stay valid."""
+    return Unit(kind, {"profile": profile, "device": device, "code": code_fingerprint(), **config}, fn, args)
+
+
+def result(item: Unit, force: bool = False) -> Any:
+    """``item``'s result, outside the run graph: its entry in CACHE_DIR, or ``item.fn(*item.args)`` computed here and
+    stored (``force``, or GAC_LAB_FORCE, recomputes; a corrupt entry counts as missing, with a warning).
+
+    Unlike ``compute_unit`` it keeps the caller's torch thread count: a command line computes as it always did.
+    """
+    stored = None if force or paths.force_recompute() else item.lookup()
+    if stored is not None:
+        return stored
+    return store(item.kind, item.key, item.fn(*item.args))
 
 
 @contextlib.contextmanager

@@ -12,7 +12,6 @@ import numpy as np
 
 from experiments import toy
 from experiments.aggregate import seed_std
-from experiments.cache import cached_runs
 from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.quadratic import run_quadratic
@@ -113,11 +112,6 @@ def bandit_rows(profile: str) -> list[dict]:
 def all_rows(profile: str, device: str = "cpu") -> list[dict]:
     """Every row of fig2: the quadratic panels, then the bandit panel."""
     return quadratic_rows(profile, device) + bandit_rows(profile)
-
-
-def cosine_rows(profile: str, device: str = "cpu") -> list[dict]:
-    """``all_rows``, cached by profile, device and source."""
-    return cached_runs("fig2_cosine_vs_staleness", profile, device, lambda: all_rows(profile, device))
 
 
 def theory_curves() -> dict[str, tuple[np.ndarray, np.ndarray]]:

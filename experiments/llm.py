@@ -9,8 +9,8 @@ grid holds), the peers TIS, M2PO and BAPO, and naive async with the clip ratio t
 policy (``ratio_to="behaviour"``, the CLI default). The sweep's naive/GAC runs use ``ratio_to="proximal"``:
 the learner recomputes the old log-probs, i.e. stale data used as if fresh (the registry's "naive"),
 which TIS then corrects. GAC also runs at the small step size, where naive async's cosine is highest.
-Every run goes through ``experiments.cache.cached``, so the figures share them; missing runs are
-computed in a process pool. The ``*_rows`` functions return per-step records (the ``sim.schema``
+Every run is a cached unit (``run_unit``), so the figures share them; missing runs are computed in a process
+pool. The ``*_rows`` functions return per-step records (the ``sim.schema``
 columns); ``summary_rows`` and ``aggregate`` reduce them per run and per setting.
 """
 
@@ -23,7 +23,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -140,22 +140,44 @@ def compute_run(args: Args) -> dict:
     return result
 
 
-def run_cached(args: Args, force: bool = False) -> dict:
-    """The run's {"records", "summary"} from the cache (computed on first use)."""
-    return cache.cached("llm_grpo", run_key(args), lambda: compute_run(args), force=force)
-
-
 def warm_start_name(args: Args) -> str | None:
     """The task name of the warm start a run of ``args`` waits for (None when it starts from ``--model``)."""
     config = warm_start_config(args)
     return None if config is None else f"warm start {config}"
 
 
-def run_unit(run: Run) -> cache.Unit:
+GRPO_KIND = "llm_grpo"
+"""The kind of a GRPO run's unit: the prefix of its cache files."""
+
+
+@dataclass(frozen=True, eq=False)
+class RunUnit(cache.Unit):
+    """A GRPO run as a unit: kind GRPO_KIND, keyed by ``run_key``, its ``spec`` the ``Run`` (typed: readers tell a GRPO
+    unit by its class, not by its kind's string)."""
+
+    spec: Run | None = None
+
+
+def run_unit(run: Run) -> RunUnit:
     """A GRPO run as a cacheable unit (kind "llm_grpo", keyed by ``run_key``), after its warm start."""
     after = warm_start_name(run.args)
-    return cache.Unit("llm_grpo", run_key(run.args), compute_run, (run.args,), spec=run,
-                      after=() if after is None else (after,), cost=estimated_seconds(run.args))
+    return RunUnit(GRPO_KIND, run_key(run.args), compute_run, (run.args,), spec=run,
+                   after=() if after is None else (after,), cost=estimated_seconds(run.args))
+
+
+class TaskSpec(Protocol):
+    """What a task of the run graph stands for (its ``Task.spec``), to the code that receives its result: a unit
+    (``cache.Unit``), a ``Batch`` of GRPO runs, a ``WarmStart``, or a figure (``paper_figs.driver.Figure``)."""
+
+    @property
+    def units(self) -> tuple[cache.Unit, ...]:
+        """The units whose results the task computes (none for a warm start or a figure)."""
+
+    def unit_results(self, result: Any) -> list[tuple[cache.Unit, Any]]:
+        """(unit, its result) for each of ``units``, given the task's result."""
+
+    def done_line(self, where: str, elapsed_s: float) -> str | None:
+        """The line that reports the task done (None: its units are reported one by one)."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +185,13 @@ class WarmStart:
     """What a warm-start task stands for (its ``Task.spec``): the warm start of runs like ``args``."""
 
     args: Args
+    units = ()
+
+    def unit_results(self, result: Any) -> list[tuple[cache.Unit, Any]]:
+        return []
+
+    def done_line(self, where: str, elapsed_s: float) -> str:
+        return f"warm start {self.args.size} {self.args.digits}-digit trained ({where})"
 
 
 def warm_start_task(args: Args) -> Task:
@@ -196,7 +225,7 @@ judgement, not measured on a device)."""
 
 def largest_size(units: list[cache.Unit]) -> str:
     """The largest GRPO model size among ``units`` ("small" when there is none): it sets the memory per worker."""
-    sizes = [u.spec.args.size for u in units if u.kind == "llm_grpo"]
+    sizes = [u.spec.args.size for u in units if isinstance(u, RunUnit)]
     return max(sizes, key=lambda s: WORKER_MEMORY.get(s, 0), default="small")
 
 
@@ -292,12 +321,19 @@ def batch_limit(args: Args) -> int:
 class Batch:
     """GRPO units trained together by one task (its ``Task.spec``): equal ``batch_key``, at most ``batch_limit``."""
 
-    units: tuple[cache.Unit, ...]
+    units: tuple[RunUnit, ...]
 
     @property
     def name(self) -> str:
         """The task's name: unique, since a unit belongs to one batch."""
         return f"batch of {len(self.units)} from {self.units[0].name}"
+
+    def unit_results(self, result: dict[str, Any]) -> list[tuple[cache.Unit, Any]]:
+        """(unit, its result) for every run of the batch (``compute_batch`` returns them by unit name)."""
+        return [(u, result[u.name]) for u in self.units]
+
+    def done_line(self, where: str, elapsed_s: float) -> None:
+        return None
 
 
 def batches(units: list[cache.Unit]) -> list[tuple[cache.Unit, ...]]:
@@ -333,17 +369,9 @@ def compute_batch(units: tuple[cache.Unit, ...], folder: str | Path) -> dict[str
 
 
 def units_of(task: Task) -> tuple[cache.Unit, ...]:
-    """The units whose results ``task`` computes: its unit, its batch's units, or none (a warm start, a figure)."""
-    if isinstance(task.spec, cache.Unit):
-        return (task.spec,)
-    return task.spec.units if isinstance(task.spec, Batch) else ()
-
-
-def unit_results(task: Task, result: Any) -> list[tuple[cache.Unit, Any]]:
-    """(unit, its result) for every unit that ``task`` computed, given the task's ``result``."""
-    if isinstance(task.spec, Batch):
-        return [(u, result[u.name]) for u in task.spec.units]
-    return [(u, result) for u in units_of(task)]
+    """The units whose results ``task`` computes (its ``TaskSpec``'s): its unit, its batch's units, or none (a warm
+    start, a figure)."""
+    return task.spec.units
 
 
 def run_name(args: Args) -> str:
@@ -363,7 +391,7 @@ def unit_tasks(units: list[cache.Unit], folder: Path, force: bool = False) -> tu
     results = {} if force else {name: u.lookup(folder) for name, u in distinct.items()}
     results = {name: r for name, r in results.items() if r is not None}
     missing = [u for name, u in distinct.items() if name not in results]
-    batch_of = {u.name: batch for batch in batches([u for u in missing if u.kind == "llm_grpo"]) for u in batch}
+    batch_of = {u.name: batch for batch in batches([u for u in missing if isinstance(u, RunUnit)]) for u in batch}
     tasks: dict[str, Task] = {}
     for u in missing:
         for after in u.after:  # a GRPO run's warm start
@@ -396,7 +424,7 @@ def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int |
 
     def report(task: Task, result) -> None:
         nonlocal done
-        for u, value in unit_results(task, result):
+        for u, value in task.spec.unit_results(result):
             results[u.name] = value
             done += 1
             a = u.spec.args

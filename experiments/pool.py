@@ -63,8 +63,9 @@ class Task:
     """run in this process, not a worker (short work that needs what only this process holds, e.g. a plot that
     receives the results of the tasks before it)"""
     spec: Any = None
-    """what the task stands for to whoever reads its result (a unit, a batch of runs, a warm start, a figure); it
-    stays in this process: a worker receives ``fn`` and ``args`` only"""
+    """what the task stands for to whoever reads its result; in the run graph an ``experiments.llm.TaskSpec`` (a unit,
+    a batch of runs, a warm start, a figure: the units it computes and their results); it stays in this process: a
+    worker receives ``fn`` and ``args`` only"""
 
 
 def _graph(tasks: list[Task]) -> TopologicalSorter:

@@ -18,9 +18,9 @@ import numpy as np
 import tyro
 from scipy.stats import spearmanr
 
-from experiments import cache, stats
+from experiments import stats
 from experiments.aggregate import measured
-from experiments.llm import Run, dry_run_args, results_of, run_key
+from experiments.llm import Run, dry_run_args, results_of, run_unit
 from sim.llm.train import Args
 from sim.stabilizers import gac_config
 
@@ -230,7 +230,7 @@ def drift_correlation(rows: list[dict]) -> tuple[float, int]:
 
 def cached_only(runs: list[Run]) -> list[tuple[Run, dict]]:
     """The runs already in the cache, with their results (nothing is computed); the missing ones are named."""
-    found = [(run, cache.lookup("llm_grpo", run_key(run.args))) for run in runs]
+    found = [(run, run_unit(run).lookup()) for run in runs]
     for run, result in found:
         if result is None:
             print(f"not in the cache (left out): {run.roles[0]} seed {run.args.seed}", file=sys.stderr)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 
 from experiments import toy
-from experiments.cache import cached_runs
 from sim.grid import setting
 from sim.quadratic import run_quadratic
 from sim.stabilizers import NAIVE, SYNC
@@ -38,11 +37,6 @@ def run_map(profile: str, device: str = "cpu") -> list[dict]:
         row["theory_unstable"] = row["eta_lambda_max"] > row["boundary"]
         rows.append(row)
     return rows
-
-
-def map_rows(profile: str, device: str = "cpu") -> list[dict]:
-    """``run_map``, cached by profile, device and source."""
-    return cached_runs("fig4_stability_region", profile, device, lambda: run_map(profile, device))
 
 
 def agreement(rows: list[dict]) -> dict:

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from experiments import stats, toy
-from experiments.cache import cached_runs
+from experiments.cache import profile_unit, result
 from experiments.llm import Run, dry_run_args, results_of
 from sim.bandit import run_bandit
 from sim.grid import setting
@@ -232,8 +232,8 @@ def toy_rows(sim: str, profile: str, device: str = "cpu", grid: TuningGrid | Non
 def toy_table(sim: str, profile: str, device: str = "cpu", grid: TuningGrid | None = None) -> pd.DataFrame:
     """``toy_rows`` as a table, cached."""
     grid = toy_grid(sim, profile) if grid is None else grid
-    rows = cached_runs(f"tuning_{sim}", profile, device, lambda: toy_rows(sim, profile, device, grid),
-                       grid=asdict(grid))
+    rows = result(profile_unit(f"tuning_{sim}", profile, device, toy_rows, sim, profile, device, grid,
+                               grid=asdict(grid)))
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 import tyro
 
 from experiments import stats, toy, tuning
-from experiments.cache import cached_runs
+from experiments.cache import profile_unit, result
 from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.quadratic import run_quadratic
@@ -118,7 +118,7 @@ def _summaries(sim: str, structure: str, profile: str, settings: list, stage: st
                 for r in result.summary_rows()]
 
     config = {"sim": sim, "structure": structure, "settings": [repr(s) for s in settings], "seeds": seeds}
-    return cached_runs(f"verdict_toys_{sim}_{structure}_{stage}", profile, "cpu", compute, config=config)
+    return result(profile_unit(f"verdict_toys_{sim}_{structure}_{stage}", profile, "cpu", compute, config=config))
 
 
 def best_gac_spaces(runs: pd.DataFrame, tuning_seeds) -> dict[tuple[str, int], str]:

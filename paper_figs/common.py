@@ -24,7 +24,7 @@ from typing import Any
 import matplotlib
 
 from experiments.cache import Unit
-from experiments.llm import Run
+from experiments.llm import Run, RunUnit
 from sim import paths
 from sim.record import atomic_write_bytes
 
@@ -91,7 +91,7 @@ class Results:
 
     def runs(self) -> list[tuple[Run, dict]]:
         """(GRPO run, its {"records", "summary"}) for every GRPO unit, in declaration order."""
-        return [(u.spec, value) for u, value in self.items if u.kind == "llm_grpo"]
+        return [(u.spec, value) for u, value in self.items if isinstance(u, RunUnit)]
 
     def value(self, spec: str, default: Any = None) -> Any:
         """The result of the unit whose ``spec`` is ``spec`` (a toy computation's name), else ``default``."""

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import tyro
 
@@ -26,6 +26,7 @@ from experiments import cache, llm
 from experiments.cache import Unit
 from experiments.pool import Executor, Progress, Task, run_tasks
 from paper_figs.common import OUT_DIR, STYLES, Results, figure_style
+from sim.cli import choice, folder
 from sim.record import OUT_LOCK, exclusive_lock, publish_together
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = listing order for "all".
@@ -54,7 +55,7 @@ class FigureArgs:
     """run lengths and seeds: quick (minutes), full (paper scale, hours on CPU) or gpu (LLM figures, --device cuda)"""
     device: str = "cpu"
     """torch device for the runs (cpu or cuda[:N])"""
-    out: Path = OUT_DIR
+    out: Annotated[Path, folder("--out")] = OUT_DIR
     """output folder"""
     force: bool = False
     """recompute every run the figures read, even when cached results exist"""
@@ -72,9 +73,24 @@ class FigureArgs:
     local cluster started for this command"""
     plan: bool = False
     """compute nothing: print where the CPU would go, per figure, by the units' cost estimates (``plan``)"""
-    style: Style = "paper"
+    style: Annotated[Style, choice("--style", STYLES)] = "paper"
     """paper: NAME.png and NAME.pdf; talk: one 16:9 PNG per panel, NAME_a.png, NAME_b.png, ..., fonts >= 18 pt,
     into OUT/talk/ (same runs and CSV as paper)"""
+
+    def __post_init__(self):
+        """The checks that need only the values (the folder and the device are checked by ``python -m paper_figs``
+        before any work, as they ask the machine)."""
+        if not self.names:
+            raise ValueError(f"give figure names or 'all': {', '.join(FIGURES)}")
+        if self.jobs is not None and self.jobs < 1:
+            raise ValueError(f"--jobs must be a whole number of worker processes >= 1, got {self.jobs}")
+        if self.address is not None and self.executor != "ray":
+            raise ValueError("--address names a Ray cluster: give it with --executor ray")
+        if self.profile == "gpu":
+            if any(name not in LLM_FIGURES for name in self.names):  # 'all' too: it holds the toy figures
+                raise ValueError(f"--profile gpu applies to the LLM figures only ({', '.join(LLM_FIGURES)})")
+            if not self.dry_run and not self.device.startswith("cuda"):
+                raise ValueError("--profile gpu needs --device cuda (or --dry-run for a CPU smoke test)")
 
 
 def module(name: str):
@@ -104,6 +120,13 @@ class Figure:
     """What a figure's task stands for (its ``Task.spec``): figure ``name``, plotted here once its units are done."""
 
     name: str
+    units = ()
+
+    def unit_results(self, result: Any) -> list[tuple[Unit, Any]]:
+        return []
+
+    def done_line(self, where: str, elapsed_s: float) -> str:
+        return f"{self.name} done at {elapsed_s:.0f} s"
 
 
 def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path | None = None,
@@ -123,7 +146,7 @@ def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path 
                           tuple(dict.fromkeys(holder[u.name] for u in mine if u.name in holder)), here=True,
                           spec=Figure(name)))
     every = {u.name: u for u in units}
-    runs = sum(u.kind == "llm_grpo" for u in every.values())
+    runs = sum(isinstance(u, llm.RunUnit) for u in every.values())
     batched = [t for t in tasks if isinstance(t.spec, llm.Batch)]
     in_batches = sum(len(t.spec.units) for t in batched)
     log(f"[paper_figs] {len(figures)} figures, {len(every)} units ({runs} GRPO runs), {len(values)} cached; "
@@ -138,20 +161,17 @@ def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path 
         elapsed, where = done.elapsed_s(), done.line()
         if bar is not None:
             bar.update(round(done.done_cost) - bar.n)
-        for item, value in llm.unit_results(task, result):
+        for item, value in task.spec.unit_results(result):
             values[item.name] = value
             count["done"] += 1
             what = item.kind
-            if item.kind == "llm_grpo":
+            if isinstance(item, llm.RunUnit):
                 a = item.spec.args
                 what = (f"{a.size} {a.digits}-digit {a.run_method} s={a.staleness} lr={a.lr:g} seed={a.seed}: "
                         f"final acc {value['summary']['final_accuracy']:.3f}")
             say(f"[paper_figs unit {count['done']}/{len(holder)}] {what} ({where})", flush=True)
-        if isinstance(task.spec, Figure):
-            say(f"[paper_figs] {task.spec.name} done at {elapsed:.0f} s", flush=True)
-        elif isinstance(task.spec, llm.WarmStart):
-            a = task.spec.args
-            say(f"[paper_figs] warm start {a.size} {a.digits}-digit trained ({where})", flush=True)
+        if (line := task.spec.done_line(where, elapsed)) is not None:
+            say(f"[paper_figs] {line}", flush=True)
 
     try:
         run_tasks(tasks, jobs, report, executor)
@@ -246,15 +266,15 @@ def plan(declared: dict[str, list[Unit]], log=print) -> dict[str, dict[str, floa
     table = {}
     for figure, units in declared.items():
         mine = {u.name: u for u in units}.values()
-        table[figure] = {"units": len(mine), "grpo": sum(u.kind == "llm_grpo" for u in mine),
+        table[figure] = {"units": len(mine), "grpo": sum(isinstance(u, llm.RunUnit) for u in mine),
                          "core_s": sum(u.cost for u in mine), "shared": sum(owners[u.name] > 1 for u in mine)}
     every = {u.name: u for units in declared.values() for u in units}.values()
-    table["all"] = {"units": len(every), "grpo": sum(u.kind == "llm_grpo" for u in every),
+    table["all"] = {"units": len(every), "grpo": sum(isinstance(u, llm.RunUnit) for u in every),
                     "core_s": sum(u.cost for u in every), "shared": sum(owners[u.name] > 1 for u in every)}
     log(f"{'figure':<26} {'units':>6} {'GRPO':>5} {'est. core-s':>12} {'shared':>7}")
     for figure, row in table.items():
         log(f"{figure:<26} {row['units']:>6} {row['grpo']:>5} {row['core_s']:>12.0f} {row['shared']:>7}")
-    same = Counter(training_key(u) for u in every if u.kind == "llm_grpo")
+    same = Counter(training_key(u) for u in every if isinstance(u, llm.RunUnit))
     log(f"GRPO runs that train the same policy as another under a different key (differing only in "
         f"{', '.join(MEASURE_ONLY)}): {sum(n - 1 for n in same.values())}")
     for u in sorted(every, key=lambda u: -u.cost)[:5]:

@@ -1,4 +1,5 @@
-"""The benchmarks' command lines (tyro over a checked config): a bad value exits 2, naming it, before any timing."""
+"""The benchmarks' command lines (``sim.cli.parse``: tyro over a checked config): a bad value exits 2 with one line
+naming it, before any timing."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from benchmarks import gac_overhead, llm_speed, sim_throughput
     (gac_overhead, ["--spaces", "10", "--baseline", "/nonexistent"], "no gac/ package"),
     (llm_speed, ["--rounds", "0"], "--rounds must be >= 1"),
     (llm_speed, ["--batched", "-2"], "--batched must be >= 0"),
-    (llm_speed, ["--size", "huge"], "huge"),
+    (llm_speed, ["--size", "huge"], "--size must be one of tiny, small, cpu, gpu, got 'huge'"),
     (sim_throughput, ["--seeds", "0"], "--seeds must be >= 1"),
 ])
 def test_bad_value_exits_2_before_any_work(module, argv, named, capsys, monkeypatch):
@@ -21,7 +22,8 @@ def test_bad_value_exits_2_before_any_work(module, argv, named, capsys, monkeypa
     with pytest.raises(SystemExit) as exit_info:
         module.main(argv)
     assert exit_info.value.code == 2
-    assert named in " ".join(capsys.readouterr().err.split())
+    err = capsys.readouterr().err.strip()
+    assert named in err and len(err.splitlines()) == 1, err
 
 
 @pytest.mark.parametrize("module", [gac_overhead, llm_speed, sim_throughput])
@@ -30,3 +32,35 @@ def test_help_lists_the_options(module, capsys):
         module.main(["--help"])
     assert exit_info.value.code == 0
     assert "--" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["--figures", "everything"], "--figures must be one of all, first-release, got 'everything'"),
+    (["--keep", ""], "--keep is empty"),
+    (["--keep", "A_FILE"], "is a file, not a folder"),
+])
+def test_pipeline_bad_value_is_one_line_before_any_work(argv, named, tmp_path, capsys, monkeypatch):
+    from benchmarks import pipeline
+
+    (tmp_path / "a_file").write_text("not a folder")
+    argv = [str(tmp_path / "a_file") if a == "A_FILE" else a for a in argv]
+    monkeypatch.setattr(pipeline.subprocess, "run", lambda *a, **k: pytest.fail("work started"))
+    monkeypatch.setattr(pipeline.tempfile, "TemporaryDirectory", lambda *a, **k: pytest.fail("work started"))
+    with pytest.raises(SystemExit) as exit_info:
+        pipeline.main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert named in err and len(err.splitlines()) == 1, err
+
+
+def test_pipeline_parses_names_figures_keep_and_plan(tmp_path):
+    from benchmarks.pipeline import PipelineArgs
+    from sim.cli import parse
+
+    args = parse(PipelineArgs, ["fig7_bound", "fig4_stability_region", "--figures", "first-release", "--keep",
+                                str(tmp_path), "--plan"], prog="pipeline")
+    assert args == PipelineArgs(names=("fig7_bound", "fig4_stability_region"), figures="first-release",
+                                keep=tmp_path, plan=True)
+    assert parse(PipelineArgs, [], prog="pipeline") == PipelineArgs(names=(), figures="all", keep=None, plan=False)
+    with pytest.raises(ValueError, match="--figures must be one of"):
+        PipelineArgs(figures="most")  # the same check when built in Python

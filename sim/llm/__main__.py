@@ -6,7 +6,6 @@ a refused folder/resume, 3 a non-finite loss, 4 a write that failed (disk full, 
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import json
 import sys
@@ -23,26 +22,27 @@ except ModuleNotFoundError as missing_module:  # the model needs transformers, f
     print(f"error: python -m sim.llm needs the research extra ({missing_module.name} not installed): "
           "pip install -e '.[research]' (or pip install 'gac-lab[research]')", file=sys.stderr)
     sys.exit(2)
+from sim.cli import Refused, checked_registry
 from sim.record import atomic_write_bytes, check_output_dir, write_records
 from sim.schema import columns
-from sim.stabilizers import BAPOConfig, M2POConfig, TISConfig
+from sim.stabilizers import BAPOConfig, BrakingConfig, KLTargetConfig, M2POConfig, TISConfig, VCPOConfig
 
 DESCRIPTION = "GRPO on a small Qwen3 model with stale rollouts (sim/llm/train.py)."
 
 
-class ConfigError(Exception):
-    """A method config's own check failed while the command line was parsed (its ValueError, carried past tyro)."""
+METHOD_CONFIGS = (gac.GACConfig, TISConfig, M2POConfig, BAPOConfig, BrakingConfig, KLTargetConfig, VCPOConfig)
+"""The method groups' config dataclasses: each checks its own values when it is built."""
 
 
 def _cli_registry():
     """tyro rules for the method groups.
 
     GAC's τ (``float | ThresholdRule``) is given as a float. A method config's ValueError (e.g. --gac.threshold
-    1.5) is re-raised as ConfigError, so ``main`` prints it on one line instead of tyro's error box.
+    1.5) is re-raised as ``sim.cli.Refused``, so ``main`` prints it on one line instead of tyro's error box.
     """
     import tyro
 
-    registry, building = tyro.constructors.ConstructorRegistry(), []
+    registry = tyro.constructors.ConstructorRegistry()
 
     @registry.primitive_rule
     def _threshold(type_info):
@@ -52,36 +52,21 @@ def _cli_registry():
             nargs=1, metavar="FLOAT", instance_from_str=lambda strings: float(strings[0]),
             is_instance=lambda value: isinstance(value, float), str_from_instance=lambda value: [str(value)])
 
-    @registry.struct_rule
-    def _checked(type_info):
-        if type_info.type not in (gac.GACConfig, TISConfig, M2POConfig, BAPOConfig) or building:
-            return None
-        building.append(True)  # the default rule builds the spec; this rule steps aside meanwhile
-        try:
-            spec = tyro.constructors.ConstructorRegistry.get_struct_spec(type_info)
-        finally:
-            building.pop()
-
-        def instantiate(**kwargs):
-            try:
-                return spec.instantiate(**kwargs)
-            except ValueError as err:
-                raise ConfigError(str(err)) from None
-
-        return dataclasses.replace(spec, instantiate=instantiate)
-
-    return registry
+    return checked_registry(METHOD_CONFIGS, registry)
 
 
 METHOD_GROUPS = {"gac": ("--gac.", "--gac-reference", "--gac_reference", "--gac-space", "--gac_space"),
                  "tis": ("--tis.",), "m2po": ("--m2po.",), "bapo": ("--bapo.",), "braking": ("--braking.",),
-                 "kl_target": ("--kl-target.", "--kl_target.")}
+                 "kl_target": ("--kl-target.", "--kl_target."), "vcpo": ("--vcpo.",)}
 """The flags that set one method's parameters: given with a --method without that part they would be ignored, so
 refused."""
 
 
 def check_method_flags(argv: list[str], args: Args) -> None:
-    """One-line ValueError for a method's parameter flag (e.g. --gac.threshold) given with another --method."""
+    """One-line ValueError for a method's parameter flag (e.g. --gac.threshold) given with another --method.
+
+    Read from the command line, not from the parsed fields: a flag given at its default value (``--bapo.rho-0 0.5``
+    with sync) is refused too, and a parsed ``Args`` cannot tell it from a flag not given."""
     for method, prefixes in METHOD_GROUPS.items():
         given = [a.split("=")[0] for a in argv if a.startswith(prefixes)]
         if given and method not in args.axes.parts:
@@ -128,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             result = run_records(args, records_path=out_dir / "records.csv")  # streamed: a killed run keeps them
             write_records(result["records"], out_dir / "records.csv", columns("llm"))
             atomic_write_bytes(out_dir / "summary.json", json.dumps(result["summary"], indent=1).encode())
-    except (ValueError, ConfigError) as err:
+    except (ValueError, Refused) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except NonFiniteError as err:

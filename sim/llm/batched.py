@@ -187,66 +187,123 @@ def stop_run(batch: BatchState, k: int, message: str, log) -> None:
 
 def optimizer_update(batch: BatchState, data: dict, idx: torch.Tensor, where: str,
                      log) -> tuple[list[dict | None], torch.Tensor]:
-    """One update of every live run on its samples ``idx[k]``: loss → backward → GAC → clip → AdamW; per run its
-    update-level numbers (None for a stopped run), and the raw gradients (K, P)."""
-    args, runs = batch.args, len(batch.runs)
+    """One update of every live run on its samples ``idx[k]``, each line one step of the algorithm: loss → step size
+    → backward (a run whose loss or gradient is not finite stops here) → direction control on the raw gradient →
+    clip → AdamW, with GAC in momentum or update space around it. Per run its update-level numbers (None for a
+    stopped run), and the raw gradients (K, P)."""
+    losses, stats = finite_losses(batch, data, idx, where, log)
+    lr = controls.learning_rates(batch, stats)  # the step control (lr_scale, kl_target, vcpo), before the step
+    grad = finite_gradient(batch, losses, where, log)
+    if not batch.live:
+        return [None] * len(batch.runs), grad
+    raw = grad.clone()
+    raw64 = as_float64(raw)
+    regimes, scales = direction_control(batch, grad, raw, raw64)
+    numbers = gradient_numbers(batch, raw, raw64, grad, regimes, scales)
+    clip_rows(grad, batch.layout.sizes, [r.args.max_grad_norm for r in batch.runs])
+    regimes, scales, delta, moved = controlled_step(batch, grad, lr, regimes, scales)
+    numbers |= step_numbers(batch, delta, moved)
+    return update_numbers(batch, stats, lr, regimes, scales, numbers), raw
+
+
+def finite_losses(batch: BatchState, data: dict, idx: torch.Tensor, where: str, log) -> tuple[list, list]:
+    """``minibatch_losses``, with each run whose loss is not finite stopped (``stop_run``), its loss and stats None."""
     losses, stats = minibatch_losses(batch, data, idx)
     for k in batch.live:
         if not torch.isfinite(losses[k]):
             stop_run(batch, k, f"non-finite loss at {where}: {losses[k].item()}", log)
             losses[k] = stats[k] = None
-    lr = controls.learning_rates(batch, stats)
+    return losses, stats
+
+
+def finite_gradient(batch: BatchState, losses: list, where: str, log) -> torch.Tensor:
+    """The gradient rows (K, P) of ``losses`` (``backward``); a run whose gradient is not finite is stopped and its
+    row zeroed, so no NaN reaches a parameter or a reference."""
     grad = backward(batch, losses)
     finite = torch.isfinite(grad).all(1).tolist()
     for k in batch.live:
         if not finite[k]:
             stop_run(batch, k, f"non-finite gradient at {where}", log)
-    grad = torch.where(torch.tensor(finite, device=grad.device)[:, None], grad, torch.zeros_like(grad))
-    live = batch.live
-    if not live:
-        return [None] * runs, grad
-    raw = grad.clone()
-    raw64 = as_float64(raw)
-    cfg, tau = args.gac, gac_thresholds([r.args.gac for r in batch.runs])
-    space = controls.gac_space(args)
-    regimes, scales = [NO_REGIME] * runs, [1.0] * runs
-    if args.axes.direction == "gac" and space == "gradient":
-        regimes, scales = controls.apply_gac(batch, grad, raw, cfg, tau)
-    elif args.axes.direction == "braking":
-        scales = controls.apply_braking(batch, grad, raw64)
+    return torch.where(torch.tensor(finite, device=grad.device)[:, None], grad, torch.zeros_like(grad))
+
+
+def live_mask(batch: BatchState, runs: list[int]) -> torch.Tensor:
+    """(K,) bool: which rows of the batch are in ``runs`` (the rows whose reference a ``PrevRows.set`` replaces)."""
+    return torch.tensor([k in runs for k in range(len(batch.runs))], device=batch.theta.device)
+
+
+def direction_control(batch: BatchState, grad: torch.Tensor, raw: torch.Tensor,
+                      raw64) -> tuple[list[str], list[float]]:
+    """The method's direction control on the gradient rows ``grad``, in place, before clipping: GAC in gradient space
+    (``controls.apply_gac``) or Adaptive Braking (``controls.apply_braking``). Per run its regime and parallel scale
+    (braking: its factor); NO_REGIME and 1.0 where nothing acts here (GAC in momentum or update space acts later)."""
+    args, runs = batch.args, len(batch.runs)
+    if args.axes.direction == "gac" and controls.gac_space(args) == "gradient":
+        return controls.apply_gac(batch, grad, raw, args.gac, gac_thresholds([r.args.gac for r in batch.runs]))
+    if args.axes.direction == "braking":
+        return [NO_REGIME] * runs, controls.apply_braking(batch, grad, raw64)
+    return [NO_REGIME] * runs, [1.0] * runs
+
+
+def gradient_numbers(batch: BatchState, raw: torch.Tensor, raw64, grad: torch.Tensor, regimes: list[str],
+                     scales: list[float]) -> dict[str, list]:
+    """Each run's raw gradient norm, and the cosines of its raw and of its applied (direction-controlled) gradient with
+    the previous update's, which they then replace as references (a stopped run keeps its own)."""
     changed = any(r != NO_REGIME for r in regimes) or any(s != 1.0 for s in scales)
     applied64 = as_float64(grad.clone()) if changed else raw64
-    live_rows = torch.tensor([k in live for k in range(runs)], device=grad.device)
-    norms = raw.norm(dim=1).tolist()
-    cos_prev, cos_applied = batch.prev["raw"].cosine(raw64), batch.prev["applied"].cosine(applied64)
-    batch.prev["raw"].set(raw64, live_rows)
-    batch.prev["applied"].set(applied64, live_rows)
-    clip_rows(grad, batch.layout.sizes, [r.args.max_grad_norm for r in batch.runs])
-    if space == "momentum":  # on the clipped gradient AdamW is about to take into its moment
-        regimes, scales = controls.gac_on_momentum(batch, grad, cfg, tau)
-    stepping = [k for k in live if regimes[k] != "skip"]  # a skipped update moves nothing
+    live = live_mask(batch, batch.live)
+    numbers = {"grad_norm": raw.norm(dim=1).tolist(), "cos_prev": batch.prev["raw"].cosine(raw64),
+               "cos_applied": batch.prev["applied"].cosine(applied64)}
+    batch.prev["raw"].set(raw64, live)
+    batch.prev["applied"].set(applied64, live)
+    return numbers
+
+
+def controlled_step(batch: BatchState, grad: torch.Tensor, lr: list[float], regimes: list[str],
+                    scales: list[float]) -> tuple[list[str], list[float], torch.Tensor, list[int]]:
+    """AdamW's step of every live run that GAC does not skip, with GAC in momentum space (on the moment AdamW is
+    about to form from the clipped gradient, before the step) or in update space (on the proposed Δθ, after it).
+    Returns the regimes and scales (those of the space's GAC where it acts), the applied step Δθ (K, P), and the
+    runs that moved."""
+    args = batch.args
+    space, tau = controls.gac_space(args), gac_thresholds([r.args.gac for r in batch.runs])
+    if space == "momentum":
+        regimes, scales = controls.gac_on_momentum(batch, grad, args.gac, tau)
+    stepping = [k for k in batch.live if regimes[k] != "skip"]  # a skipped update moves nothing
     before = batch.theta.detach().clone()
     adamw_step(batch.theta, grad, batch.adam, lr, stepping)
     if space == "update" and stepping:
-        regimes, scales = controls.gac_on_update(batch, before, cfg, tau)
+        regimes, scales = controls.gac_on_update(batch, before, args.gac, tau)
     moved = [k for k in stepping if regimes[k] != "skip"]
-    delta = batch.theta.detach() - before
+    return regimes, scales, batch.theta.detach() - before, moved
+
+
+def step_numbers(batch: BatchState, delta: torch.Tensor, moved: list[int]) -> dict[str, list]:
+    """Each run's step norm ‖Δθ‖ and the cosine of its step with its previous one, which it then replaces as the
+    reference; a run that did not move (skipped, stopped) gets NaN and 0 and keeps its reference."""
     delta64 = as_float64(delta)
-    cos_update, step_norms = batch.prev["delta"].cosine(delta64), delta.norm(dim=1).tolist()
-    batch.prev["delta"].set(delta64, torch.tensor([k in moved for k in range(runs)], device=grad.device))
+    cos_update, norms = batch.prev["delta"].cosine(delta64), delta.norm(dim=1).tolist()
+    batch.prev["delta"].set(delta64, live_mask(batch, moved))
+    return {"cos_update": [cos_update[k] if k in moved else math.nan for k in range(len(batch.runs))],
+            "step_norm": [norms[k] if k in moved else 0.0 for k in range(len(batch.runs))]}
+
+
+def update_numbers(batch: BatchState, stats: list, lr: list[float], regimes: list[str], scales: list[float],
+                   numbers: dict[str, list]) -> list[dict | None]:
+    """Per live run the update's numbers (its loss statistics, gradient and step numbers, regime, step size); None
+    for a stopped run."""
     out: list[dict | None] = []
-    for k in range(runs):
-        if k not in live:
+    for k in range(len(batch.runs)):
+        if k not in batch.live:
             out.append(None)
             continue
         s = stats[k]
-        out.append({"grad_norm": norms[k], "cos_prev": cos_prev[k], "cos_applied": cos_applied[k],
-                    "regime": regimes[k], "parallel_scale": scales[k], "clip_frac": s["clip_frac"],
-                    "clip_low": s["clip_low"], "clip_high": s["clip_high"], "kl_behaviour": s["kl_behaviour"],
-                    "entropy": s["entropy"], "ess_ratio": s["ess_ratio"],
-                    "cos_update": cos_update[k] if k in moved else math.nan,
-                    "step_norm": step_norms[k] if k in moved else 0.0, "lr": lr[k]})
-    return out, raw
+        out.append({"grad_norm": numbers["grad_norm"][k], "cos_prev": numbers["cos_prev"][k],
+                    "cos_applied": numbers["cos_applied"][k], "regime": regimes[k], "parallel_scale": scales[k],
+                    "clip_frac": s["clip_frac"], "clip_low": s["clip_low"], "clip_high": s["clip_high"],
+                    "kl_behaviour": s["kl_behaviour"], "entropy": s["entropy"], "ess_ratio": s["ess_ratio"],
+                    "cos_update": numbers["cos_update"][k], "step_norm": numbers["step_norm"][k], "lr": lr[k]})
+    return out
 
 
 def mean_of(updates: list[dict], key: str) -> float:

@@ -159,3 +159,27 @@ def test_unit_tasks_batch_the_missing_runs_after_every_warm_start_they_need(tmp_
     assert len(warm) == 2 and len(tasks) == 3 and len(batch) == 1
     assert [u.name for u in llm.units_of(batch[0])] == [u.name for u in units[:3]]
     assert set(batch[0].after) == warm == {w for u in units[:3] for w in u.after}
+
+
+def test_each_task_spec_hands_every_unit_its_own_result(tmp_path):
+    """The typed task specs (``llm.TaskSpec``): a batch, a lone unit, a warm start and a figure each name the units
+    their task computes and pair each with its result; GRPO units are told apart by their class, not their kind."""
+    base = Args(size="tiny", digits=1, method="naive", staleness=1, steps=2)
+    runs = [unit(replace(base, seed=seed)) for seed in range(3)]
+    toy = cache.unit("toy-rows", len, "abc")
+    _, tasks = llm.unit_tasks([*runs, toy], tmp_path)
+    assert all(isinstance(u, llm.RunUnit) for u in runs) and not isinstance(toy, llm.RunUnit)
+    fake = {u.name: f"result of {u.name}" for u in [*runs, toy]}
+    handed = {}
+    for task in tasks:  # what each task's function returns: a batch its results by unit name, a unit its own
+        result = ({u.name: fake[u.name] for u in task.spec.units} if isinstance(task.spec, llm.Batch)
+                  else fake[task.spec.units[0].name] if task.spec.units else None)
+        for u, value in task.spec.unit_results(result):
+            assert u.name not in handed
+            handed[u.name] = value
+    assert handed == fake
+    lines = {type(t.spec).__name__: t.spec.done_line("1/2", 3.0) for t in tasks}  # one warm start, one batch, the toy
+    assert lines == {"WarmStart": "warm start tiny 1-digit trained (1/2)", "Batch": None, "Unit": None}
+    figure = driver.Figure("fig7_bound")
+    assert figure.units == () and figure.unit_results(None) == []
+    assert figure.done_line("", 12.4) == "fig7_bound done at 12 s"

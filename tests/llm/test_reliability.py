@@ -159,7 +159,8 @@ def test_model_folder_with_missing_or_truncated_weights_is_one_line(tiny_checkpo
 
 
 @pytest.mark.parametrize("flags,method", [(["--gac.threshold", "0.3"], "naive"), (["--gac-reference", "step"], "tis"),
-                                          (["--tis.tis-cap=4"], "gac"), (["--bapo.rho-0", "0.5"], "sync")])
+                                          (["--tis.tis-cap=4"], "gac"), (["--bapo.rho-0", "0.5"], "sync"),
+                                          (["--vcpo.vcpo-power", "1"], "naive")])
 def test_a_methods_flags_given_with_another_method_are_refused(tmp_path, capsys, monkeypatch, flags, method):
     from sim.llm import train
 

@@ -235,6 +235,9 @@ def test_nonfinite_loss_names_the_step_and_is_not_checkpointed(tiny_args, tmp_pa
     (["--digits", "0"], "digits must be >= 1"),
     (["--snr-every", "0"], "--snr-every must be >= 1"),
     (["--method", "gac", "--gac-reference", "rl"], "gac_reference must be one of"),
+    (["--method", "braking", "--braking.braking-alpha", "5"], "braking_alpha must be in [0, 2]"),
+    (["--method", "kl_target", "--kl-target.kl-floor", "2"], "kl_floor must be in (0, 1]"),
+    (["--method", "vcpo", "--vcpo.vcpo-power", "0"], "vcpo_power must be > 0"),
 ])
 def test_invalid_configuration_fails_with_one_line(argv, needle, capsys, monkeypatch):
     monkeypatch.setattr(train_module, "setup_batch", lambda *a: pytest.fail("work started"))

@@ -1,5 +1,6 @@
 """The figure run cache: computed once per configuration, recomputed on change or when forced."""
 
+import dataclasses
 import json
 import math
 import warnings
@@ -10,6 +11,11 @@ from experiments import cache
 from sim import fingerprint
 
 
+def cached(kind, key, compute):
+    """``compute()``'s result through the cache (``cache.result`` of the unit (kind, key))."""
+    return cache.result(cache.Unit(kind, key, compute))
+
+
 def test_cached_computes_once_per_config_and_force_recomputes(monkeypatch):
     calls = []
 
@@ -17,15 +23,15 @@ def test_cached_computes_once_per_config_and_force_recomputes(monkeypatch):
         calls.append(1)
         return [{"step": 0, "cos_prev": float("nan"), "seeds": (1, 2)}]
 
-    first = cache.cached("unit", {"a": 1}, compute)
-    second = cache.cached("unit", {"a": 1}, compute)
+    first = cached("unit", {"a": 1}, compute)
+    second = cached("unit", {"a": 1}, compute)
     assert len(calls) == 1
     assert first[0]["seeds"] == second[0]["seeds"] == [1, 2]  # same types whether fresh or cached
     assert math.isnan(second[0]["cos_prev"])
-    cache.cached("unit", {"a": 2}, compute)
+    cached("unit", {"a": 2}, compute)
     assert len(calls) == 2
     monkeypatch.setenv("GAC_LAB_FORCE", "1")
-    cache.cached("unit", {"a": 1}, compute)
+    cached("unit", {"a": 1}, compute)
     assert len(calls) == 3
 
 
@@ -42,20 +48,48 @@ def test_compute_unit_stores_in_the_folder_it_is_given(tmp_path):
     assert item.lookup(tmp_path / "elsewhere") == 3 and item.lookup() is None  # not the default folder
 
 
-def test_cached_runs_key_includes_code_fingerprint(monkeypatch):
+def test_profile_unit_key_includes_code_fingerprint(monkeypatch):
     assert len(cache.code_fingerprint()) == 16
     calls = []
-    cache.cached_runs("unit", "quick", "cpu", lambda: calls.append(1) or 1)
-    cache.cached_runs("unit", "quick", "cpu", lambda: calls.append(1) or 1)
+    cache.result(cache.profile_unit("unit", "quick", "cpu", lambda: calls.append(1) or 1))
+    cache.result(cache.profile_unit("unit", "quick", "cpu", lambda: calls.append(1) or 1))
     assert len(calls) == 1
     monkeypatch.setattr(cache, "code_fingerprint", lambda: "edited-source")
-    cache.cached_runs("unit", "quick", "cpu", lambda: calls.append(1) or 1)
+    cache.result(cache.profile_unit("unit", "quick", "cpu", lambda: calls.append(1) or 1))
     assert len(calls) == 2
+
+
+def test_the_command_lines_cached_tables_keep_their_keys(monkeypatch):
+    """The units that replaced ``cached_runs`` and ``llm.run_cached`` are stored under the files those wrote (a changed
+    key would recompute everyone's cached tables and runs)."""
+    from experiments import llm, staleness_lr, tuning, verdict_toys
+    from sim.llm.train import Args
+
+    monkeypatch.setattr(cache, "code_fingerprint", lambda *a, **k: "fp")
+    unit = staleness_lr.scale_unit("quadratic", "quick", "progress")
+    assert unit.kind == "staleness_lr_quadratic_progress"
+    assert unit.key == {"profile": "quick", "device": "cpu", "code": "fp"}
+    seen = []
+    monkeypatch.setattr(tuning, "result", lambda u: seen.append(u) or [])
+    monkeypatch.setattr(verdict_toys, "result", lambda u: seen.append(u) or [])
+    grid = tuning.toy_grid("bandit_gaussian", "smoke")
+    tuning.toy_table("bandit_gaussian", "smoke", grid=grid)
+    verdict_toys._summaries("bandit", "gaussian", "smoke", [], "alone")
+    assert (seen[0].kind, seen[0].key) == ("tuning_bandit_gaussian", {"profile": "smoke", "device": "cpu", "code": "fp",
+                                                                      "grid": dataclasses.asdict(grid)})
+    p = verdict_toys.profile_of("smoke")
+    config = {"sim": "bandit", "structure": "gaussian", "settings": [], "seeds": p.tuning_seeds + p.reporting_seeds}
+    assert (seen[1].kind, seen[1].key) == ("verdict_toys_bandit_gaussian_alone",
+                                           {"profile": "smoke", "device": "cpu", "code": "fp", "config": config})
+    args = Args(size="tiny", steps=1)
+    run = llm.run_unit(llm.Run(args, ()))
+    key = {**{k: v for k, v in dataclasses.asdict(args).items() if k not in llm.KEY_EXCLUDE}, "code": "fp"}
+    assert (run.kind, run.key) == ("llm_grpo", key)
 
 
 def test_lookup_never_computes():
     assert cache.lookup("unit-lookup", {"a": 1}) is None
-    cache.cached("unit-lookup", {"a": 1}, lambda: {"x": 1})
+    cached("unit-lookup", {"a": 1}, lambda: {"x": 1})
     assert cache.lookup("unit-lookup", {"a": 1}) == {"x": 1}
 
 
@@ -101,12 +135,16 @@ def test_llm_runs_are_keyed_by_their_source(monkeypatch):
     fingerprint = {"value": "v1"}
     monkeypatch.setattr(cache, "code_fingerprint", lambda *a, **k: fingerprint["value"])
     args = Args(size="tiny", steps=1)
-    assert llm.run_cached(args)["records"] == [1]
-    assert llm.run_cached(args)["records"] == [1] and len(calls) == 1
+
+    def run_cached(args):
+        return cache.result(llm.run_unit(llm.Run(args, ())))
+
+    assert run_cached(args)["records"] == [1]
+    assert run_cached(args)["records"] == [1] and len(calls) == 1
     fingerprint["value"] = "v2"
-    assert llm.run_cached(args)["records"] == [2]
+    assert run_cached(args)["records"] == [2]
     fingerprint["value"] = "v1"
-    assert llm.run_cached(args)["records"] == [1] and len(calls) == 2
+    assert run_cached(args)["records"] == [1] and len(calls) == 2
 
 
 @pytest.mark.parametrize("content", ["", '{"kind": "unit", "config": {}, "res', '{"kind": "unit"}', "\xff\xfe",
@@ -119,18 +157,18 @@ def test_corrupt_entry_is_a_miss_that_warns_with_its_path_and_is_rewritten(conte
         assert cache.lookup("unit-corrupt", {"c": content}) is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # warned once per entry, not again
-        assert cache.cached("unit-corrupt", {"c": content}, lambda: [1, 2]) == [1, 2]
+        assert cached("unit-corrupt", {"c": content}, lambda: [1, 2]) == [1, 2]
     assert json.loads(path.read_text())["result"] == [1, 2]
 
 
 def test_an_entry_altered_into_other_valid_json_warns_with_its_path_and_is_recomputed():
     calls = []
-    cache.cached("unit-altered", {"a": 1}, lambda: calls.append(1) or {"accuracy": 0.25, "steps": [1, 2]})
+    cached("unit-altered", {"a": 1}, lambda: calls.append(1) or {"accuracy": 0.25, "steps": [1, 2]})
     path = cache.cache_path("unit-altered", {"a": 1})
     path.write_text(path.read_text().replace("0.25", "0.75"))  # still valid JSON, another number
     json.loads(path.read_text())
     with pytest.warns(RuntimeWarning, match=f"{path}.*does not match its SHA-256"):
-        assert cache.cached("unit-altered", {"a": 1}, lambda: calls.append(1) or {"accuracy": 0.25, "steps": [1, 2]}
+        assert cached("unit-altered", {"a": 1}, lambda: calls.append(1) or {"accuracy": 0.25, "steps": [1, 2]}
                             ) == {"accuracy": 0.25, "steps": [1, 2]}
     assert len(calls) == 2
     assert cache.lookup("unit-altered", {"a": 1}) == {"accuracy": 0.25, "steps": [1, 2]}  # rewritten, verified
@@ -141,7 +179,7 @@ def test_an_entry_without_a_checksum_is_recomputed_with_a_warning():
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"kind": "unit-old", "config": {"a": 1}, "result": [9]}))  # the old format
     with pytest.warns(RuntimeWarning, match=f"{path}.*no checksum"):
-        assert cache.cached("unit-old", {"a": 1}, lambda: [1]) == [1]
+        assert cached("unit-old", {"a": 1}, lambda: [1]) == [1]
     assert "sha256" in json.loads(path.read_text())
 
 
@@ -164,7 +202,7 @@ def test_a_full_disk_warns_with_the_path_and_keeps_the_computed_result(monkeypat
     monkeypatch.setattr(cache, "atomic_write_bytes", _disk_full)
     path = cache.cache_path("unit-full", {"a": 1})
     with pytest.warns(RuntimeWarning, match=f"{path} not written \\(No space left on device\\)"):
-        assert cache.cached("unit-full", {"a": 1}, lambda: {"seeds": (1, 2)}) == {"seeds": [1, 2]}
+        assert cached("unit-full", {"a": 1}, lambda: {"seeds": (1, 2)}) == {"seeds": [1, 2]}
     item = cache.unit("unit-full", len, "xyz")
     with pytest.warns(RuntimeWarning, match=str(tmp_path / "folder")):
         assert cache.compute_unit(item, tmp_path / "folder") == 3  # a worker hands its result back all the same

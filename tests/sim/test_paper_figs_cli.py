@@ -105,3 +105,29 @@ def test_ctrl_c_in_paper_figs_is_one_line(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip()
     assert "interrupted" in err and str(tmp_path) in err and "rerun the same command" in err
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    ([], "give figure names or 'all'"),
+    (["fig7_bound", "--profile", "gpu"], "--profile gpu applies to the LLM figures only"),
+    (["all", "--profile", "gpu", "--dry-run"], "--profile gpu applies to the LLM figures only"),
+    (["fig5_llm_grpo", "--profile", "gpu"], "--profile gpu needs --device cuda"),
+    (["fig7_bound", "--address", "auto"], "--address names a Ray cluster"),
+])
+def test_figure_args_checks_are_one_line_before_any_work(argv, named, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(figs_cli, "declare", lambda *a, **k: pytest.fail("runs were declared"))
+    monkeypatch.setattr(figs_cli, "make_figures", lambda *a, **k: pytest.fail("a figure ran"))
+    with pytest.raises(SystemExit) as exit_info:
+        figs_cli.main([*argv, "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert named in err and len(err.splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_figure_args_built_in_python_are_checked_the_same_way():
+    with pytest.raises(ValueError, match="--jobs must be a whole number"):
+        driver.FigureArgs(names=("fig7_bound",), jobs=0)
+    with pytest.raises(ValueError, match="--profile gpu needs --device cuda"):
+        driver.FigureArgs(names=("fig5_llm_grpo",), profile="gpu")
+    assert driver.FigureArgs(names=("fig5_llm_grpo",), profile="gpu", dry_run=True).profile == "gpu"
