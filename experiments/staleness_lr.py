@@ -296,9 +296,9 @@ def llm_evaluator(steps: int, warm_starts: Sequence[int], cell_list: list[tuple[
         runs = [Run(replace(base, method=cell_list[c][0], staleness=cell_list[c][1], lr=lr, warm_seed=w, seed=0),
                     ("staleness_lr",)) for c, lr in pairs for w in warm_starts]
         stable = []
-        for _, result in results_of(runs, log=lambda *a, **k: None, jobs=jobs, name="staleness x lr (llm)"):
-            finite = result["summary"]["diverged_at"] is None
-            stable.append(finite and (criterion == "finite" or llm_kept(result["records"], LLM_COLLAPSE_FRACTION)))
+        for _, outcome in results_of(runs, log=lambda *a, **k: None, jobs=jobs, name="staleness x lr (llm)"):
+            finite = outcome["summary"]["diverged_at"] is None
+            stable.append(finite and (criterion == "finite" or llm_kept(outcome["records"], LLM_COLLAPSE_FRACTION)))
         return np.asarray(stable, dtype=bool).reshape(len(pairs), len(warm_starts))
     return evaluate
 
