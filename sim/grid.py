@@ -133,6 +133,16 @@ class _GacGroup:
     fixed_threshold: torch.Tensor | None  # per-row τ when cfg.threshold is fixed; None for an adaptive rule
 
 
+def _row_factors(rows: torch.Tensor, params: torch.Tensor, factor_of, signal: torch.Tensor) -> torch.Tensor:
+    """A step-size factor per row: ``factor_of(signal, *p)`` on the ``rows`` whose parameters are p (one call per
+    distinct p among them), 1 elsewhere."""
+    factor = torch.ones_like(signal)
+    for values in torch.unique(params[rows], dim=0).tolist():
+        chosen = rows & (params == torch.tensor(values, dtype=params.dtype, device=params.device)).all(-1)
+        factor = torch.where(chosen, factor_of(signal, *values), factor)
+    return factor
+
+
 class GridUpdater:
     """Per-row methods and optimizer state of a grid; ``update`` maps raw gradients to new parameters."""
 
@@ -239,19 +249,11 @@ class GridUpdater:
         if self.any_kl_target:
             if kl_behaviour is None:
                 raise ValueError("kl_target needs the KL to the behaviour policy (stale-data model only)")
-            factor = torch.ones_like(lr)
-            for kappa, floor in torch.unique(self.kl_params[self.kl_target], dim=0).tolist():
-                rows = self.kl_target & (self.kl_params[:, 0] == kappa) & (self.kl_params[:, 1] == floor)
-                factor = torch.where(rows, stabilizers.kl_target_factor(kl_behaviour.to(dtype), kappa, floor), factor)
-            lr = lr * factor
+            lr = lr * _row_factors(self.kl_target, self.kl_params, stabilizers.kl_target_factor, kl_behaviour.to(dtype))
         if self.any_vcpo:
             if ess_ratio is None:
                 raise ValueError("vcpo needs the ESS of the update's importance weights (stale-data model only)")
-            factor = torch.ones_like(lr)
-            for reference, power in torch.unique(self.vcpo_params[self.vcpo], dim=0).tolist():
-                rows = self.vcpo & (self.vcpo_params[:, 0] == reference) & (self.vcpo_params[:, 1] == power)
-                factor = torch.where(rows, stabilizers.vcpo_step_factor(ess_ratio.to(dtype), reference, power), factor)
-            lr = lr * factor
+            lr = lr * _row_factors(self.vcpo, self.vcpo_params, stabilizers.vcpo_step_factor, ess_ratio.to(dtype))
         return lr
 
     def update(self, params: torch.Tensor, grad: torch.Tensor, stale_params: torch.Tensor,
