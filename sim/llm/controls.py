@@ -64,7 +64,7 @@ def vcpo_advantages(batch: BatchState, prompts: torch.Tensor, responses: torch.T
     (``sim.stabilizers.logit_score_sq``); the std is GRPO's. Other runs keep ``advantages``."""
     group, runs = batch.args.group_size, len(batch.runs)
     logp_all = stacked.response_logp_all(batch.layout, batch.theta, prompts, responses, batch.args.temperature)
-    logp = logp_all.gather(3, responses[..., None]).squeeze(3)
+    logp = stacked.token_logp(logp_all, responses)
     valid = mask.float()
     weights = sequence_weights(logp - behaviour_logp, valid).reshape(runs, -1, group)
     norms = logit_score_sq(logp_all, logp, valid).reshape(runs, -1, group)

@@ -147,9 +147,14 @@ def token_logprobs(layout: Layout, theta: torch.Tensor, prompts: torch.Tensor, r
     Only the positions that predict a response token go through the head.
     """
     logp_all = response_logp_all(layout, theta, prompts, responses, temperature)
-    logp = logp_all.gather(3, responses[..., None]).squeeze(3)
+    logp = token_logp(logp_all, responses)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy
+
+
+def token_logp(logp_all: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+    """log π of each response token (K, n, T) from ``response_logp_all``'s (K, n, T, V)."""
+    return logp_all.gather(3, responses[..., None]).squeeze(3)
 
 
 def response_logp_all(layout: Layout, theta: torch.Tensor, prompts: torch.Tensor, responses: torch.Tensor,
@@ -231,4 +236,5 @@ def _choose_runs(logp: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     return token.clamp_max(logp.shape[-1] - 1)
 
 
-__all__ = ["Layout", "stack", "load_row", "token_logprobs", "response_logp_all", "sample", "shared_prefix_rows"]
+__all__ = ["Layout", "stack", "load_row", "token_logprobs", "response_logp_all", "token_logp", "sample",
+           "shared_prefix_rows"]
