@@ -452,6 +452,28 @@ def default_out(profile: str) -> Path:
     return root / "paper_figs" / "out" / f"verdict_llm_{profile}.csv"
 
 
+def committed_verdict(profile: str = "v2") -> dict[str, list[dict]]:
+    """{"tuning", "runs", "table"} as committed in docs/data/ for ``profile`` (``COMMITTED_PROFILES``): what
+    ``verdict`` returned when the files were written (the command is in RESULTS.md; the code commit in the runs'
+    ``code`` column). fig10's full profile draws these instead of rerunning hours of protocol inside one figure."""
+    from sim.record import read_records
+
+    if profile not in COMMITTED_PROFILES:
+        raise ValueError(f"no committed verdict for profile {profile!r}; committed: {', '.join(COMMITTED_PROFILES)}")
+    table = default_out(profile)
+    paths = {key: table.with_name(table.stem + suffix + ".csv")
+             for key, suffix in (("table", ""), ("runs", "_runs"), ("tuning", "_tuning"))}
+    missing = [str(path) for path in paths.values() if not path.is_file()]
+    if missing:
+        raise FileNotFoundError(f"committed verdict files missing: {', '.join(missing)} (make them with python -m "
+                                f"experiments.verdict --profile {profile})")
+    result = {key: read_records(path) for key, path in paths.items()}
+    for row in result["runs"] + result["tuning"]:  # an empty text cell reads back as None; the code writes ""
+        if row.get("gac_space") is None:
+            row["gac_space"] = ""
+    return result
+
+
 def main(argv=None) -> int:
     from experiments import cluster
     from experiments.outputs import check_output_files

@@ -68,6 +68,7 @@ METHOD_COLORS = {
     "tis": "#2ca02c",
     "m2po": "#8c564b",
     "bapo": "#e377c2",
+    "vcpo": "#393b79",
 }
 
 

@@ -26,6 +26,8 @@ from sim.record import write_records
 from sim.stabilizers import NO_CONTROL
 
 NAME = "fig10_verdict"
+COMMITTED = "v2"
+"""The committed verdict the full profile draws (``experiments.verdict.COMMITTED_PROFILES``)."""
 
 
 def arm_color(row: dict) -> str:
@@ -37,17 +39,18 @@ def arm_color(row: dict) -> str:
 
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
-    """The toys' verdict (one cached unit) and the LLM verdict: the quick and gpu profiles' fixed-step GRPO runs;
-    the full profile's runs depend on its tuning rounds, so its whole protocol is one unit (its runs are computed
-    inside it: on that worker's own pool under the local executor; under ``--executor ray`` as tasks of their own on
-    the cluster, ``experiments.llm.results_of``)."""
+    """The toys' verdict (one cached unit) and the LLM verdict: the quick and gpu profiles' fixed-step GRPO runs, one
+    unit each; the full profile draws the committed v2 verdict (``experiments.verdict.committed_verdict``: 8 warm
+    starts × 2 seeds, every arm tuned) and runs no LLM unit. Its runs depend on its tuning rounds, so they cannot be
+    units of a graph fixed in advance; ``python -m experiments.verdict --profile v2 [--executor ray]`` remakes them
+    (each run a task of its own, no pool inside a worker)."""
     p = verdict_mod.PROFILES[profile]
     toys = unit(f"{NAME}/toys", verdict_toys.toy_verdict_rows, toy_profile(profile, dry_run), spec=f"{NAME}/toys",
                 cost=30.0)
     if dry_run:
         p = verdict_mod.dry_run_profile(p)
     if p.tune:
-        return [toys, unit(f"{NAME}/llm", verdict_mod.verdict, profile, device, spec=f"{NAME}/llm", cost=3600.0)]
+        return [toys]
     arms = {name: verdict_mod.ARMS[name] for name in p.arms}
     reporting = verdict_mod.reporting_runs(p, arms, {name: p.fixed_lr for name in arms}, device=device)
     if dry_run:
@@ -56,11 +59,10 @@ def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]
 
 
 def llm_verdict(results: Results) -> dict[str, list[dict]]:
-    """{"tuning", "runs", "table"}: the full profile's unit, or the fixed-step runs tabulated as
+    """{"tuning", "runs", "table"}: the committed v2 verdict (full profile), or the fixed-step runs tabulated as
     ``experiments.verdict.verdict`` does."""
-    whole = results.value(f"{NAME}/llm")
-    if whole is not None:
-        return whole
+    if not results.runs():
+        return verdict_mod.committed_verdict(COMMITTED)
     commit = verdict_mod.code_commit()
     rows = [{**verdict_mod.run_row(item.roles[0], item.roles[1], item, res), "code": commit}
             for item, res in results.runs()]
@@ -114,7 +116,7 @@ def plot_tuning_or_runs(ax, tuning: list[dict], runs: list[dict]) -> None:
             ax.plot([r["lr"] for r in mine], [r["score"] for r in mine], color=color, label=arm,
                     linestyle=LINESTYLES[k % len(LINESTYLES)], marker=MARKERS[k % len(MARKERS)], ms=3)
         ax.set_xscale("log")
-        ax.set(xlabel="AdamW step size", ylabel="late held-out accuracy (tuning warm start)",
+        ax.set(xlabel="AdamW step size", ylabel="late held-out accuracy\n(tuning warm start)",
                title="(d) tuning: each arm's own step size")
         ax.legend(fontsize=6, ncol=2)
         return
@@ -193,8 +195,11 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     plot_tuning_or_runs(ax_runs, tuning, runs)
     plot_toys(fig.add_subplot(grid[2, :]), fig.add_subplot(grid[3, :]), fig, toys)
     paths = [write_records(toys, out_dir / f"{NAME}_toys.csv")]
-    fig.suptitle(f"What closes the async gap (LLM, s = {verdict_mod.PROFILES[results.profile].staleness}, "
-                 f"{results.profile} profile)")
+    committed = not results.runs()
+    source = (f"committed {COMMITTED} verdict, code {runs[0]['code']}" if committed and runs
+              else f"{results.profile} profile")
+    staleness = verdict_mod.PROFILES[COMMITTED if committed else results.profile].staleness
+    fig.suptitle(f"What closes the async gap (LLM, s = {staleness}, {source})")
     paths += [write_records(runs, out_dir / f"{NAME}.csv"), write_records(table, out_dir / f"{NAME}_table.csv")]
     if tuning:
         paths.append(write_records(tuning, out_dir / f"{NAME}_tuning.csv"))

@@ -140,3 +140,36 @@ def test_control_differences_pair_each_arm_with_its_controls_on_the_same_warm_st
     assert out["arm − naive at its ‖Δθ‖"]["difference"] == pytest.approx(0.05)  # seed 0 only: the control's seed
     assert out["(sync + arm) − sync"]["difference"] == pytest.approx(-0.02)
     assert out["(sync + arm) − sync"]["pairs"] == 3
+
+
+def test_fig10_full_profile_draws_the_committed_v2_verdict_without_computing_it():
+    """Under the full profile fig10 declares only the toys' unit (no LLM unit, so no pool inside a worker) and
+    draws docs/data/verdict_llm_v2*.csv: the committed runs, whose table is the committed table recomputed."""
+    from experiments.llm import RunUnit
+    from paper_figs import fig10_verdict
+    from paper_figs.common import Results
+
+    units = fig10_verdict.runs("full")
+    assert [u.spec for u in units] == [f"{fig10_verdict.NAME}/toys"]
+    assert not any(isinstance(u, RunUnit) for u in units)
+    import pandas as pd
+
+    drawn = fig10_verdict.llm_verdict(Results(profile="full"))
+    assert len(drawn["runs"]) == 176 and len(drawn["tuning"]) == 43  # 11 arms x 8 warm starts x 2 seeds; tuning
+    assert {r["code"] for r in drawn["runs"]} == {"06524a2"}
+    data = verdict.default_out("v2").parent
+    for key, name in (("table", "verdict_llm_v2.csv"), ("runs", "verdict_llm_v2_runs.csv")):
+        committed = pd.read_csv(data / name)
+        assert list(drawn[key][0]) == list(committed.columns)
+        assert [r["arm"] for r in drawn[key]] == list(committed.arm)
+        assert np.allclose([r["final_accuracy"] for r in drawn[key]], committed.final_accuracy, rtol=0, atol=0)
+    assert all(isinstance(r["diverged"], bool) and r["gac_space"] in ("", "gradient", "update", "momentum")
+               for r in drawn["runs"])
+
+
+def test_committed_verdict_refuses_an_uncommitted_profile_and_names_missing_files(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="no committed verdict for profile 'quick'"):
+        verdict.committed_verdict("quick")
+    monkeypatch.setattr(verdict, "default_out", lambda profile: tmp_path / "verdict_llm_v2.csv")
+    with pytest.raises(FileNotFoundError, match="verdict_llm_v2_runs.csv"):
+        verdict.committed_verdict("v2")
