@@ -27,10 +27,13 @@ from gac.state import current_threshold, init_threshold_stats, observe_threshold
 REFERENCE_KEY = "gac_reference"
 """Key of the reference direction in a parameter's state dict (``optimizer.state[p]`` under ``gac.wrap``)."""
 
-CHUNK_NUMEL = 1 << 16
-"""Elements per chunk of the in-place update: the scratch buffer costs at most this much memory, and a
-chunk of g, d and g' (3 × 256 KB in float32) stays in a core's cache between the three passes over it,
-so the acting step reads g and d and writes g' and d from and to memory once each."""
+CHUNK_NUMEL = 1 << 17
+"""Elements per chunk of the float64 sums and of the in-place update; the scratch buffers cost at most this many
+elements each (float32 g', float64 copies of a chunk of v and d). A chunk of g, d and g' (3 × 512 KB in float32) stays
+in the last-level cache between the passes over it, so the acting step reads g and d and writes g' and d from and to
+memory once each. Each chunk costs a few torch ops (about 3 µs each on CPU), so larger chunks mean less overhead:
+2^17 measured 1.5–2.5 ms faster per step at 10M parameters than 2^16 (which fits the 1 MiB L2 of the benchmark
+machine), 2^15 and 2^14 slower (benchmarks/README.md, note 9)."""
 
 
 @dataclass
@@ -241,7 +244,7 @@ class GradientAlignmentControl:
         buffer = self._scratch_buffers.get(key)
         if buffer is None or buffer.numel() < numel:
             buffer = self._scratch_buffers[key] = torch.empty(numel, dtype=key[0], device=like.device)
-        return buffer[:numel]
+        return buffer if buffer.numel() == numel else buffer[:numel]  # a slice is an op too (~3 µs per chunk)
 
     @staticmethod
     def _chunked(vector) -> bool:
@@ -256,12 +259,14 @@ class GradientAlignmentControl:
             shape = vector[0].shape if isinstance(vector, Difference) else vector.shape
             yield vector, ref.view(shape)
             return
-        flats = [t.view(-1) for t in _parts(vector)]
-        r_flat = ref.view(-1)
-        for start in range(0, r_flat.numel(), CHUNK_NUMEL):
-            pieces = [t[start:start + CHUNK_NUMEL] for t in flats]
-            yield (Difference(*pieces) if isinstance(vector, Difference) else pieces[0]), r_flat[
-                start:start + CHUNK_NUMEL]
+        # split: all the chunk views in one call (slicing each chunk would be one more op per chunk)
+        r_chunks = ref.view(-1).split(CHUNK_NUMEL)
+        if isinstance(vector, Difference):
+            chunks = (Difference(a, b) for a, b in zip(vector.after.view(-1).split(CHUNK_NUMEL),
+                                                       vector.before.view(-1).split(CHUNK_NUMEL), strict=True))
+        else:
+            chunks = vector.view(-1).split(CHUNK_NUMEL)
+        yield from zip(chunks, r_chunks, strict=True)
 
     def _formed(self, piece) -> torch.Tensor:
         """The vector piece itself, or for a Difference piece after − before (a chunk goes to scratch)."""
@@ -278,26 +283,35 @@ class GradientAlignmentControl:
         A tensor of at most CHUNK_NUMEL elements (or a non-contiguous one) is summed with ``dot64``: ``cosine64``'s
         own bits. A larger one is summed chunk by chunk: each chunk converted into a reused float64 buffer (no
         allocation) and reduced with ``torch.dot`` (a float64 dot: other summation order than ``dot64``'s
-        multiply-then-sum, agreeing to float64 rounding, and no temporary for the products).
+        multiply-then-sum, agreeing to float64 rounding, and no temporary for the products). The per-tensor and
+        per-chunk terms are added in order, 0 + t₁ + t₂ + …, by one ``cumsum`` (sequential on CPU) rather than
+        one addition op per term.
         """
         device = _parts(vectors[0])[0].device
-        dot, g_sq, d_sq = (torch.zeros((), dtype=torch.float64, device=device) for _ in range(3))
+        dots, g_sqs, d_sqs = [], [], []
         for vector, ref in zip(vectors, refs, strict=True):
             chunked = self._chunked(vector)
+            if chunked:
+                first = _parts(vector)[0]
+                g_buffer = self._scratch(first, min(first.numel(), CHUNK_NUMEL), slot=0, dtype=torch.float64)
+                r_buffer = self._scratch(first, min(first.numel(), CHUNK_NUMEL), slot=1, dtype=torch.float64)
             for piece, r_piece in self._pieces(vector, _parts(vector)[0] if ref is None else ref):
                 piece = self._formed(piece)
                 if chunked:
-                    g64 = self._scratch(piece, piece.numel(), slot=0, dtype=torch.float64).copy_(piece)
+                    size = piece.numel()
+                    g64 = (g_buffer if size == g_buffer.numel() else g_buffer[:size]).copy_(piece)
                     dot_fn = torch.dot
                 else:
                     g64, dot_fn = piece.reshape(-1).to(torch.float64), dot64
-                g_sq = g_sq + dot_fn(g64, g64)
+                g_sqs.append(dot_fn(g64, g64))
                 if ref is not None:
-                    r64 = (self._scratch(r_piece, r_piece.numel(), slot=1, dtype=torch.float64).copy_(r_piece)
+                    r64 = ((r_buffer if size == r_buffer.numel() else r_buffer[:size]).copy_(r_piece)
                            if chunked else r_piece.reshape(-1).to(torch.float64))
-                    dot = dot + dot_fn(g64, r64)
-                    d_sq = d_sq + dot_fn(r64, r64) if with_d_sq else d_sq
-        return dot, g_sq, d_sq
+                    dots.append(dot_fn(g64, r64))
+                    if with_d_sq:
+                        d_sqs.append(dot_fn(r64, r64))
+        zero = torch.zeros((), dtype=torch.float64, device=device)
+        return tuple(torch.stack([zero, *terms]).cumsum(0)[-1] if terms else zero for terms in (dots, g_sqs, d_sqs))
 
     def _local_stats(self, vectors, refs, cached_d_sq: torch.Tensor | None) -> torch.Tensor:
         """[⟨v,d⟩, ‖v‖², ‖d‖², non-finite flags of v and d] over this rank's tensors, as float64.
