@@ -1,5 +1,5 @@
-"""figs3_staleness_lr: the staleness × step-size law at the toy scales — the largest stable step size against s,
-naive async and async + GAC, and the fitted exponent p of max_stable_lr ∝ s^(−p) beside theory's.
+"""figs3_staleness_lr: the staleness × step-size law at the toy scales and the LLM testbed — the largest stable step
+size against s, naive async and async + GAC, and the fitted exponent p of max_stable_lr ∝ s^(−p) beside theory's.
 
 (a, b) max_stable_lr (stable on ≥ half of the seeds; bars: smallest to largest seed) against s under the
 ``progress`` criterion, one line per scale, with theory's largest stable step where a closed form applies
@@ -7,6 +7,10 @@ naive async and async + GAC, and the fitted exponent p of max_stable_lr ∝ s^(�
 interval for every scale × criterion × method, beside the same fit of theory's exact curve over s ∈ {1, …, 16}
 (a*(s): 0.853, asymptotically 1; mean-field GAC: 0.073, asymptotically 0). The runs and the definition of "stable"
 are in ``experiments.staleness_lr``; this module plots them and writes NAME.csv (the table) and NAME_fit.csv.
+(d) the LLM testbed (0.6M Qwen3, GRPO; "stable": finite and the final held-out accuracy ≥ half the run's best): its
+search is hours of CPU, so no profile of this figure runs it; the panel and the LLM rows of (c) and of the CSVs are
+read from the committed ``docs/data/staleness_lr_scaling.csv`` (``python -m experiments.staleness_lr --profile full
+--scales quadratic bandit_gaussian bandit_gaussian_mean llm``), and the panel says so where that file has no LLM rows.
 """
 
 from __future__ import annotations
@@ -23,20 +27,25 @@ from experiments.staleness_lr import (
     FIT_COLUMNS,
     METHODS,
     SCALES,
+    SEARCH_RANGE,
     STALENESS,
     fit_exponent,
+    fit_path,
     fit_rows,
     search_scale,
     table_rows,
     theory_step,
 )
 from paper_figs.common import Results, apply_style, method_color, save_figure
-from sim.record import write_records
+from sim.record import read_records, write_records
 
 NAME = "figs3_staleness_lr"
-SCALE_STYLE = {"quadratic": ("o", "-"), "bandit_gaussian": ("s", "--"), "bandit_gaussian_mean": ("^", ":")}
+SCALE_STYLE = {"quadratic": ("o", "-"), "bandit_gaussian": ("s", "--"), "bandit_gaussian_mean": ("^", ":"),
+               "llm": ("D", "-")}
 SCALE_LABEL = {"quadratic": "noisy quadratic", "bandit_gaussian": "Gaussian bandit (GRPO)",
-               "bandit_gaussian_mean": "Gaussian bandit (r − mean)"}
+               "bandit_gaussian_mean": "Gaussian bandit (r − mean)", "llm": "LLM testbed (committed)"}
+COMMITTED = Path(__file__).resolve().parents[1] / "docs" / "data" / "staleness_lr_scaling.csv"
+"""The committed full-profile table whose ``llm`` rows (d) draws (its fits beside it, ``fit_path``)."""
 METHOD_LABEL = {"naive": "naive async", "gac": "async + GAC (default)"}
 
 
@@ -50,14 +59,23 @@ def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]
             for scale in SCALES for criterion in CRITERIA]
 
 
+def committed_llm(path: Path = COMMITTED) -> tuple[list[dict], list[dict]]:
+    """The ``llm`` rows of the committed table and of its fits (empty where the file or its LLM rows are missing)."""
+    if not path.is_file() or not fit_path(path).is_file():
+        return [], []
+    return ([r for r in read_records(path) if r["scale"] == "llm"],
+            [r for r in read_records(fit_path(path)) if r["scale"] == "llm"])
+
+
 def plot(results: Results, out_dir: Path) -> list[Path]:
     found = [value for u, value in results.items if u.kind.startswith(NAME)]
-    table = [row for f in found for row in table_rows(f)]
-    fits = [row for f in found for row in fit_rows(f)]
+    llm_table, llm_fits = committed_llm()
+    table = [row for f in found for row in table_rows(f)] + llm_table
+    fits = [row for f in found for row in fit_rows(f)] + llm_fits
     paths = [write_records(table, out_dir / f"{NAME}.csv", COLUMNS),
              write_records(fits, out_dir / f"{NAME}_fit.csv", FIT_COLUMNS)]
     apply_style()
-    fig, axes = plt.subplots(1, 3, figsize=(9.9, 3.2), layout="constrained")
+    fig, axes = plt.subplots(1, 4, figsize=(13.2, 3.4), layout="constrained")
     for ax, method in zip(axes[:2], METHODS, strict=True):
         for scale in SCALES:
             rows = [r for r in table if r["scale"] == scale and r["method"] == method and r["criterion"] == "progress"]
@@ -83,6 +101,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
         ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
         ax.legend(loc="lower left", fontsize=6)
     _plot_exponents(axes[2], fits)
+    _plot_llm(axes[3], llm_table)
     paths += save_figure(fig, out_dir, NAME)
     for r in fits:
         print(f"  {r['scale']:<21} {r['criterion']:<8} {r['method']:<5} p = {r['exponent']:.3f} "
@@ -90,10 +109,39 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     return paths
 
 
+def _plot_llm(ax, rows: list[dict]) -> None:
+    """(d) the LLM testbed's max_stable_lr against s (progress criterion), both methods, with a 1/s line through
+    naive's s = 1 point (the S·η law)."""
+    rows = [r for r in rows if r["criterion"] == "progress"]
+    if not rows:
+        ax.text(0.5, 0.5, f"no LLM rows in\n{COMMITTED.name}", ha="center", va="center", transform=ax.transAxes)
+        ax.set(title="(d) LLM testbed", xticks=[], yticks=[])
+        return
+    for method in METHODS:
+        mine = sorted((r for r in rows if r["method"] == method), key=lambda r: r["staleness"])
+        s = [r["staleness"] for r in mine]
+        y = [r["max_stable_lr"] for r in mine]
+        spread = [[v - r["lr_all_seeds"] for v, r in zip(y, mine, strict=True)],
+                  [r["lr_any_seed"] - v for v, r in zip(y, mine, strict=True)]]
+        ax.errorbar(s, y, yerr=spread, marker="D", color=method_color(method), capsize=2, label=METHOD_LABEL[method])
+        if method == "naive" and mine:
+            ax.plot(s, [y[0] * s[0] / k for k in s], color="grey", lw=0.8, label="1/s through s = 1 (S·η law)")
+    low, high = SEARCH_RANGE["llm"]
+    for edge in (low, high):
+        ax.axhline(edge, color="black", lw=0.6, ls=":")
+    seeds, steps = rows[0]["seeds"], rows[0]["steps"]
+    ax.set(xscale="log", yscale="log", xlabel="staleness s", ylabel="largest stable AdamW step size",
+           title=f"(d) LLM testbed: {seeds} warm starts, {steps} steps\n(committed; dotted: the search range)")
+    ax.set_xticks(list(STALENESS), [str(k) for k in STALENESS])
+    ax.minorticks_off()
+    ax.legend(loc="lower left", fontsize=6)
+
+
 def _plot_exponents(ax, fits: list[dict]) -> None:
     """(c): one row per scale × criterion, the two methods' p with their intervals; theory's as vertical lines."""
     labels = []
-    for i, (scale, criterion) in enumerate((sc, c) for sc in SCALES for c in CRITERIA):
+    scales = [sc for sc in (*SCALES, "llm") if any(r["scale"] == sc for r in fits)]
+    for i, (scale, criterion) in enumerate((sc, c) for sc in scales for c in CRITERIA):
         labels.append(f"{SCALE_LABEL[scale]}\n{criterion}")
         for offset, method in zip((-0.15, 0.15), METHODS, strict=True):
             row = next((r for r in fits if (r["scale"], r["criterion"], r["method"]) == (scale, criterion, method)),
@@ -107,7 +155,7 @@ def _plot_exponents(ax, fits: list[dict]) -> None:
                             marker="o", color=method_color(method), capsize=2, ls="none",
                             label=METHOD_LABEL[method] if i == 0 else None)
             else:
-                ax.text(0.5, y, "censored (never diverged)", fontsize=6, va="center", ha="center",
+                ax.text(0.5, y, "censored (boundary outside the range)", fontsize=6, va="center", ha="center",
                         color=method_color(method))
     s = list(STALENESS)
     for method, style in zip(METHODS, ("--", ":"), strict=True):
