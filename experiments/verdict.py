@@ -118,12 +118,13 @@ PROFILES = {
     "full": Profile(staleness=16, mild_staleness=4, steps=120, eval_every=40, tuning_warm=0, tuning_seed=10,
                     reporting_warms=(1, 2, 3), reporting_seeds=(0, 1), start_lrs=(7.5e-5, 1.5e-4, 3e-4),
                     base=(("snr_every", 50),)),
-    # quick (fig10's pipeline panel): 2-digit sums, 8 prompts × 8 samples, 40 steps, the key arms at one fixed
-    # step size (no tuning), 2 reporting warm starts × 1 seed. It shows the pipeline, not the verdict.
+    # quick (fig10's pipeline panel): v2's testbed configuration and warm starts (1 and 2, the ones fig1 and fig3's
+    # quick LLM panels train: no warm start of its own), 8 prompts × 8 samples, 256 evaluation problems, 40 steps,
+    # the key arms at one fixed step size (no tuning), 1 seed. It shows the pipeline, not the verdict.
     "quick": Profile(staleness=16, mild_staleness=4, steps=40, eval_every=20, tuning_warm=0, tuning_seed=10,
                      reporting_warms=(1, 2), reporting_seeds=(0,), start_lrs=(3e-4,), tune=False,
-                     base=(("digits", 2), ("prompts_per_step", 8), ("snr_every", 1000)),
-                     arms=("sync", "naive", "gac update", "gac momentum", "kl_target", "tis")),
+                     base=(("prompts_per_step", 8), ("eval_problems", 256), ("snr_every", 1000)), config="testbed",
+                     arms=("sync", "naive", "gac update", "gac momentum", "kl_target", "tis", "vcpo")),
     # gpu: the 25M model, 64 prompts × 16 samples, 300 steps, the key arms at one step size (3 warm starts × 2
     # seeds). Sized by estimate for one GPU; not yet run on a device.
     "gpu": Profile(staleness=16, mild_staleness=4, steps=300, eval_every=50, tuning_warm=0, tuning_seed=10,

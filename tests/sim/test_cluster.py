@@ -80,7 +80,7 @@ def test_ray_tasks_run_in_the_cluster_and_a_failure_stops_the_graph(ray_cluster,
 @pytest.mark.slow
 def test_grpo_runs_of_a_connected_process_go_to_the_cluster_with_the_same_records(ray_cluster, tiny_checkpoint,
                                                                                   monkeypatch):
-    # What the full verdict's unit does on a Ray worker: its runs go to the cluster, not to a second local pool.
+    # What `python -m experiments.verdict --executor ray` does: its runs go to the cluster, not to a local pool.
     from experiments import llm
     from sim.llm.train import Args
 
