@@ -115,8 +115,18 @@ def profile_of(name: str) -> LawProfile:
     return PROFILES[name]
 
 
-def criterion_rule(criterion: str, steps: int) -> str:
-    """The words of the CSV's ``criterion_rule`` column: how a run and a step size were judged stable."""
+def criterion_rule(criterion: str, steps: int, scale: str = "quadratic") -> str:
+    """The words of the CSV's ``criterion_rule`` column: how a run and a step size were judged stable on ``scale``."""
+    if scale == "llm":
+        from experiments.early_warning import LLM_COLLAPSE_FRACTION
+
+        run = "it never went non-finite"
+        if criterion == "progress":
+            run += (f" and its final held-out accuracy is >= {LLM_COLLAPSE_FRACTION:g} x the best of its evaluations "
+                    "(the start included)")
+        return (f"{steps} RL steps; a run is stable if {run}; a step size is stable if >= half of the warm starts' "
+                "runs are; boundary per warm start: largest stable point of a geometric grid and the next one up, "
+                "narrowed by one point inside it per zoom")
     run = "it never diverged (not finite or gap > 1e6 x initial)"
     if criterion == "progress":
         run += f" and its mean objective gap over the last tenth of the steps is <= {GAP_FRACTION:g} x the initial gap"
@@ -396,7 +406,7 @@ def table_rows(found: dict) -> list[dict]:
                      "bracket_ratio": float(np.max(hi[open_] / lo[open_])) if open_.any() else math.nan,
                      "steps": found["steps"], "theory_lr": float(theory_step(method, s)[0] / lam),
                      "theory": THEORY_NAMES[method] if math.isfinite(lam) else "none (no closed form)",
-                     "criterion_rule": criterion_rule(found["criterion"], found["steps"])})
+                     "criterion_rule": criterion_rule(found["criterion"], found["steps"], found["scale"])})
     return rows
 
 

@@ -167,6 +167,18 @@ def test_llm_scale_smoke_on_the_tiny_model(tiny_checkpoint, tmp_path, monkeypatc
     assert all(1e-3 <= r["max_stable_lr"] <= 1.0 for r in rows)
     runs = list((tmp_path / "cache").glob("llm_grpo-*.json"))
     assert len(runs) >= len(law.cells()) * 3  # the grid: every cell at its 3 step sizes on the one warm start
+    # the CSV says how an LLM run was judged (accuracy against its best), not the toys' objective-gap rule
+    assert all("held-out accuracy is >= 0.5 x the best" in r["criterion_rule"] and "gap" not in r["criterion_rule"]
+               for r in rows)
+
+
+def test_committed_llm_rows_name_the_llm_rule_and_toy_rows_the_gap_rule():
+    import pandas as pd
+
+    table = pd.read_csv(Path(__file__).resolve().parents[2] / "docs" / "data" / "staleness_lr_scaling.csv")
+    for row in table.itertuples():
+        assert row.criterion_rule == law.criterion_rule(row.criterion, row.steps, row.scale)
+        assert ("held-out accuracy" in row.criterion_rule) == (row.scale == "llm" and row.criterion == "progress")
 
 
 @pytest.mark.parametrize("out, message", [("table.txt", "must name a .csv"), ("a_file/t.csv", "is a file"),
