@@ -60,10 +60,15 @@ def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]
     return [toys, *[run_unit(r) for r in reporting]]
 
 
+def draws_committed(results: Results) -> bool:
+    """Whether the LLM panels draw the committed verdict: the profile declared no GRPO run (full, see ``runs``)."""
+    return not results.runs()
+
+
 def llm_verdict(results: Results) -> dict[str, list[dict]]:
     """{"tuning", "runs", "table"}: the committed v2 verdict (full profile), or the fixed-step runs tabulated as
     ``experiments.verdict.verdict`` does."""
-    if not results.runs():
+    if draws_committed(results):
         return verdict_mod.committed_verdict(COMMITTED)
     commit = verdict_mod.code_commit()
     rows = [{**verdict_mod.run_row(item.roles[0], item.roles[1], item, res), "code": commit}
@@ -200,7 +205,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     plot_tuning_or_runs(ax_runs, tuning, runs)
     plot_toys(fig.add_subplot(grid[2, :]), fig.add_subplot(grid[3, :]), fig, toys)
     paths = [write_records(toys, out_dir / f"{NAME}_toys.csv")]
-    committed = not results.runs()
+    committed = draws_committed(results)
     source = (f"committed {COMMITTED} verdict, code {runs[0]['code']}" if committed and runs
               else f"{results.profile} profile")
     staleness = verdict_mod.PROFILES[COMMITTED if committed else results.profile].staleness

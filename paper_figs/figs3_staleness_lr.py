@@ -82,12 +82,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
             if not rows:
                 continue
             marker, line = SCALE_STYLE[scale]
-            s = [r["staleness"] for r in rows]
-            y = [r["max_stable_lr"] for r in rows]
-            spread = [[v - r["lr_all_seeds"] for v, r in zip(y, rows, strict=True)],
-                      [r["lr_any_seed"] - v for v, r in zip(y, rows, strict=True)]]
-            ax.errorbar(s, y, yerr=spread, marker=marker, ls=line, color=method_color(method), capsize=2,
-                        label=SCALE_LABEL[scale])
+            s, _ = _boundary_line(ax, rows, method, marker=marker, ls=line, label=SCALE_LABEL[scale])
             if all(math.isfinite(r["theory_lr"]) for r in rows) and scale != "bandit_gaussian_mean":
                 ax.plot(s, [r["theory_lr"] for r in rows], color="black", lw=1.0, ls="-.",
                         label="theory a*(s)/λ_max (quadratic)" if method == "naive"
@@ -109,6 +104,17 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     return paths
 
 
+def _boundary_line(ax, rows: list[dict], method: str, **style) -> tuple[list, list]:
+    """max_stable_lr against s for ``rows`` (one method, one scale), bars from the smallest to the largest seed's
+    boundary; returns (s, max_stable_lr)."""
+    s = [r["staleness"] for r in rows]
+    y = [r["max_stable_lr"] for r in rows]
+    spread = [[v - r["lr_all_seeds"] for v, r in zip(y, rows, strict=True)],
+              [r["lr_any_seed"] - v for v, r in zip(y, rows, strict=True)]]
+    ax.errorbar(s, y, yerr=spread, color=method_color(method), capsize=2, **style)
+    return s, y
+
+
 def _plot_llm(ax, rows: list[dict]) -> None:
     """(d) the LLM testbed's max_stable_lr against s (progress criterion), both methods, with a 1/s line through
     naive's s = 1 point (the S·η law)."""
@@ -119,11 +125,7 @@ def _plot_llm(ax, rows: list[dict]) -> None:
         return
     for method in METHODS:
         mine = sorted((r for r in rows if r["method"] == method), key=lambda r: r["staleness"])
-        s = [r["staleness"] for r in mine]
-        y = [r["max_stable_lr"] for r in mine]
-        spread = [[v - r["lr_all_seeds"] for v, r in zip(y, mine, strict=True)],
-                  [r["lr_any_seed"] - v for v, r in zip(y, mine, strict=True)]]
-        ax.errorbar(s, y, yerr=spread, marker="D", color=method_color(method), capsize=2, label=METHOD_LABEL[method])
+        s, y = _boundary_line(ax, mine, method, marker="D", label=METHOD_LABEL[method])
         if method == "naive" and mine:
             ax.plot(s, [y[0] * s[0] / k for k in s], color="grey", lw=0.8, label="1/s through s = 1 (S·η law)")
     low, high = SEARCH_RANGE["llm"]
