@@ -96,12 +96,14 @@ step as torch implements it (torch/optim/adam.py, ``_multi_tensor_adam``, decoup
 lerp of exp_avg 3, exp_avg_sq·β2 2, addcmul into exp_avg_sq 3, sqrt into a new tensor 2, ÷ bias correction 2, + eps 2,
 addcdiv into θ 4. (A fused AdamW needs 7: read θ, g, m, v; write θ, m, v.)"""
 
-GAC_FLOOR_PASSES = {"gradient": 6, "update": 10, "momentum": 8}
+GAC_FLOOR_PASSES = {"gradient": 5, "update": 10, "momentum": 8}
 """Fewest passes each space adds to the step, GAC acting (project) with reference "prev": the decision needs the
 sums before anything is written, so one reading pass and one writing pass at least. gradient: read g, d (⟨g,d⟩, ‖g‖²;
-‖d‖² is last step's ‖g‖²), then read g, d and write g' and d ← g (6). update: copy θ into θ_before (2); read θ_after,
-θ_before, d (Δ formed on the fly); read them again and write θ ← θ_after − α·d and d ← Δ (5): 10. momentum: form m_t
-from exp_avg and g (3); read m_t, d (2); exp_avg −= α·d/β1 (3); d ← m_t by keeping m_t's buffer (0): 8."""
+‖d‖² is last step's ‖g‖²), then read g, d and write g' over d, the two buffers swapping roles (.grad ← the buffer
+holding g', d ← the one holding g: ``GACOptimizer.swap_grads``): 5 (6 when d ← g is a copy). update: copy θ into
+θ_before (2); read θ_after, θ_before, d (Δ formed on the fly); read them again and write θ ← θ_after − α·d and d ← Δ
+(5): 10. momentum: form m_t from exp_avg and g (3); read m_t, d (2); exp_avg −= α·d/β1 (3); d ← m_t by keeping m_t's
+buffer (0): 8."""
 
 
 def traffic_floor(space: str) -> float:

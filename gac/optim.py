@@ -8,7 +8,8 @@ counts and threshold statistics as plain Python numbers under the first paramete
 
 Spaces (``GACConfig.space``), with v the controlled vector and d its reference:
 
-- ``"gradient"``: v = the raw ``.grad``, controlled in place before the inner step; skip = no inner step.
+- ``"gradient"``: v = the raw ``.grad``, controlled before the inner step; skip = no inner step. Acting swaps buffers
+  (``GACOptimizer.swap_grads``): ``.grad`` becomes the tensor holding g' and the one that held g the reference.
 - ``"update"``: θ_before is saved, the inner step runs, v = Δ = θ_after − θ_before (weight decay included);
   d is built from previous proposed Δ; θ = θ_before + Δ' (skip: θ = θ_before), computed as θ_after − α·d.
   The inner optimizer's state stays as its step left it. A skip is a zero step: it restarts the reference
@@ -116,6 +117,12 @@ class GACOptimizer(torch.optim.Optimizer):
     def cfg(self) -> GACConfig:
         return self.gac.cfg
 
+    swap_grads = True
+    """In gradient space, act by swapping buffers: ``.grad`` becomes the tensor holding g' and the tensor that held g
+    becomes the reference (one pass over the parameters instead of three; the same values). Set it to False when
+    the training loop keeps gradient tensors across steps and writes into them rather than re-reading ``p.grad``
+    (a step detects that and raises)."""
+
     # -- the step ---------------------------------------------------------------------------------
     def step(self, closure=None):
         loss = None
@@ -162,7 +169,7 @@ class GACOptimizer(torch.optim.Optimizer):
             self.state[param][REFERENCE_KEY] = reference
 
     def _gradient_step(self) -> GACReport:
-        report = self.gac.apply()
+        report = self.gac.apply(swap_grads=self.swap_grads)  # this wrapper owns the step: .grad may be swapped
         if report.regime != "skip":
             self._inner_step()
         return report

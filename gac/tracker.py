@@ -11,6 +11,7 @@ a non-finite sum, so finiteness costs no pass of its own.
 
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
@@ -136,6 +137,7 @@ class GradientAlignmentControl:
         self._scratch_buffers: dict = {}
         self._spare: dict[int, torch.Tensor] = {}  # parameter-sized buffers kept between steps (take_spare)
         self._last_g_sq: tuple[list[int], torch.Tensor] | None = None  # (indices, local ‖g‖²) of the last step
+        self._swapped: dict[int, tuple] = {}  # index -> (weakref, version) of a former .grad that became the reference
 
     @property
     def reference(self) -> list[torch.Tensor | None]:
@@ -410,9 +412,47 @@ class GradientAlignmentControl:
                 if regime == SKIP:
                     piece.zero_()
 
+    def _swappable(self, index: int, regime: int) -> bool:
+        """Whether acting on parameter ``index``'s ``.grad`` can swap buffers instead of copying: g' is written over
+        the reference d (one pass: read g and d, write g' = g − α·d into d's storage), the tensor holding g becomes
+        the new reference (exactly the raw g, as "prev" asks) and ``.grad`` the tensor holding g'. Only for a plain
+        tensor that owns its storage (not a DTensor, not a view into a bucket such as DDP's
+        ``gradient_as_bucket_view``), contiguous like its reference, of the reference's dtype, shape and device."""
+        if regime != ACT or self.cfg.reference != "prev":
+            return False
+        param, reference = self.params[index], self._reference_of(index)
+        grad = param.grad
+        return (reference is not None and type(grad) is torch.Tensor and grad._base is None
+                and not grad.is_complex() and grad.is_contiguous() and reference.is_contiguous()
+                and param.is_contiguous() and type(self.param_state[param].get(REFERENCE_KEY)) is torch.Tensor
+                and grad.dtype == reference.dtype and grad.shape == reference.shape
+                and grad.device == reference.device)
+
+    def _swap_act(self, index: int, coef: float) -> None:
+        """Acting by swapping buffers (see ``_swappable``): the same values as the chunked path (g' = g − α·d by the
+        same elementwise op, the reference exactly g), one pass over the parameter instead of three."""
+        param, reference = self.params[index], self._reference_of(index)
+        grad = param.grad
+        torch.sub(grad, reference, alpha=coef, out=reference)
+        param.grad = reference
+        self._set_reference(index, grad)
+        self._swapped[index] = (weakref.ref(grad), grad._version)
+
+    def _check_swapped(self) -> None:
+        """One-line ValueError when a tensor that was ``.grad`` before a swapping step (and so became the reference)
+        was written since: the caller kept it and wrote a new gradient into it, which would corrupt the reference."""
+        for index, (tensor_ref, version) in self._swapped.items():
+            tensor = tensor_ref()
+            if tensor is not None and tensor is self._reference_of(index) and tensor._version != version:
+                raise ValueError(f"GAC: parameter {index}'s gradient tensor from the last step was written after it "
+                                 f"became GAC's reference (gac.wrap swaps .grad buffers in gradient space); re-read "
+                                 f"p.grad each step instead of keeping the tensor, or set "
+                                 f"optimizer.swap_grads = False")
+        self._swapped.clear()
+
     @torch.no_grad()
     def apply(self, vectors: list | None = None, allow_action: bool = True, before_write=None,
-              scratch_vectors: bool = False) -> GACReport:
+              scratch_vectors: bool = False, swap_grads: bool = False) -> GACReport:
         """Apply GAC to the current ``.grad`` of the parameters (in place) and return the report.
 
         ``vectors`` (one per parameter, None where it has no value this step) replaces ``.grad`` as the
@@ -424,7 +464,13 @@ class GradientAlignmentControl:
         after ← before + v', a skip (or a non-finite step) leaves ``after`` for the caller to restore.
         ``scratch_vectors=True``: the vectors are the caller's throwaway buffers; v' is not written, and with
         reference "prev" each buffer becomes the new reference (no copy).
+        ``swap_grads=True`` (``gac.wrap`` in gradient space, which owns the step): when acting on ``.grad``,
+        ``.grad`` may be replaced by another tensor holding g' (the values are those of the in-place path; see
+        ``_swappable``), so a tensor taken from ``.grad`` before the call may keep the raw g.
         """
+        vectors_given = vectors
+        if self._swapped:
+            self._check_swapped()
         source = [p.grad for p in self.params] if vectors is None else list(vectors)
         if len(source) != len(self.params):
             raise ValueError(f"GAC: {len(source)} vectors given for {len(self.params)} parameters")
@@ -472,8 +518,12 @@ class GradientAlignmentControl:
         regime, coef = int(decision.regime), float(decision.ref_coef)
         if before_write is not None:
             before_write(regime, coef)
+        swap = swap_grads and vectors_given is None and not scratch_vectors
         for index, vector in zip(indices, vectors, strict=True):
-            self._apply_to_tensor(index, vector, regime, coef, scratch=scratch_vectors)
+            if swap and self._swappable(index, regime):
+                self._swap_act(index, coef)
+            else:
+                self._apply_to_tensor(index, vector, regime, coef, scratch=scratch_vectors)
         for index, reference in enumerate(self.reference):
             if source[index] is None and reference is not None:
                 # No gradient this step counts as a zero gradient for the reference.

@@ -243,3 +243,57 @@ def test_cached_reference_norm_gives_the_same_numbers_as_recomputing_it(monkeypa
 
 def flat_grad_or_none(model) -> torch.Tensor:
     return torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
+
+
+def _wrapped_run(swap: bool, steps: int = 8, zero_to_none: bool = True, cfg=None):
+    """Parameters, reports and whether any step replaced a .grad, for gac.wrap(AdamW) in gradient space."""
+    model = tiny_model()
+    opt = gac.wrap(torch.optim.AdamW(model.parameters(), lr=0.05), cfg or gac.GACConfig(threshold=0.0, mode="cap"))
+    opt.swap_grads = swap
+    reports, replaced = [], False
+    for step, batch in enumerate(batches(steps)):
+        opt.zero_grad(set_to_none=zero_to_none)
+        loss_fn(model, batch).backward()
+        if step == 4:
+            model[0].bias.grad = None  # a parameter without a gradient this step
+        before = [p.grad for p in model.parameters()]
+        opt.step()
+        replaced |= any(a is not None and a is not p.grad for a, p in zip(before, model.parameters(), strict=True))
+        reports.append((opt.last_report.cosine, opt.last_report.regime, opt.last_report.grad_norm_after,
+                        flat_grad_or_none(model)))
+    return [p.detach().clone() for p in model.parameters()], reports, replaced
+
+
+@pytest.mark.parametrize("zero_to_none", [True, False])
+@pytest.mark.parametrize("cfg", [gac.GACConfig(threshold=0.0, mode="cap"), gac.GACConfig(threshold=0.0),
+                                 gac.GACConfig(threshold=0.2, skip_threshold=0.9)])
+def test_swapping_grad_buffers_gives_the_in_place_path_bits(zero_to_none, cfg):
+    """gac.wrap in gradient space swaps .grad with the reference instead of copying (one pass instead of three):
+    parameters, reports and the g' left in .grad equal the in-place path bit for bit, and a swap did happen."""
+    swapped, swapped_reports, replaced = _wrapped_run(True, zero_to_none=zero_to_none, cfg=cfg)
+    in_place, in_place_reports, unchanged = _wrapped_run(False, zero_to_none=zero_to_none, cfg=cfg)
+    assert replaced and not unchanged
+    assert sum(r[1] in ("project", "cap") for r in swapped_reports) >= 2
+    assert all(torch.equal(a, b) for a, b in zip(swapped, in_place, strict=True))
+    assert [r[:3] for r in swapped_reports] == [r[:3] for r in in_place_reports]
+    assert all(torch.equal(a[3], b[3]) for a, b in zip(swapped_reports, in_place_reports, strict=True))
+
+
+def test_writing_into_a_kept_gradient_tensor_after_a_swap_is_a_clear_error():
+    """A loop that keeps the tensor it got from .grad and writes the next gradient into it would overwrite the
+    reference it became: the next step says so instead of measuring against a corrupted reference."""
+    model = tiny_model()
+    opt = gac.wrap(torch.optim.AdamW(model.parameters(), lr=0.05), gac.GACConfig(threshold=0.0, mode="cap"))
+    kept = None
+    for batch in batches(3):
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model, batch).backward()
+        if kept is not None:
+            kept.copy_(model[0].weight.grad)  # the loop writes into the tensor it kept from last step
+        kept = model[0].weight.grad
+        if opt.gac.step == 2:
+            with pytest.raises(ValueError, match="re-read p.grad each step"):
+                opt.step()
+            return
+        opt.step()
+    raise AssertionError("the third step should have raised")
