@@ -89,7 +89,8 @@ class LawProfile:
 PROFILES = {"smoke": LawProfile(quad_steps=40, bandit_steps=30, seeds=2, grid_points=6, refinements=1, llm_steps=3,
                                  llm_warm_starts=(1,), llm_grid_points=3),
             "quick": LawProfile(quad_steps=600, bandit_steps=300, seeds=4, grid_points=16, refinements=1),
-            "full": LawProfile(quad_steps=1000, bandit_steps=400, seeds=6, grid_points=18, refinements=2)}
+            "full": LawProfile(quad_steps=1000, bandit_steps=400, seeds=6, grid_points=18, refinements=2,
+                               llm_warm_starts=(1, 2, 3))}
 """smoke is for tests (numbers meaningless); quick is the figure's default; full makes
 docs/data/staleness_lr_scaling.csv (sized to a few CPU-minutes on the shared 2-core machine)."""
 
