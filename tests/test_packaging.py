@@ -97,7 +97,7 @@ def test_gac_depends_on_torch_only():
             continue
         imports = re.findall(r"^\s*(?:from|import) ([a-z_]+)", path.read_text(), re.M)
         assert set(imports) <= {"torch", "gac", "__future__", "collections", "dataclasses", "typing", "math",
-                                "functools", "numbers", "reprlib", "weakref"}, (path, set(imports))  # the standard library
+                                "functools", "numbers", "reprlib", "weakref"}, (path, set(imports))  # the stdlib
 
 
 def test_layers_contract_holds_and_covers_every_package():
