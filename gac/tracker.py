@@ -412,26 +412,26 @@ class GradientAlignmentControl:
                 if regime == SKIP:
                     piece.zero_()
 
-    def _swappable(self, index: int, regime: int) -> bool:
-        """Whether acting on parameter ``index``'s ``.grad`` can swap buffers instead of copying: g' is written over
-        the reference d (one pass: read g and d, write g' = g − α·d into d's storage), the tensor holding g becomes
-        the new reference (exactly the raw g, as "prev" asks) and ``.grad`` the tensor holding g'. Only for a plain
-        tensor that owns its storage (not a DTensor, not a view into a bucket such as DDP's
-        ``gradient_as_bucket_view``), contiguous like its reference, of the reference's dtype, shape and device."""
-        if regime != ACT or self.cfg.reference != "prev":
-            return False
-        param, reference = self.params[index], self._reference_of(index)
-        grad = param.grad
-        return (reference is not None and type(grad) is torch.Tensor and grad._base is None
-                and not grad.is_complex() and grad.is_contiguous() and reference.is_contiguous()
-                and param.is_contiguous() and type(self.param_state[param].get(REFERENCE_KEY)) is torch.Tensor
-                and grad.dtype == reference.dtype and grad.shape == reference.shape
-                and grad.device == reference.device)
+    def _swappable(self, index: int, regime: int) -> torch.Tensor | None:
+        """The reference to write g' over when acting on parameter ``index``'s ``.grad`` can swap buffers instead of
+        copying (else None): g' = g − α·d goes into d's storage (one pass: read g and d, write g'), the tensor holding g
+        becomes the new reference (exactly the raw g, as "prev" asks; ``_adopts``) and ``.grad`` the tensor holding
+        g'. Only for a plain tensor that owns its storage (not a DTensor, not a view into a bucket such as DDP's
+        ``gradient_as_bucket_view``), and a plain contiguous reference of its dtype and device."""
+        if regime != ACT:
+            return None
+        param = self.params[index]
+        grad, reference = param.grad, self.param_state.get(param, {}).get(REFERENCE_KEY)
+        if (type(grad) is not torch.Tensor or type(reference) is not torch.Tensor or grad._base is not None
+                or grad.is_complex() or not param.is_contiguous() or not self._adopts(grad, reference)):
+            return None
+        fits = reference.is_contiguous() and reference.dtype == grad.dtype and reference.device == grad.device
+        return reference if fits else None
 
-    def _swap_act(self, index: int, coef: float) -> None:
+    def _swap_act(self, index: int, reference: torch.Tensor, coef: float) -> None:
         """Acting by swapping buffers (see ``_swappable``): the same values as the chunked path (g' = g − α·d by the
         same elementwise op, the reference exactly g), one pass over the parameter instead of three."""
-        param, reference = self.params[index], self._reference_of(index)
+        param = self.params[index]
         grad = param.grad
         torch.sub(grad, reference, alpha=coef, out=reference)
         param.grad = reference
@@ -468,7 +468,7 @@ class GradientAlignmentControl:
         ``.grad`` may be replaced by another tensor holding g' (the values are those of the in-place path; see
         ``_swappable``), so a tensor taken from ``.grad`` before the call may keep the raw g.
         """
-        vectors_given = vectors
+        swap = swap_grads and vectors is None and not scratch_vectors
         if self._swapped:
             self._check_swapped()
         source = [p.grad for p in self.params] if vectors is None else list(vectors)
@@ -518,10 +518,10 @@ class GradientAlignmentControl:
         regime, coef = int(decision.regime), float(decision.ref_coef)
         if before_write is not None:
             before_write(regime, coef)
-        swap = swap_grads and vectors_given is None and not scratch_vectors
         for index, vector in zip(indices, vectors, strict=True):
-            if swap and self._swappable(index, regime):
-                self._swap_act(index, coef)
+            reference = self._swappable(index, regime) if swap else None
+            if reference is not None:
+                self._swap_act(index, reference, coef)
             else:
                 self._apply_to_tensor(index, vector, regime, coef, scratch=scratch_vectors)
         for index, reference in enumerate(self.reference):
