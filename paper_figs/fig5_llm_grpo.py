@@ -140,4 +140,13 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
              write_records(table, out_dir / f"{NAME}_table.csv"), *save_figure(fig, out_dir, NAME)]
     print(_markdown(table))
     print(f"cosine (first half) vs Δ accuracy over naive async runs: Spearman ρ = {rho:+.2f}")
+    print(f"mean KL to π_b vs Δ accuracy over the same runs: Spearman ρ = {kl_rho(run_rows):+.2f}")
     return paths
+
+
+def kl_rho(runs: list[dict]) -> float:
+    """Spearman ρ of the mean KL to the behaviour policy against Δ held-out accuracy over the naive-async runs with
+    the proximal ratio (the runs whose cosine ρ panel (f) gives): whether drift tells the failing runs apart."""
+    async_runs = [r for r in runs if r["method"] == "naive" and r["ratio_to"] == "proximal"]
+    return spearmanr([r["kl_behaviour_mean"] for r in async_runs], [r["delta_accuracy"] for r in async_runs],
+                     nan_policy="omit").statistic

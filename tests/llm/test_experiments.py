@@ -42,3 +42,15 @@ def test_results_of_trains_each_warm_start_once_before_its_runs(tmp_path, monkey
     llm.results_of(runs, jobs=1, log=lambda *a: None)  # two batches of two tiny runs, one per number of digits
     assert sorted(events) == [("run", 2), ("run", 2), ("run", 3), ("run", 3), ("warm", 2), ("warm", 3)]
     assert all(("warm", d) in events[:i] for i, (kind, d) in enumerate(events) if kind == "run")
+
+
+def test_fig5_kl_rho_ranks_the_naive_proximal_runs_only():
+    from paper_figs.fig5_llm_grpo import kl_rho
+
+    def run(method, ratio_to, kl, delta):
+        return {"method": method, "ratio_to": ratio_to, "kl_behaviour_mean": kl, "delta_accuracy": delta}
+
+    naive = [run("naive", "proximal", kl, -kl) for kl in (0.1, 0.3, 0.2, 0.5)]  # more drift, less gained
+    others = [run("gac", "proximal", 0.9, 0.9), run("naive", "behaviour", 1.0, 1.0)]  # would raise ρ if counted
+    assert kl_rho(naive + others) == -1.0
+    assert kl_rho([run("naive", "proximal", kl, kl) for kl in (0.1, 0.3, 0.2)]) == 1.0
