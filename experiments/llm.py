@@ -34,6 +34,7 @@ from experiments.pool import Task, run_tasks
 from sim import paths
 from sim.llm.batched import batch_key, train_batch
 from sim.llm.train import Args, prepare_warm_start, run_records, warm_start_config
+from sim.stabilizers import NO_CONTROL
 
 # What each profile runs. quick: the "small" 0.6M model; every figure together takes about 14 min on 2 idle CPU
 # cores by estimate (benchmarks/README.md, "Figure pipeline").
@@ -281,19 +282,50 @@ def default_jobs(size: str = "small", jobs: int | None = None, device: str = "cp
     return jobs
 
 
-STEP_SECONDS = {"tiny": 0.05, "small": 0.19, "cpu": 0.4, "gpu": 0.5}
-"""Rough CPU seconds per RL step by model size (quick-profile runs on this project's 2-core machine: small 80 steps
-≈ 15 s, tiny 40 steps ≈ 2 s). They only order the work of ``run_tasks``; a wrong value costs time, not results."""
-WARM_START_SECONDS = {"tiny": 5.0, "small": 150.0}
+STEP_SECONDS = {"tiny": 0.05, "small": 0.18, "cpu": 0.4, "gpu": 0.5}
+"""Rough CPU seconds per RL step by model size, for 2-digit sums, 16 × 8 samples, one update per step, the
+behaviour-policy ratio and no direction control (small: the testbed's 60-step runs took 10.7–10.9 CPU-s; tiny 40
+steps ≈ 2 s); ``estimated_seconds`` scales them to a run. They order the work of ``run_tasks`` and give the progress
+line's seconds left; a wrong value costs time, not results."""
+COST_CALIBRATION = (
+    # (what was timed, its Args overrides on the small model, CPU-s measured): ``experiments.llm.compute_run``, one
+    # thread, idle 2-core machine, 2026-12-05, one run of each configuration the quick figures run
+    ("testbed sync, 60 steps", dict(steps=60, eval_problems=1000, method="sync"), 10.9),
+    ("testbed naive s=16", dict(steps=60, eval_problems=1000, staleness=16), 10.7),
+    ("testbed gac s=16", dict(steps=60, eval_problems=1000, staleness=16, method="gac"), 12.2),
+    ("fig5 naive, 2 updates, proximal ratio", dict(steps=80, minibatches=2, ratio_to="proximal", staleness=16), 17.2),
+    ("fig5 gac, 2 updates, proximal ratio", dict(steps=80, minibatches=2, ratio_to="proximal", method="gac",
+                                                 staleness=16), 21.6),
+    ("fig5 tis, 2 updates", dict(steps=80, minibatches=2, ratio_to="proximal", method="tis", staleness=16), 17.0),
+    ("fig5 naive, 2 updates, behaviour ratio", dict(steps=80, minibatches=2, staleness=16), 14.9),
+    ("fig10 naive, 8 × 8 samples, 40 steps", dict(steps=40, prompts_per_step=8, staleness=16), 3.95),
+    ("fig10 gac, 8 × 8 samples", dict(steps=40, prompts_per_step=8, method="gac", staleness=16), 4.95),
+    ("figs2 3 digits, 200 steps", dict(steps=200, digits=3, staleness=16), 38.6),
+    ("figs2 3 digits, 2 updates", dict(steps=200, digits=3, minibatches=2, staleness=16), 42.3),
+    ("figs2 3 digits, proximal ratio", dict(steps=200, digits=3, ratio_to="proximal", staleness=16), 46.9),
+)
+"""What ``estimated_seconds``'s factors were read off (tests/llm/test_experiments.py checks it stays within 25 %)."""
+WARM_START_SECONDS = {"tiny": 5.0, "small": 90.0}
 """Rough seconds to train a warm start; the same use as STEP_SECONDS, and the progress line's seconds left
-(``experiments.pool.Progress``) start from them. small: the testbed's plateau-trained warm starts took 144–164 s each
-in the quick pipeline (two at a time on 2 cores, load average 3, 2026-12-04; the 35–46 s measured before the testbed
-made the first ETA of that run 3× too long)."""
+(``experiments.pool.Progress``) start from them. small: the quick pipeline's four plateau-trained warm starts took
+65–99 s each on 2026-12-05 (two at a time on 2 idle cores; the day ``COST_CALIBRATION`` was measured) and 144–164 s
+on 2026-12-04 at load 3, when the same runs took 1.47× longer; the 35–46 s measured before the testbed made the first
+ETA of a run 3× too long."""
 
 
 def estimated_seconds(args: Args) -> float:
-    """A rough cost of the run of ``args`` on one core (orders the work; never changes a number)."""
-    return args.steps * STEP_SECONDS.get(args.size, 1.0) * (args.digits + 1) / 3
+    """A rough cost of the run of ``args`` on one core (orders the work; never changes a number): ``STEP_SECONDS`` per
+    step, scaled by the samples per step, the sum's width (longer sequences; most of a small model's step is per-op
+    overhead, so 3 digits cost only 1.07× 2 digits), the extra forward of a proximal ratio or TIS (1.15×), each further
+    update per step (+10 %) and a direction control's cosines and projections (+12 % per update); see
+    ``COST_CALIBRATION``."""
+    samples = args.prompts_per_step * args.group_size / 128
+    width = (args.digits + 12) / 14
+    axes = args.axes
+    proximal = 1.15 if args.ratio_to == "proximal" or axes.objective == "tis" else 1.0
+    updates = 1 + 0.1 * (args.minibatches - 1)
+    control = 1 + 0.12 * args.minibatches if axes.direction != NO_CONTROL else 1.0
+    return args.steps * STEP_SECONDS.get(args.size, 1.0) * samples * width * proximal * updates * control
 
 
 CPU_BATCH_RUNS = {"tiny": 8}

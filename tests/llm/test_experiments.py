@@ -54,3 +54,21 @@ def test_fig5_kl_rho_ranks_the_naive_proximal_runs_only():
     others = [run("gac", "proximal", 0.9, 0.9), run("naive", "behaviour", 1.0, 1.0)]  # would raise ρ if counted
     assert kl_rho(naive + others) == -1.0
     assert kl_rho([run("naive", "proximal", kl, kl) for kl in (0.1, 0.3, 0.2)]) == 1.0
+
+
+def test_run_cost_estimates_stay_within_a_quarter_of_the_measured_runs():
+    # The costs order the work and give the progress line's seconds left: checked against the measured table,
+    # with the old formula (one factor for every configuration) failing it.
+    from dataclasses import replace
+
+    from sim.llm.train import Args
+
+    base = Args(size="small", digits=2, prompts_per_step=16, group_size=8, minibatches=1, ratio_to="behaviour",
+                method="naive")
+
+    def worst(estimate):
+        return max(abs(estimate(replace(base, **changes)) / cpu_s - 1)
+                   for _, changes, cpu_s in llm.COST_CALIBRATION)
+
+    assert worst(llm.estimated_seconds) <= 0.25
+    assert worst(lambda a: a.steps * 0.19 * (a.digits + 1) / 3) > 0.25
