@@ -34,6 +34,7 @@ from experiments.pool import Task, run_tasks
 from sim import paths
 from sim.llm.batched import batch_key, train_batch
 from sim.llm.train import Args, prepare_warm_start, run_records, warm_start_config
+from sim.llm.warmstart import warm_start_path
 from sim.stabilizers import NO_CONTROL
 
 # What each profile runs. quick: the "small" 0.6M model; every figure together takes about 14 min on 2 idle CPU
@@ -195,11 +196,18 @@ class WarmStart:
         return f"warm start {self.args.size} {self.args.digits}-digit trained ({where})"
 
 
+WARM_START_FOUND_SECONDS = 1.0
+"""The cost of a warm-start task whose checkpoint is already on disk (it only checks it): counted at the training
+cost, the finished work would look far ahead of the time it took and the seconds left read too few."""
+
+
 def warm_start_task(args: Args) -> Task:
-    """The task that trains (or finds) the warm start of ``args``, named by ``warm_start_name``."""
+    """The task that trains (or finds) the warm start of ``args``, named by ``warm_start_name``; its cost is the
+    training's estimate, or ``WARM_START_FOUND_SECONDS`` when the checkpoint is already saved."""
     config = warm_start_config(args)
-    return Task(warm_start_name(args), _warm_start, (args,), WARM_START_SECONDS.get(config.size, 40.0),
-                spec=WarmStart(args))
+    found = warm_start_path(config).exists()
+    cost = WARM_START_FOUND_SECONDS if found else WARM_START_SECONDS.get(config.size, 40.0)
+    return Task(warm_start_name(args), _warm_start, (args,), cost, spec=WarmStart(args))
 
 
 def _warm_start(args: Args) -> None:

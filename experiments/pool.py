@@ -100,7 +100,8 @@ def priorities(tasks: list[Task]) -> dict[str, float]:
 
 
 def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None] = lambda task, result: None,
-              executor: Callable[[int], Executor] | None = None) -> dict[str, Any]:
+              executor: Callable[[int], Executor] | None = None,
+              on_start: Callable[[Task], None] = lambda task: None) -> dict[str, Any]:
     """Every task's result by name, ``jobs`` at a time, each once the tasks it waits for are done.
 
     ``graphlib`` keeps the bookkeeping (which tasks may start); among those, the one with the longest chain of
@@ -108,7 +109,8 @@ def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None]
     the end and the last tasks are short. ``jobs`` ≤ 1 runs them here, one after another in the same order; a task
     marked ``here`` always runs here. A task that raises stops the rest: tasks not yet started are dropped and the
     error is raised here (a task already running in another worker ends with it). Only ``jobs`` tasks are handed
-    to the pool at a time, so the order is this function's, not a queue's.
+    to the pool at a time, so the order is this function's, not a queue's, and ``on_start(task)`` is called as a task
+    starts (is handed to a worker, or runs here).
 
     ``executor(jobs)`` opens where the tasks go (default: ``process_pool``, spawned local processes; with it,
     ``jobs`` ≤ 1 runs here). Whatever the executor, a task computes the same bits: it is the same function on the
@@ -135,6 +137,7 @@ def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None]
     if executor is None and (jobs <= 1 or sum(not t.here for t in tasks) <= 1):
         while ready:
             task = ready.pop(0)
+            on_start(task)
             finish(task, task.fn(*task.args))
         return results
     pool = (process_pool if executor is None else executor)(max(1, jobs))
@@ -143,6 +146,7 @@ def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None]
         while ready or running:
             while ready and (ready[0].here or len(running) < jobs):
                 task = ready.pop(0)
+                on_start(task)
                 if task.here:
                     finish(task, task.fn(*task.args))
                 else:
@@ -163,8 +167,11 @@ class Progress:
     done, of all of them, and the seconds left (``eta_s``).
 
     The estimates are rough and a machine is faster or slower than the one they were measured on, so the seconds
-    left are the estimated work left scaled by how long the work done so far took against its estimate (before
-    anything is done: the estimate over ``jobs`` workers). Tasks that run here (plots) count as nothing.
+    left are the estimated work left at the speed the finished tasks ran at (estimated core-seconds per second a
+    worker spent on them, from ``started`` to ``done``), less the time the running tasks have already had, over the
+    workers that still have work. Without start times (``done`` alone) the speed is the work done over the time
+    elapsed, which early on, with one task finished and others half done beside it, reads up to ``jobs`` times too
+    slow. Before anything is done: the estimate over ``jobs`` workers. Tasks that run here (plots) count as nothing.
     """
 
     def __init__(self, tasks: list[Task], jobs: int, clock: Callable[[], float] = time.perf_counter):
@@ -173,20 +180,36 @@ class Progress:
         self.jobs = max(1, jobs)
         self.clock = clock
         self.start = clock()
+        self.left = sum(not t.here for t in tasks)
+        self.running: dict[str, tuple[float, float]] = {}  # name -> (start time, estimated cost)
+        self.worker_s_done = 0.0
+
+    def started(self, task: Task) -> None:
+        if not task.here:
+            self.running[task.name] = (self.clock(), task.cost)
 
     def done(self, task: Task) -> None:
         if not task.here:
             self.done_cost += task.cost
+            self.left -= 1
+            if task.name in self.running:
+                self.worker_s_done += self.clock() - self.running.pop(task.name)[0]
 
     def elapsed_s(self) -> float:
         return self.clock() - self.start
 
     def eta_s(self) -> float:
-        """Seconds left: estimated work left × (elapsed / estimated work done), or work left / jobs at the start."""
+        """Seconds left: (estimated work left / speed − the running tasks' time so far, each at most its own
+        estimate at that speed) / the workers still busy; work left / jobs before anything is done."""
         left = max(0.0, self.total - self.done_cost)
         if self.done_cost <= 0:
             return left / self.jobs
-        return left * self.elapsed_s() / self.done_cost
+        if self.worker_s_done <= 0:  # no start times: the speed of the whole elapsed time
+            return left * self.elapsed_s() / self.done_cost
+        speed = self.done_cost / self.worker_s_done
+        now = self.clock()
+        had = sum(min(now - t0, cost / speed) for t0, cost in self.running.values())
+        return max(0.0, left / speed - had) / max(1, min(self.jobs, self.left))
 
     def line(self) -> str:
         """``"12 s elapsed, 40% of the estimated work, ~18 s left"``: the end of a progress log line."""

@@ -160,6 +160,7 @@ def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path 
         done.done(task)
         elapsed, where = done.elapsed_s(), done.line()
         if bar is not None:
+            bar.set_postfix_str(f"~{done.eta_s():.0f} s left", refresh=False)
             bar.update(round(done.done_cost) - bar.n)
         for item, value in task.spec.unit_results(result):
             values[item.name] = value
@@ -174,7 +175,7 @@ def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path 
             say(f"[paper_figs] {line}", flush=True)
 
     try:
-        run_tasks(tasks, jobs, report, executor)
+        run_tasks(tasks, jobs, report, executor, on_start=done.started)
     finally:
         if bar is not None:
             bar.close()
@@ -182,12 +183,12 @@ def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path 
 
 
 def _progress_bar(progress: Progress):
-    """A tqdm bar over the graph's estimated core-seconds (shown on a terminal only); its ETA is ``Progress``'s
-    (estimated work left at the speed of the work done: tqdm's average rate, no smoothing)."""
+    """A tqdm bar over the graph's estimated core-seconds (shown on a terminal only); the seconds left it shows are
+    ``Progress.eta_s``'s (tqdm's own rate would count the tasks still running as no work)."""
     from tqdm import tqdm
 
-    return tqdm(total=round(progress.total), unit="est. core-s", smoothing=0, disable=None, dynamic_ncols=True,
-                desc="[paper_figs]")
+    return tqdm(total=round(progress.total), unit="est. core-s", disable=None, dynamic_ncols=True, desc="[paper_figs]",
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} est. core-s [{elapsed}{postfix}]")
 
 
 def _draw(draw: Callable[[list], Any], units: list[Unit], values: dict[str, Any]) -> Any:

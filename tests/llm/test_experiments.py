@@ -72,3 +72,15 @@ def test_run_cost_estimates_stay_within_a_quarter_of_the_measured_runs():
 
     assert worst(llm.estimated_seconds) <= 0.25
     assert worst(lambda a: a.steps * 0.19 * (a.digits + 1) / 3) > 0.25
+
+
+def test_a_saved_warm_start_is_not_counted_as_training_work(tmp_path, monkeypatch):
+    # Counted at the training's cost, a warm start found on disk in a second would make the progress line's speed
+    # look many times what it is.
+    from sim.llm.train import Args
+
+    args = Args(size="small", digits=2)
+    monkeypatch.setattr(llm, "warm_start_path", lambda config: tmp_path / "absent")
+    assert llm.warm_start_task(args).cost == llm.WARM_START_SECONDS["small"]
+    monkeypatch.setattr(llm, "warm_start_path", lambda config: tmp_path)  # exists
+    assert llm.warm_start_task(args).cost == llm.WARM_START_FOUND_SECONDS < llm.WARM_START_SECONDS["small"]

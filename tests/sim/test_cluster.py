@@ -167,6 +167,28 @@ def test_progress_scales_the_estimated_work_left_by_the_speed_so_far():
     assert progress.eta_s() == 0.0
 
 
+def test_progress_counts_the_tasks_still_running_beside_the_first_one_done():
+    # Two 90 s warm starts then ten 10 s runs on 2 workers, every task at the same speed (87 s per 90 estimated):
+    # when the first warm start is done the other is about done too, and 48.3 s are left (10 runs, 2 at a time).
+    now = [0.0]
+    tasks = [Task(f"warm {i}", str.upper, cost=90.0) for i in (1, 2)] + [Task(f"run {i}", str.upper, cost=10.0)
+                                                                          for i in range(10)]
+    progress = Progress(tasks, jobs=2, clock=lambda: now[0])
+    elapsed_only = Progress(tasks, jobs=2, clock=lambda: now[0])  # without start times: the speed of elapsed time
+    progress.started(tasks[0])
+    progress.started(tasks[1])
+    now[0] = 87.0
+    progress.done(tasks[0])
+    elapsed_only.done(tasks[0])
+    assert progress.eta_s() == pytest.approx(10 * 10 * 87 / 90 / 2)
+    assert elapsed_only.eta_s() == pytest.approx(190 * 87 / 90)  # about 4x too long here
+    for task in tasks[1:]:  # the rest, one after another on one worker from here on: the last leaves nothing
+        progress.started(task)
+        now[0] += task.cost * 87 / 90
+        progress.done(task)
+    assert progress.eta_s() == 0.0 and progress.left == 0
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--jobs", "0"], "--jobs must be a whole number of runs at once >= 1, got 0"),
     (["--address", "auto"], "--address names a Ray cluster: give it with --executor ray"),

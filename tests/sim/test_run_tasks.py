@@ -37,6 +37,16 @@ def test_two_workers_give_the_same_results(tmp_path):
     assert (tmp_path / "c").read_text() == "x"  # os.rename would have raised had b or c started early
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_each_task_is_reported_started_before_it_is_done(tmp_path, jobs):
+    events = []
+    run_tasks(_chain(tmp_path), jobs, lambda task, result: events.append(("done", task.name)),
+              on_start=lambda task: events.append(("start", task.name)))
+    assert sorted(events) == sorted([(kind, n) for n in "abcde" for kind in ("start", "done")])
+    assert all(events.index(("start", n)) < events.index(("done", n)) for n in "abcde")
+    assert events.index(("done", "a")) < events.index(("start", "b"))  # b starts only after a
+
+
 def test_a_failing_task_stops_the_rest(tmp_path):
     tasks = [Task("bad", os.rename, (tmp_path / "absent", tmp_path / "x"), cost=9.0),
              Task("later", str.upper, ("y",), after=("bad",))]
