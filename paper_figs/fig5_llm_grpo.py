@@ -108,9 +108,7 @@ def plot_cosine_vs_outcome(ax_cos, runs: list[dict]) -> float:
     for r in runs:
         ax_cos.scatter(r["cos_prev_first_half"], r["delta_accuracy"], color=method_color(r["method"]),
                        s=8 + r["staleness"], marker="x" if r["diverged"] else "o", alpha=0.7)
-    async_runs = [r for r in runs if r["method"] == "naive" and r["ratio_to"] == "proximal"]
-    rho = spearmanr([r["cos_prev_first_half"] for r in async_runs], [r["delta_accuracy"] for r in async_runs],
-                    nan_policy="omit").statistic
+    rho = outcome_rho(runs, "cos_prev_first_half")
     ax_cos.set(xlabel="mean cos(g_k, g_{k-1}), first half of the run", ylabel="Δ held-out accuracy (final − start)",
                title=f"(f) every run (dot size: s); naive async: Spearman ρ = {rho:+.2f}")
     return rho
@@ -140,13 +138,15 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
              write_records(table, out_dir / f"{NAME}_table.csv"), *save_figure(fig, out_dir, NAME)]
     print(_markdown(table))
     print(f"cosine (first half) vs Δ accuracy over naive async runs: Spearman ρ = {rho:+.2f}")
-    print(f"mean KL to π_b vs Δ accuracy over the same runs: Spearman ρ = {kl_rho(run_rows):+.2f}")
+    kl_rho = outcome_rho(run_rows, "kl_behaviour_mean")
+    print(f"mean KL to π_b vs Δ accuracy over the same runs: Spearman ρ = {kl_rho:+.2f}")
     return paths
 
 
-def kl_rho(runs: list[dict]) -> float:
-    """Spearman ρ of the mean KL to the behaviour policy against Δ held-out accuracy over the naive-async runs with
-    the proximal ratio (the runs whose cosine ρ panel (f) gives): whether drift tells the failing runs apart."""
+def outcome_rho(runs: list[dict], key: str) -> float:
+    """Spearman ρ of the per-run ``key`` against Δ held-out accuracy over the naive-async runs with the proximal ratio:
+    whether the signal (the early cosine of panel (f), the mean KL to the behaviour policy) tells the failing runs
+    apart."""
     async_runs = [r for r in runs if r["method"] == "naive" and r["ratio_to"] == "proximal"]
-    return spearmanr([r["kl_behaviour_mean"] for r in async_runs], [r["delta_accuracy"] for r in async_runs],
+    return spearmanr([r[key] for r in async_runs], [r["delta_accuracy"] for r in async_runs],
                      nan_policy="omit").statistic

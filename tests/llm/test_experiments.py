@@ -45,7 +45,10 @@ def test_results_of_trains_each_warm_start_once_before_its_runs(tmp_path, monkey
 
 
 def test_fig5_kl_rho_ranks_the_naive_proximal_runs_only():
-    from paper_figs.fig5_llm_grpo import kl_rho
+    from paper_figs.fig5_llm_grpo import outcome_rho
+
+    def kl_rho(runs):
+        return outcome_rho(runs, "kl_behaviour_mean")
 
     def run(method, ratio_to, kl, delta):
         return {"method": method, "ratio_to": ratio_to, "kl_behaviour_mean": kl, "delta_accuracy": delta}
