@@ -45,12 +45,12 @@ import torch
 from gac.config import SPACES, GACConfig, check_config, reference_dtype_for
 from gac.control import ACT, NonFiniteGradientError
 from gac.distributed import local_tensor
+from gac.fused import FusedAlignmentControl, first_moments, grads_finite, make_tracker
 from gac.state import init_threshold_stats
 from gac.tracker import (
     REFERENCE_KEY,
     Difference,
     GACReport,
-    GradientAlignmentControl,
     check_not_meta,
     check_reference_shape,
     real_parts,
@@ -83,7 +83,8 @@ class GACOptimizer(torch.optim.Optimizer):
     wrapping (each from its first gradient, with a fresh reference); see the module docstring.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process_group=None):
+    def __init__(self, optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process_group=None,
+                 fused: bool | None = None):
         if isinstance(optimizer, GACOptimizer) or getattr(optimizer, "_gac_wrapped", False):
             raise ValueError("wrap(): this optimizer is already wrapped by GAC; wrap the plain optimizer once")
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -97,7 +98,7 @@ class GACOptimizer(torch.optim.Optimizer):
         self.optimizer = optimizer
         check_not_meta(named_parameters(optimizer.param_groups))
         params = [p for group in optimizer.param_groups for p in group["params"]]
-        self.gac = GradientAlignmentControl(params, cfg, process_group, param_state=optimizer.state)
+        self.gac = make_tracker(optimizer, params, cfg, process_group, fused)  # gac.fused: Adam/AdamW's fast path
         self.gac.set_params(params)  # frozen ones too: GAC follows what the optimizer steps (see _follow_params)
         # Sets up hook dictionaries and the step profiler the way torch expects; then the group and
         # state containers are replaced by the inner optimizer's own objects (shared, not copied).
@@ -116,6 +117,11 @@ class GACOptimizer(torch.optim.Optimizer):
     @property
     def cfg(self) -> GACConfig:
         return self.gac.cfg
+
+    @property
+    def fused(self) -> bool:
+        """Whether GAC runs its fused path (``gac.fused``: torch.optim.Adam / AdamW, unless it could not apply)."""
+        return isinstance(self.gac, FusedAlignmentControl) and self.gac.general is None
 
     swap_grads = True
     """In gradient space, act by swapping buffers: ``.grad`` becomes the tensor holding g' and the tensor that held g
@@ -180,7 +186,7 @@ class GACOptimizer(torch.optim.Optimizer):
         grads = [local_tensor(p.grad) for p in params if p.grad is not None]
         if not grads:
             raise ValueError(f"GAC step {self.gac.step}: no parameter has a gradient; call backward() first")
-        if not grads_look_finite(grads):
+        if not (grads_finite(grads, grads_look_finite) if self.fused else grads_look_finite(grads)):
             # No inner step on a non-finite gradient (it would corrupt the optimizer's state): the tracker sees
             # the gradient itself, so every rank raises or skips together after its one all_reduce.
             return self.gac.apply([p.grad for p in params])
@@ -216,7 +222,7 @@ class GACOptimizer(torch.optim.Optimizer):
     def _momentum_step(self) -> GACReport:
         params = self.gac.params
         index_of = {p: i for i, p in enumerate(params)}
-        moments, buffers = self._first_moments(index_of)
+        moments, buffers = first_moments(self, index_of) if self.fused else self._first_moments(index_of)
 
         def shift_buffers(regime: int, coef: float) -> None:
             if regime != ACT:
@@ -400,11 +406,14 @@ def strip_gac_state(state_dict: dict) -> dict:
         "state": {k: v for k, v in state.items() if v}}
 
 
-def wrap(optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process_group=None) -> GACOptimizer:
+def wrap(optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process_group=None,
+         fused: bool | None = None) -> GACOptimizer:
     """Return an optimizer whose ``step()`` applies GAC (``cfg``, in ``cfg.space``) and steps ``optimizer``.
 
     ``cfg`` must be a ``GACConfig`` (or None for the defaults); anything else is a one-line TypeError. Parameters
     added to ``optimizer`` or unfrozen later are controlled from their first gradient on (fresh reference).
+    ``fused``: torch.optim.Adam / AdamW get the fused path (``gac.fused``) unless False; True warns when it cannot
+    apply.
 
     Example::
 
@@ -412,7 +421,7 @@ def wrap(optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process
         loss.backward(); opt.step(); opt.zero_grad()
         opt.last_report.cosine
     """
-    return GACOptimizer(optimizer, cfg, process_group)
+    return GACOptimizer(optimizer, cfg, process_group, fused)
 
 
 __all__ = ["GACOptimizer", "wrap", "strip_gac_state", "first_moment_kind", "COUNTERS_KEY"]

@@ -1,0 +1,312 @@
+"""The fused path of ``gac.wrap`` for ``torch.optim.Adam`` and ``torch.optim.AdamW``.
+
+GAC's cost beside a fused AdamW step (7 passes over parameter-sized tensors: read θ, g, m, v; write θ, m, v) is the
+passes it adds. The general path (``gac.tracker``) adds more than it needs; this path removes what it can with the
+kernels torch already ships, chosen by measurement (one CPU thread, 10M parameters, alternated with the fused step):
+
+- **The sums** ⟨v, d⟩ and ‖v‖² (‖d‖² is cached from when d was stored, as in the general path) are BLAS dots of the
+  input's dtype over chunks of ``SUM_CHUNK`` elements, the chunk results added in float64 by one stacked sum: the dot
+  ⟨v, d⟩ reads v and d from memory and ‖v‖² reads the chunk of v again from cache. The general path's float64 products
+  (each chunk converted to float64 first) cost more than the fused AdamW step itself; these cost about half of it.
+  Precision: within a chunk the products and partial sums are the input's (float32: cosine error ~1e-8 against the
+  float64 sums on random gradients; the test bounds it at 1e-6), across chunks float64. A rank whose local sums are
+  not finite, or so small that float32 products could have underflowed (‖v‖² or ‖d‖² below ``TINY_SQ``), recomputes
+  them with the general path's float64 sums: the fused path never calls a finite gradient non-finite and never loses
+  a tiny one, and under DDP/FSDP the step still has one all_reduce (the recomputation is local). Tensors of other
+  dtypes (bfloat16, float16) are summed by the general path's float64 code.
+- **The projection** is not folded into the optimizer's kernel: torch's fused AdamW kernel takes the gradient as
+  it is, so g' = g − α·d is one pass before it (read g, d; write g' over d, the buffers swapping roles as in the
+  general path), and the inner optimizer's own ``step()`` (fused, foreach or for-loop, whichever the user built)
+  runs on g'. A ``torch.compile``d AdamW step with the projection folded in was slower than the fused kernel plus
+  the projection pass on this CPU (and needs a C++ compiler at run time); ``torch._foreach`` ops are one pass each.
+- **Keep regime, gradient space, reference "prev"**: the reference must become the raw g. Where the training loop
+  hands a fresh gradient tensor each step (``zero_grad(set_to_none=True)``, torch's default; observed at the step
+  before), the gradient tensor itself becomes the reference (no copy); a loop that writes into the same gradient
+  tensor each step gets the copy. A write into that tensor after the step is detected at the next step (one-line
+  error), as for the general path's swapped buffers (``GACOptimizer.swap_grads`` = False turns both off).
+- **Momentum space**: m_t is formed chunk by chunk (the lerp of exp_avg and g into the reused buffer) and its sums
+  taken from the chunk while it is in cache, instead of a second pass over m_t.
+- **Update space**: the general path's structure (θ_before kept, Δ formed chunk by chunk twice, never stored) with
+  the sums above.
+
+Everything else (decision, threshold rules, references, state_dict, non-finite handling, the one all_reduce) is the
+general path's code. Results equal the general path's up to the rounding of the sums (tests/gac/test_fused.py).
+The path applies to ``torch.optim.Adam`` / ``AdamW`` (exactly those classes) with every parameter on one device and
+``differentiable=False``; otherwise ``gac.wrap`` warns once naming why and runs the general path. ``wrap(...,
+fused=False)`` asks for the general path; ``fused=True`` warns when it cannot apply (``fused=None``, the default,
+is silent for an optimizer that is not Adam/AdamW: those always ran the general path).
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+
+import torch
+
+from gac.control import KEEP
+from gac.distributed import local_tensor
+from gac.tracker import GradientAlignmentControl, _parts, real_parts
+
+FUSED_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
+"""The optimizers the fused path serves (exact classes: a subclass may change what its step does)."""
+
+SUM_CHUNK = 1 << 16
+"""Elements per chunk of the sums: a chunk of v and of d (256 KB each in float32) stay in cache between the dot
+⟨v, d⟩ and the dot ‖v‖². Larger chunks fall out of cache before the second dot; smaller ones pay more calls."""
+
+FAST_DTYPES = (torch.float32, torch.float64)
+"""Dtypes whose sums the fused path takes with BLAS dots; others use the general path's float64 sums."""
+
+TINY_SQ = 2.0**-60
+"""A squared norm below this (per rank) is recomputed in float64: float32 products of entries below ~1e-19
+underflow, and under this level they could matter (above it they are at most ~1e-11 of the sum)."""
+
+_ALIAS = object()
+"""``FusedAlignmentControl._swappable``'s answer for "keep: the gradient tensor itself becomes the reference"."""
+
+
+def fused_unavailable(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> str | None:
+    """Why the fused path cannot serve ``optimizer`` over ``params`` (one phrase), or None when it can."""
+    if type(optimizer) not in FUSED_OPTIMIZERS:
+        return f"{type(optimizer).__name__} is not torch.optim.Adam or torch.optim.AdamW"
+    if any(group.get("differentiable", False) for group in optimizer.param_groups):
+        return "differentiable=True (the fused path's buffers are not part of an autograd graph)"
+    devices = {local_tensor(p).device for p in params}
+    if len(devices) > 1:
+        return f"parameters on several devices ({', '.join(sorted(map(str, devices)))})"
+    return None
+
+
+def make_tracker(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], cfg, process_group,
+                 fused: bool | None) -> GradientAlignmentControl:
+    """The tracker ``gac.wrap`` uses: the fused one when it applies (``fused`` None or True), else the general one,
+    with one warning naming why when the fused path was asked for or the optimizer is Adam/AdamW."""
+    if fused is not None and not isinstance(fused, bool):
+        raise TypeError(f"wrap(): fused must be True, False or None, got {fused!r}")
+    why = None if fused is False else fused_unavailable(optimizer, params)
+    if fused is not False and why is None:
+        return FusedAlignmentControl(params, cfg, process_group, param_state=optimizer.state)
+    if why is not None and (fused or isinstance(optimizer, FUSED_OPTIMIZERS)):
+        warn_general(why)
+    return GradientAlignmentControl(params, cfg, process_group, param_state=optimizer.state)
+
+
+def warn_general(why: str) -> None:
+    warnings.warn(f"gac.wrap: the fused path cannot apply ({why}); the general path runs (same results, slower)",
+                  stacklevel=3)
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t.view(-1)
+
+
+class FusedAlignmentControl(GradientAlignmentControl):
+    """``GradientAlignmentControl`` with the fused path's sums and keep-regime reference (see the module docstring).
+
+    Parameters that later join on another device (``add_param_group``) turn it into the general path, with one
+    warning.
+    """
+
+    def __init__(self, *args, **kwargs):
+        self.general: str | None = None  # why this tracker now runs the general path (None: fused)
+        self._presummed: tuple[list, tuple] | None = None  # (vectors, sums) taken while momentum space formed them
+        self._last_grads: dict[int, weakref.ref] = {}  # the .grad tensor each parameter had at the end of last step
+        super().__init__(*args, **kwargs)
+
+    def set_params(self, params: list[torch.Tensor]) -> None:
+        super().set_params(params)
+        self._last_grads.clear()
+        devices = {local_tensor(p).device for p in params}
+        if self.general is None and len(devices) > 1:
+            self.general = f"parameters on several devices ({', '.join(sorted(map(str, devices)))})"
+            warn_general(self.general)
+
+    # -- the sums -----------------------------------------------------------------------------------
+    def _fast(self, vector, ref) -> bool:
+        """Whether the fused sums serve this tensor: a float32/float64 contiguous vector, a contiguous reference."""
+        parts = _parts(vector)
+        return (self.general is None and parts[0].dtype in FAST_DTYPES
+                and all(t.is_contiguous() and t.dtype == parts[0].dtype for t in parts)
+                and (ref is None or ref.is_contiguous()))
+
+    def _chunks(self, vector, ref):
+        """(v chunk, d chunk or None) flat views of at most SUM_CHUNK elements; a Difference chunk is formed in
+        scratch, a reference of another dtype (bfloat16) converted into scratch."""
+        first = _parts(vector)[0]
+        size = first.numel()
+        pieces = [_flat(t).split(SUM_CHUNK) for t in _parts(vector)]
+        refs = _flat(ref).split(SUM_CHUNK) if ref is not None else [None] * len(pieces[0])
+        for parts, r in zip(zip(*pieces, strict=True), refs, strict=True):
+            n = parts[0].numel()
+            v = parts[0] if len(parts) == 1 else torch.sub(*parts, out=self._scratch(first, min(size, SUM_CHUNK),
+                                                                                       slot=1)[:n])
+            if r is not None and r.dtype != v.dtype:
+                r = self._scratch(first, min(size, SUM_CHUNK), slot=2)[:n].copy_(r)
+            yield v, r
+
+    def _sums64(self, vectors, refs, with_d_sq: bool):
+        presummed, self._presummed = self._presummed, None
+        if presummed is not None and len(presummed[0]) == len(vectors) and all(
+                a is b for a, b in zip(presummed[0], vectors, strict=True)):
+            dot, g_sq, d_sq = presummed[1]
+            if d_sq is not None or not with_d_sq:
+                return dot, g_sq, d_sq if d_sq is not None else torch.zeros_like(g_sq)
+        fast = [self._fast(v, r) for v, r in zip(vectors, refs, strict=True)]
+        terms = ([], [], [])
+        for vector, ref, ok in zip(vectors, refs, fast, strict=True):
+            if ok:
+                for v, r in self._chunks(vector, ref):
+                    chunk_terms(terms, v, r, with_d_sq)
+        sums = combine(terms, _parts(vectors[0])[0].device)
+        if not all(fast):
+            rest = [(v, r) for v, r, ok in zip(vectors, refs, fast, strict=True) if not ok]
+            exact = super()._sums64([v for v, _ in rest], [r for _, r in rest], with_d_sq)
+            sums = tuple(a + b for a, b in zip(sums, exact, strict=True))
+        if any(fast) and not trustworthy(sums, terms):
+            return super()._sums64(vectors, refs, with_d_sq)
+        return sums
+
+    def presum_moments(self, vectors: list, sums: tuple) -> None:
+        """Sums of ``vectors`` (the next ``apply``'s, in its order) already taken by momentum space's formation."""
+        self._presummed = (vectors, sums)
+
+    # -- keep regime: the gradient tensor becomes the reference ---------------------------------------------
+    def _swappable(self, index: int, regime: int):
+        if regime == KEEP and self._may_alias(index):
+            return _ALIAS
+        return super()._swappable(index, regime)
+
+    def _may_alias(self, index: int) -> bool:
+        """Keep with reference "prev" on a plain gradient tensor of the reference's dtype that the loop gave fresh
+        this step (a different tensor from last step's), so nothing will write into it."""
+        if self.general is not None or self.cfg.reference != "prev":
+            return False
+        param = self.params[index]
+        grad = param.grad
+        last = self._last_grads.get(index)
+        if last is None or last() is grad:
+            return False
+        return (type(grad) is torch.Tensor and grad._base is None and not grad.is_complex() and grad.is_contiguous()
+                and param.is_contiguous() and self._adopts(grad, self._reference_of(index)))
+
+    def _swap_act(self, index: int, reference, coef: float) -> None:
+        if reference is not _ALIAS:
+            super()._swap_act(index, reference, coef)
+            return
+        grad = self.params[index].grad
+        self._set_reference(index, grad)
+        self._swapped[index] = (weakref.ref(grad), grad._version)
+
+    def apply(self, vectors: list | None = None, *args, **kwargs):
+        try:
+            return super().apply(vectors, *args, **kwargs)
+        finally:
+            self._presummed = None
+            if vectors is None:
+                self._last_grads = {i: weakref.ref(p.grad) for i, p in enumerate(self.params) if p.grad is not None}
+
+
+def chunk_terms(terms: tuple[list, list, list], v: torch.Tensor, r: torch.Tensor | None, with_d_sq: bool) -> None:
+    """Append the chunk's ⟨v, d⟩, ‖v‖² (and ‖d‖²) as dots in its dtype: ⟨v, d⟩ first, reading both from memory; the
+    squares then read them from cache."""
+    dots, g_sqs, d_sqs = terms
+    if r is not None:
+        dots.append(torch.dot(v, r))
+    g_sqs.append(torch.dot(v, v))
+    if r is not None and with_d_sq:
+        d_sqs.append(torch.dot(r, r))
+
+
+def combine(terms: tuple[list, list, list], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each list of chunk results added in float64 (one stacked sum per dtype present)."""
+    out = []
+    for chunk_results in terms:
+        total = torch.zeros((), dtype=torch.float64, device=device)
+        for dtype in FAST_DTYPES:
+            same = [t for t in chunk_results if t.dtype == dtype]
+            if same:
+                total = total + torch.stack(same).to(torch.float64).sum()
+        out.append(total)
+    return tuple(out)
+
+
+def trustworthy(sums: tuple[torch.Tensor, ...], terms: tuple[list, list, list]) -> bool:
+    """Whether fast sums can stand: all finite, and ‖v‖² (and ‖d‖² when taken) at least ``TINY_SQ`` (a zero one
+    may be float32 underflow too: a zero gradient costs one float64 recomputation)."""
+    dot, g_sq, d_sq = sums
+    squares = torch.stack([g_sq, d_sq] if terms[2] else [g_sq])
+    return bool(torch.isfinite(dot) & (torch.isfinite(squares) & (squares >= TINY_SQ)).all())
+
+
+def grads_finite(grads: list[torch.Tensor], exact) -> bool:
+    """Whether every entry of the gradients is finite, from Σg² per tensor by one BLAS dot (a NaN or inf entry makes
+    it non-finite) instead of the general path's min/max reductions; a non-finite Σg² can also be a finite gradient's
+    overflow, so that case is decided by ``exact`` (``gac.optim.grads_look_finite``)."""
+    flat = [real_parts(g).reshape(-1) for g in grads if g.numel() > 0]
+    if not flat or not all(t.dtype in FAST_DTYPES for t in flat):
+        return exact(grads)
+    sums = torch.stack([torch.dot(t, t).to(torch.float64) for t in flat])
+    return bool(torch.isfinite(sums).all()) or exact(grads)
+
+
+@torch.no_grad()
+def first_moments(wrapper, index_of: dict) -> tuple[dict, dict]:
+    """``GACOptimizer._first_moments`` for Adam/AdamW with the sums taken from each chunk of m_t right after it is
+    formed (in cache), instead of in a second pass over m_t.
+
+    The same kernels on the same elements as the general path, so m_t has the same bits; the sums go to the tracker
+    for the ``apply`` that follows (``presum_moments``). A tensor that cannot be chunked (not contiguous, complex)
+    is formed whole, and then the ``apply`` takes the sums itself.
+    """
+    tracker: FusedAlignmentControl = wrapper.gac
+    indices = [i for i, p in enumerate(tracker.params) if p.grad is not None]
+    with_d_sq = tracker._cached_d_sq(indices, [local_tensor(tracker.params[i].grad) for i in indices]) is None
+    moments, buffers, terms, folded = {}, {}, ([], [], []), tracker.general is None
+    for group in wrapper.param_groups:
+        beta1 = float(group["betas"][0])
+        coupled = group["weight_decay"] != 0 and not group.get("decoupled_weight_decay", False)
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            grad, param = local_tensor(p.grad), local_tensor(p)
+            buffer = wrapper.state.get(p, {}).get("exp_avg")
+            buffer = None if buffer is None else local_tensor(buffer)
+            out = tracker.take_spare(index_of[p], grad)
+            moments[p], buffers[p] = out, (buffer, 1.0 / beta1)
+            ref = tracker._reference_of(index_of[p])
+            pieces = [grad, param, out] + ([] if buffer is None else [buffer])
+            if grad.is_complex() or not all(t.is_contiguous() for t in pieces) or not tracker._fast(out, ref):
+                form_moment(grad, param, buffer, out, group, beta1, coupled, scratch=None)
+                folded = False
+                continue
+            chunks = [_flat(t).split(SUM_CHUNK) for t in pieces]
+            size = min(grad.numel(), SUM_CHUNK)
+            scratch = tracker._scratch(grad, size, slot=3)
+            for (g_c, p_c, o_c, *b_c), (_, r_c) in zip(zip(*chunks, strict=True), tracker._chunks(out, ref),
+                                                       strict=True):
+                form_moment(g_c, p_c, b_c[0] if b_c else None, o_c, group, beta1, coupled, scratch[:g_c.numel()])
+                chunk_terms(terms, o_c, r_c, with_d_sq)
+    if folded and moments:
+        sums = combine(terms, next(iter(moments.values())).device)
+        if trustworthy(sums, terms):
+            tracker.presum_moments([moments[p] for p in tracker.params if p in moments],
+                                   sums if with_d_sq else (sums[0], sums[1], None))
+    return moments, buffers
+
+
+def form_moment(grad, param, buffer, out, group, beta1: float, coupled: bool, scratch) -> None:
+    """m_t = β1·exp_avg + (1−β1)·g into ``out``, g with ``maximize`` and coupled weight decay: the general path's
+    ops (``GACOptimizer._first_moments``), on a chunk when ``scratch`` (a chunk-sized buffer) is given."""
+    if group.get("maximize", False):
+        grad = torch.neg(grad, out=scratch) if scratch is not None else -grad
+    if coupled:
+        grad = (torch.add(grad, param, alpha=group["weight_decay"], out=scratch) if scratch is not None
+                else grad.add(param, alpha=group["weight_decay"]))
+    if buffer is None:
+        torch.mul(grad, 1.0 - beta1, out=out)
+    else:
+        torch.lerp(buffer, grad, 1.0 - beta1, out=out)
+
+
+__all__ = ["FusedAlignmentControl", "fused_unavailable", "make_tracker", "first_moments", "SUM_CHUNK"]
