@@ -10,8 +10,10 @@ from benchmarks import gac_overhead, llm_speed, sim_throughput
 
 @pytest.mark.parametrize(("module", "argv", "named"), [
     (gac_overhead, ["--repeats", "0"], "--repeats must be >= 1"),
-    (gac_overhead, ["--spaces", "-1"], "must be > 0"),
-    (gac_overhead, ["--spaces", "10", "--baseline", "/nonexistent"], "no gac/ package"),
+    (gac_overhead, ["--sizes", "-1"], "must be > 0"),
+    (gac_overhead, ["--threads", "-1"], "--threads must be >= 0"),
+    (gac_overhead, ["--device", "tpu"], "--device must be cpu or cuda"),
+    (gac_overhead, ["--baseline", "/nonexistent"], "no gac/ package"),
     (llm_speed, ["--rounds", "0"], "--rounds must be >= 1"),
     (llm_speed, ["--batched", "-2"], "--batched must be >= 0"),
     (llm_speed, ["--size", "huge"], "--size must be one of tiny, small, cpu, gpu, got 'huge'"),

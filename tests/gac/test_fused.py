@@ -243,14 +243,29 @@ def test_sparse_gradients_get_the_general_paths_error():
         opt.step()
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_update_space_refuses_a_nonfinite_gradient_before_the_inner_step(bad):
+    params, opt = make("adamw", gac.GACConfig(threshold=0.3, space="update"), True)
+    run(params, opt, range(2))
+    moments = [opt.state[p]["exp_avg"].clone() for p in params]
+    for p, g in zip(params, gradients(2), strict=True):
+        p.grad = g
+    params[1].grad[5] = bad
+    with pytest.raises(gac.NonFiniteGradientError):
+        opt.step()
+    assert all(torch.equal(opt.state[p]["exp_avg"], m) for p, m in zip(params, moments, strict=True))
+
+
 def test_update_space_takes_a_huge_finite_gradient():
     """The fused finiteness check (Σg² by BLAS dots) overflows on 1e30 entries: the exact check decides, and the
     step goes on instead of being refused as non-finite."""
     params, opt = make("adamw", gac.GACConfig(threshold=0.3, space="update"), True)
+    before = [p.detach().clone() for p in params]
     for p, g in zip(params, gradients(0), strict=True):
         p.grad = g * 1e30
     opt.step()
-    assert not opt.last_report.nonfinite
+    assert not opt.last_report.nonfinite and opt.last_report.regime == "keep"
+    assert all(not torch.equal(p.detach(), b) for p, b in zip(params, before, strict=True))  # the step was taken
 
 
 def ddp_worker(rank: int, init_file: str, space: str, result_dir: str) -> None:
