@@ -162,9 +162,9 @@ class GACConfig:
             raise ValueError(f"GACConfig.nonfinite must be one of {NONFINITE_POLICIES}, got {self.nonfinite!r}")
         if self.space not in SPACES:
             raise ValueError(f"GACConfig.space must be one of {SPACES}, got {self.space!r}")
-        if self.reference_dtype is not None and not (isinstance(self.reference_dtype, torch.dtype)
-                                                     and self.reference_dtype.is_floating_point):
-            raise ValueError(f"GACConfig.reference_dtype must be a floating torch.dtype or None, "
+        if self.reference_dtype is not None and self.reference_dtype not in REFERENCE_DTYPES:
+            raise ValueError(f"GACConfig.reference_dtype must be None or one of torch.float16, bfloat16, float32, "
+                             f"float64 (a dtype that holds the reference and its updates), "
                              f"got {self.reference_dtype!r}")
 
     def _check_skip_threshold(self) -> None:
@@ -178,6 +178,10 @@ class GACConfig:
             raise ValueError(f"GACConfig.skip_threshold ({self.skip_threshold}) must be greater than the "
                              f"adaptive threshold's lowest value ({self.threshold.lowest})")
 
+
+REFERENCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+"""Storage dtypes a reference may have: real floating dtypes with arithmetic (not integer, bool or complex, whose
+values cannot hold a gradient's direction, nor float8, which has no lerp or multiply kernels)."""
 
 COMPLEX_OF = {torch.float16: torch.complex32, torch.float32: torch.complex64, torch.float64: torch.complex128}
 """The complex dtype whose real and imaginary parts are stored in a given floating dtype."""

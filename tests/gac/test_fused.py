@@ -308,3 +308,24 @@ def test_sharded_fused_path_equals_the_single_process_general_path(space):
         assert result["calls"] == [5] * STEPS
         for got, full in zip(result["theta"], params, strict=True):
             torch.testing.assert_close(got, full.detach().reshape(-1)[rank::2], rtol=1e-5, atol=1e-6)
+
+
+# -- GACConfig.reference_dtype --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int64, torch.bool, torch.complex64, torch.float8_e4m3fn,
+                                   "bfloat16"])
+def test_a_reference_dtype_that_cannot_hold_the_reference_is_one_line(dtype):
+    with pytest.raises(ValueError, match="reference_dtype must be None or one of torch.float16") as info:
+        gac.GACConfig(reference_dtype=dtype)
+    assert "\n" not in str(info.value) and repr(dtype) in str(info.value)
+
+
+@pytest.mark.parametrize("reference", ["prev", "ema 0.99"])
+def test_bfloat16_reference_cosine_error_is_bounded(reference):
+    """benchmarks/reference_dtype.py's measurement, small: independent bf16 roundings (≤ 2^-9 of each entry) move
+    the cosine by about 2^-9/√n; the bound 0.02/√n (ten times that: 6e-4 at n = 1e3, 6e-5 at 1e5) is 2-3x the
+    largest seen with the EMA reference (rounded at every update) and 5-7x with "prev"."""
+    from benchmarks.reference_dtype import REFERENCES, cosine_errors
+
+    for numel in (1_000, 100_000):
+        errors = cosine_errors(REFERENCES[reference], 0.5, numel, steps=30)
+        assert 0 < max(errors) <= 0.02 / numel**0.5, (numel, max(errors))
