@@ -369,7 +369,7 @@ class OverheadArgs:
     sizes: tuple[float, ...] = (10,)
     """millions of parameters of the wrapped-step table (100 too: --sizes 10 100; about 5 GB and minutes on CPU)"""
     threads: tuple[int, ...] = (1, 0)
-    """torch threads, each in turn (0: torch's default, all cores)"""
+    """torch threads, each in turn (0: all cores, os.cpu_count())"""
     device: str = "cpu"
     """where the tensors live: cpu, or cuda (cuda:N)"""
     repeats: int = 9
@@ -405,7 +405,7 @@ def main(argv=None) -> None:
     # a bad value: one line naming it, exit 2, before any timing
     args = parse(OverheadArgs, argv, prog="python -m benchmarks.gac_overhead")
     device = torch.device(args.device)
-    all_threads = torch.get_num_threads()
+    all_threads = os.cpu_count() or torch.get_num_threads()
     baseline = load_baseline(args.baseline) if args.baseline else None
     for threads in args.threads:
         torch.set_num_threads(threads or all_threads)
