@@ -7,9 +7,9 @@ kernels torch already ships, chosen by measurement (one CPU thread, 10M paramete
 - **The sums** ⟨v, d⟩ and ‖v‖² (‖d‖² is cached from when d was stored, as in the general path) are BLAS dots of the
   input's dtype over chunks of ``SUM_CHUNK`` elements, the chunk results added in float64 by one stacked sum: the dot
   ⟨v, d⟩ reads v and d from memory and ‖v‖² reads the chunk of v again from cache. The general path's float64 products
-  (each chunk converted to float64 first) cost more than the fused AdamW step itself; these cost about half of it.
-  Precision: within a chunk the products and partial sums are the input's (float32: cosine error ~1e-8 against the
-  float64 sums on random gradients; the test bounds it at 1e-6), across chunks float64. A rank whose local sums are
+  (each chunk converted to float64 first) cost more than the fused AdamW step itself; BLAS dots run at memory speed.
+  Precision: within a chunk the products and partial sums are the input's, across chunks float64 (float32: the cosine
+  agrees with the float64 sums far within the 1e-6 that tests/gac/test_fused.py requires). A rank whose local sums are
   not finite, or so small that float32 products could have underflowed (‖v‖² or ‖d‖² below ``TINY_SQ``), recomputes
   them with the general path's float64 sums: the fused path never calls a finite gradient non-finite and never loses
   a tiny one, and under DDP/FSDP the step still has one all_reduce (the recomputation is local). Tensors of other
@@ -18,7 +18,7 @@ kernels torch already ships, chosen by measurement (one CPU thread, 10M paramete
   it is, so g' = g − α·d is one pass before it (read g, d; write g' over d, the buffers swapping roles as in the
   general path), and the inner optimizer's own ``step()`` (fused, foreach or for-loop, whichever the user built)
   runs on g'. A ``torch.compile``d AdamW step with the projection folded in was slower than the fused kernel plus
-  the projection pass on this CPU (and needs a C++ compiler at run time); ``torch._foreach`` ops are one pass each.
+  the projection pass on CPU (and needs a C++ compiler at run time); ``torch._foreach`` ops are one pass each.
 - **Keep regime, gradient space, reference "prev"**: the reference must become the raw g. Where the training loop
   hands a fresh gradient tensor each step (``zero_grad(set_to_none=True)``, torch's default; observed at the step
   before), the gradient tensor itself becomes the reference (no copy); a loop that writes into the same gradient
@@ -27,7 +27,8 @@ kernels torch already ships, chosen by measurement (one CPU thread, 10M paramete
 - **Momentum space**: m_t is formed chunk by chunk (the lerp of exp_avg and g into the reused buffer) and its sums
   taken from the chunk while it is in cache, instead of a second pass over m_t.
 - **Update space**: the general path's structure (θ_before kept, Δ formed chunk by chunk twice, never stored) with
-  the sums above.
+  the sums above; the check that g is finite before the inner step is Σg² by one BLAS dot per tensor (the general
+  path's min/max reductions decide only where that overflows).
 
 Everything else (decision, threshold rules, references, state_dict, non-finite handling, the one all_reduce) is the
 general path's code. Results equal the general path's up to the rounding of the sums (tests/gac/test_fused.py).
