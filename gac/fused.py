@@ -53,8 +53,18 @@ FUSED_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
 """The optimizers the fused path serves (exact classes: a subclass may change what its step does)."""
 
 SUM_CHUNK = 1 << 16
-"""Elements per chunk of the sums: a chunk of v and of d (256 KB each in float32) stay in cache between the dot
-⟨v, d⟩ and the dot ‖v‖². Larger chunks fall out of cache before the second dot; smaller ones pay more calls."""
+"""Elements per chunk of the sums and of m_t's formation, per CPU thread: a chunk of v and of d (256 KB each in
+float32) stays in cache between the dot ⟨v, d⟩ and the dot ‖v‖². Larger chunks fall out of cache before the second
+dot; smaller ones pay more calls. With T threads a chunk is T times larger (each thread's share the same)."""
+
+
+ACCELERATOR_CHUNK = 1 << 22
+"""Elements per chunk on an accelerator, where each chunk costs kernel launches: few chunks, scratch bounded."""
+
+
+def chunk_numel(device: torch.device) -> int:
+    """Elements per chunk on ``device``: ``SUM_CHUNK`` per CPU thread, or ``ACCELERATOR_CHUNK``."""
+    return SUM_CHUNK * max(1, torch.get_num_threads()) if device.type == "cpu" else ACCELERATOR_CHUNK
 
 FAST_DTYPES = (torch.float32, torch.float64)
 """Dtypes whose sums the fused path takes with BLAS dots; others use the general path's float64 sums."""
@@ -132,18 +142,18 @@ class FusedAlignmentControl(GradientAlignmentControl):
                 and (ref is None or ref.is_contiguous()))
 
     def _chunks(self, vector, ref):
-        """(v chunk, d chunk or None) flat views of at most SUM_CHUNK elements; a Difference chunk is formed in
+        """(v chunk, d chunk or None) flat views of at most ``chunk_numel`` elements; a Difference chunk is formed in
         scratch, a reference of another dtype (bfloat16) converted into scratch."""
         first = _parts(vector)[0]
-        size = first.numel()
-        pieces = [_flat(t).split(SUM_CHUNK) for t in _parts(vector)]
-        refs = _flat(ref).split(SUM_CHUNK) if ref is not None else [None] * len(pieces[0])
+        chunk = chunk_numel(first.device)
+        size = min(first.numel(), chunk)
+        pieces = [_flat(t).split(chunk) for t in _parts(vector)]
+        refs = _flat(ref).split(chunk) if ref is not None else [None] * len(pieces[0])
         for parts, r in zip(zip(*pieces, strict=True), refs, strict=True):
             n = parts[0].numel()
-            v = parts[0] if len(parts) == 1 else torch.sub(*parts, out=self._scratch(first, min(size, SUM_CHUNK),
-                                                                                       slot=1)[:n])
+            v = parts[0] if len(parts) == 1 else torch.sub(*parts, out=self._scratch(first, size, slot=1)[:n])
             if r is not None and r.dtype != v.dtype:
-                r = self._scratch(first, min(size, SUM_CHUNK), slot=2)[:n].copy_(r)
+                r = self._scratch(first, size, slot=2)[:n].copy_(r)
             yield v, r
 
     def _sums64(self, vectors, refs, with_d_sq: bool):
@@ -281,9 +291,9 @@ def first_moments(wrapper, index_of: dict) -> tuple[dict, dict]:
                 form_moment(grad, param, buffer, out, group, beta1, coupled, scratch=None)
                 folded = False
                 continue
-            chunks = [_flat(t).split(SUM_CHUNK) for t in pieces]
-            size = min(grad.numel(), SUM_CHUNK)
-            scratch = tracker._scratch(grad, size, slot=3)
+            chunk = chunk_numel(grad.device)
+            chunks = [_flat(t).split(chunk) for t in pieces]
+            scratch = tracker._scratch(grad, min(grad.numel(), chunk), slot=3)
             for (g_c, p_c, o_c, *b_c), (_, r_c) in zip(zip(*chunks, strict=True), tracker._chunks(out, ref),
                                                        strict=True):
                 form_moment(g_c, p_c, b_c[0] if b_c else None, o_c, group, beta1, coupled, scratch[:g_c.numel()])
