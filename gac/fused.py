@@ -266,9 +266,9 @@ def first_moments(wrapper, index_of: dict) -> tuple[dict, dict]:
     """``GACOptimizer._first_moments`` for Adam/AdamW with the sums taken from each chunk of m_t right after it is
     formed (in cache), instead of in a second pass over m_t.
 
-    The same kernels on the same elements as the general path, so m_t has the same bits; the sums go to the tracker
-    for the ``apply`` that follows (``presum_moments``). A tensor that cannot be chunked (not contiguous, complex)
-    is formed whole, and then the ``apply`` takes the sums itself.
+    The same kernels on the same elements as the general path (from the same state, m_t has the same bits); the sums
+    go to the tracker for the ``apply`` that follows (``presum_moments``). A tensor that cannot be chunked (not
+    contiguous, complex) is formed whole, and then the ``apply`` takes the sums itself.
     """
     tracker: FusedAlignmentControl = wrapper.gac
     indices = [i for i, p in enumerate(tracker.params) if p.grad is not None]

@@ -90,11 +90,15 @@ def test_fused_path_matches_the_general_path(space, optimizer, config, fresh):
     assert [r for r, _ in fused_reports] == [r for r, _ in general_reports]
     regimes = {r for r, _ in general_reports}
     assert "keep" in regimes and regimes - {"keep"}, regimes  # both branches compared
-    # float32 BLAS sums against float64 sums: cosines within 1e-6 (test_fused_sums_error_is_bounded)
+    # float32 BLAS sums against float64 sums: cosines within 1e-6 (test_fused_sums_error_is_bounded); a coefficient
+    # α with relative error ~1e-7 moves θ by about that much of a step. A bfloat16 reference rounds such differences
+    # up to a bf16 step (2^-8) in single entries: the bound of a bf16 reference, 0.02/√n
+    # (test_bfloat16_reference_cosine_error_is_bounded), for the cosine, and 1e-3 of θ.
+    numel = sum(p.numel() for p in params)
+    cos_tol, theta_tol = (1e-6, 1e-5) if cfg.reference_dtype is None else (0.02 / numel**0.5, 1e-3)
     torch.testing.assert_close(torch.tensor([c for _, c in fused_reports]),
-                               torch.tensor([c for _, c in general_reports]), rtol=0, atol=1e-6)
-    # a coefficient α with relative error ~1e-7 moves θ by about that much of a step
-    torch.testing.assert_close(fused_theta, general_theta, rtol=1e-5, atol=1e-6)
+                               torch.tensor([c for _, c in general_reports]), rtol=0, atol=cos_tol)
+    torch.testing.assert_close(fused_theta, general_theta, rtol=theta_tol, atol=theta_tol / 10)
 
 
 def test_every_regime_is_compared_somewhere():
