@@ -125,6 +125,11 @@ class FusedAlignmentControl(GradientAlignmentControl):
         self._last_grads: dict[int, weakref.ref] = {}  # the .grad tensor each parameter had at the end of last step
         super().__init__(*args, **kwargs)
 
+    def __getstate__(self) -> dict:
+        """A copy (``copy.deepcopy``, pickle) without the weak references to last step's gradients (its next step
+        copies the reference instead of keeping the gradient tensor: the same numbers) or sums in flight."""
+        return {**super().__getstate__(), "_last_grads": {}, "_presummed": None}
+
     def set_params(self, params: list[torch.Tensor]) -> None:
         super().set_params(params)
         self._last_grads.clear()

@@ -333,3 +333,4 @@ def test_bfloat16_reference_cosine_error_is_bounded(reference):
     for numel in (1_000, 100_000):
         errors = cosine_errors(REFERENCES[reference], 0.5, numel, steps=30)
         assert 0 < max(errors) <= 0.02 / numel**0.5, (numel, max(errors))
+
