@@ -281,7 +281,7 @@ def llm_table_of(results: list[tuple[Run, dict]]) -> pd.DataFrame:
     1 − final held-out accuracy (the error rate; inf if the run hit a non-finite step)."""
     rows = [{"method": item.args.run_method, "staleness": item.args.staleness, "lr": item.args.lr,
              "seed": item.args.seed,
-             "final_gap": math.inf if res["summary"]["diverged_at"] is not None
+             "final_gap": math.inf if res["summary"]["nonfinite_at"] is not None
              else 1.0 - res["summary"]["final_accuracy"]} for item, res in results]
     return pd.DataFrame(rows, columns=list(COLUMNS))
 

@@ -50,15 +50,16 @@ import pandas as pd
 
 from experiments import llm_figures
 from paper_figs import fig1_cosine, fig3_divergence, llm_testbed
+from sim.schema import LEGACY_LLM_COLUMNS
 
 
 data = Path("..") / "docs" / "data"
 data = data if data.exists() else Path("docs") / "data"
-runs_table = pd.read_csv(data / "llm_figures_runs.csv")
-steps_table = pd.read_csv(data / "llm_figures_steps.csv")
+runs_table = pd.read_csv(data / "llm_figures_runs.csv").rename(columns=LEGACY_LLM_COLUMNS)
+steps_table = pd.read_csv(data / "llm_figures_steps.csv").rename(columns=LEGACY_LLM_COLUMNS)
 starts = runs_table.groupby("warm_seed").start_accuracy.first()
 print(f"{runs_table.warm_seed.nunique()} warm starts, held-out accuracy {starts.min():.2f}-{starts.max():.2f}; "
-      f"{len(runs_table)} runs, {int(runs_table.diverged.sum())} diverged")
+      f"{len(runs_table)} runs, {int(runs_table.nonfinite.sum())} non-finite")
 summary = llm_figures.paired_summary(runs_table)
 print(summary.round(3).to_string(index=False))
 
@@ -159,7 +160,7 @@ def series(results, key):
     table = {}
     for result in results:
         for row in result["records"]:
-            if row.get(key) is not None and not row.get("diverged"):
+            if row.get(key) is not None and not row.get("nonfinite"):
                 table.setdefault(row["step"], []).append(row[key])
     steps = sorted(table)
     return steps, [float(np.mean(table[s])) for s in steps]

@@ -3,10 +3,9 @@
 
 Every figure module declares ``runs(profile, device, dry_run) -> list[Unit]`` and a pure ``plot(results, out)``.
 The driver reads each distinct unit's cache entry once, computes the missing ones on the worker processes (a unit
-shared by several figures is computed once; GRPO runs of one shape share a batch task, ``experiments.llm.batches``;
-a run waits for its warm start; longest chain first), and calls each figure's ``plot`` here, in this process, with
-its results as soon as the tasks holding its units are done. Folders and ``--force``
-travel as arguments; the same graph runs on every device, with that device's job count.
+shared by several figures is computed once; a run waits for its warm start; longest chain first), and calls each
+figure's ``plot`` here, in this process, with its results as soon as the tasks holding its units are done. Folders
+and ``--force`` travel as arguments; the same graph runs on every device, with that device's job count.
 """
 
 from __future__ import annotations
@@ -147,11 +146,8 @@ def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path 
                           spec=Figure(name)))
     every = {u.name: u for u in units}
     runs = sum(isinstance(u, llm.RunUnit) for u in every.values())
-    batched = [t for t in tasks if isinstance(t.spec, llm.Batch)]
-    in_batches = sum(len(t.spec.units) for t in batched)
     log(f"[paper_figs] {len(figures)} figures, {len(every)} units ({runs} GRPO runs), {len(values)} cached; "
-        f"{len(holder)} to compute ({in_batches} of them in {len(batched)} batch tasks): {len(tasks)} tasks on "
-        f"{jobs} workers", flush=True)
+        f"{len(holder)} to compute: {len(tasks)} tasks on {jobs} workers", flush=True)
     count, done = {"done": 0}, Progress(tasks, jobs)
     bar = _progress_bar(done) if progress else None
     say = log if bar is None else (lambda text, **_: bar.write(text))

@@ -17,6 +17,7 @@ from experiments.cache import Unit, unit
 from experiments.llm import run_unit
 from paper_figs.common import Panel, Results, apply_style, method_color, save_figure
 from sim.record import write_records
+from sim.schema import nonfinite
 
 NAME = "fig3_divergence"
 def plot_panel(axes, rows: list[dict], title: str, objective: str, objective_label: str, log: bool) -> None:
@@ -97,7 +98,7 @@ def summarize(rows: list[dict]) -> list[dict]:
         finals = sorted(r["objective"] for r in mine if r["step"] == last)
         out.append({"sim": sim, "label": label, "staleness": mine[0]["staleness"], "final_step": last,
                     "median_final_objective": finals[len(finals) // 2],
-                    "diverged_seeds": sum(r["diverged"] for r in mine if r["step"] == last), "seeds": len(finals)})
+                    "diverged_seeds": sum(nonfinite(r) for r in mine if r["step"] == last), "seeds": len(finals)})
     return out
 
 

@@ -21,11 +21,12 @@ import tyro
 from experiments import llm_figures
 from paper_figs import fig1_cosine, fig3_divergence
 from paper_figs.common import apply_style, save_figure
+from sim.schema import LEGACY_LLM_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS_CSV = ROOT / "docs" / "data" / "llm_figures_steps.csv"
 STEP_COLUMNS = ("figure", "arm", "warm_seed", "seed", "method", "gac_space", "staleness", "lr", "step", "accuracy",
-                "objective", "grad_norm", "cos_prev", "cos_halves", "cos_update", "kl_behaviour", "diverged",
+                "objective", "grad_norm", "cos_prev", "cos_halves", "cos_update", "kl_behaviour", "nonfinite",
                 "final_eval")
 """What the per-step CSV keeps of each record: what the two figures draw and the run table summarises."""
 
@@ -37,7 +38,7 @@ def step_table(results) -> pd.DataFrame:
             for run, result in results for row in llm_figures.step_rows([(run, result)], run.roles[0])]
     table = pd.DataFrame(rows).reindex(columns=list(STEP_COLUMNS))
     table["final_eval"] = table.final_eval.astype("boolean").fillna(False).astype(bool)
-    table["diverged"] = table.diverged.astype("boolean").fillna(False).astype(bool)
+    table["nonfinite"] = table.nonfinite.astype("boolean").fillna(False).astype(bool)
     return table
 
 
@@ -98,7 +99,7 @@ def main(cli: Cli) -> list[Path]:
         tmp.replace(data)
     elif not data.exists():
         raise SystemExit(f"error: {data} does not exist; make it with --compute (runs the testbed's runs)")
-    table = pd.read_csv(data)
+    table = pd.read_csv(data).rename(columns=LEGACY_LLM_COLUMNS)
     paths = draw(table, Path(cli.out))
     print("\n".join(str(p) for p in paths))
     return paths

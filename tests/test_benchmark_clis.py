@@ -13,8 +13,8 @@ from benchmarks import gac_overhead, llm_speed, sim_throughput
     (gac_overhead, ["--spaces", "-1"], "must be > 0"),
     (gac_overhead, ["--spaces", "10", "--baseline", "/nonexistent"], "no gac/ package"),
     (llm_speed, ["--rounds", "0"], "--rounds must be >= 1"),
-    (llm_speed, ["--batched", "-2"], "--batched must be >= 0"),
-    (llm_speed, ["--size", "huge"], "--size must be one of tiny, small, cpu, gpu, got 'huge'"),
+    (llm_speed, ["--configs", "huge"], "--configs: unknown huge"),
+    (llm_speed, ["--baseline", "/nonexistent"], "not a checkout of this package"),
     (sim_throughput, ["--seeds", "0"], "--seeds must be >= 1"),
 ])
 def test_bad_value_exits_2_before_any_work(module, argv, named, capsys, monkeypatch):

@@ -33,13 +33,13 @@ def test_results_of_trains_each_warm_start_once_before_its_runs(tmp_path, monkey
     monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
     events = []
     monkeypatch.setattr(llm, "prepare_warm_start", lambda args, log: events.append(("warm", args.digits)))
-    monkeypatch.setattr(llm, "train_batch", lambda runs, log: [events.append(("run", a.digits)) or
-                                                               {"summary": {"final_accuracy": 0.0}} for a in runs])
+    monkeypatch.setattr(llm, "run_records", lambda args, log: events.append(("run", args.digits)) or
+                        {"records": [], "summary": {"final_accuracy": 0.0}})
     # Costs that would put every run before a warm start, were it not for the wait.
     monkeypatch.setitem(llm.WARM_START_SECONDS, "tiny", 0.001)
     monkeypatch.setattr(llm, "estimated_seconds", lambda args: 100.0)
     runs = [llm.Run(Args(size="tiny", digits=d, seed=s), ("r",)) for d, s in [(2, 0), (3, 0), (2, 1), (3, 1)]]
-    llm.results_of(runs, jobs=1, log=lambda *a: None)  # two batches of two tiny runs, one per number of digits
+    llm.results_of(runs, jobs=1, log=lambda *a: None)
     assert sorted(events) == [("run", 2), ("run", 2), ("run", 3), ("run", 3), ("warm", 2), ("warm", 3)]
     assert all(("warm", d) in events[:i] for i, (kind, d) in enumerate(events) if kind == "run")
 
