@@ -131,7 +131,7 @@ class GACConfig:
     ema_decay: float = 0.9
     """β of the EMA reference (used when reference="ema")."""
     eps: float = 0.0
-    """Norms at or below eps count as zero (cosine 0, no action)."""
+    """Norms at or below eps count as zero (cosine NaN, regime "keep", the reference keeps its last direction)."""
     nonfinite: str = "raise"
     """What a non-finite gradient does: "raise" an error naming the step, or "skip" the step and count it."""
     reference_dtype: torch.dtype | None = None

@@ -13,7 +13,7 @@ Spaces (``GACConfig.space``), with v the controlled vector and d its reference:
 - ``"update"``: θ_before is saved, the inner step runs, v = Δ = θ_after − θ_before (weight decay included);
   d is built from previous proposed Δ; θ = θ_before + Δ' (skip: θ = θ_before), computed as θ_after − α·d.
   The inner optimizer's state stays as its step left it. A skip is a zero step: it restarts the reference
-  (as at init), so the next step is measured against nothing (cosine 0) and applied. Otherwise a skip would
+  (as at init), so the next step is measured against nothing (cosine NaN) and applied. Otherwise a skip would
   lock in: θ is restored but the optimizer's momentum has advanced and proposes the skipped direction again,
   so with AdamW or SGD-momentum every later step would be skipped. At most every other step is skipped.
   Memory: the reference (one previous Δ per parameter) as state, and θ_before: one parameter-sized buffer, kept

@@ -212,7 +212,7 @@ class GradientAlignmentControl:
         return tuple(s.to(f.dtype) for s, f in zip(saved, fresh, strict=True))
 
     def restart_reference(self) -> None:
-        """Forget the reference direction (as at init): the next step is measured against zero (cosine 0)."""
+        """Forget the reference direction (as at init): the next step is measured against nothing (cosine NaN)."""
         for index in range(len(self.params)):
             self._set_reference(index, None)
         self._last_g_sq = None
@@ -450,6 +450,20 @@ class GradientAlignmentControl:
                                  f"optimizer.swap_grads = False")
         self._swapped.clear()
 
+    def _write(self, indices: list[int], vectors: list, source: list, regime: int, coef: float, swap: bool,
+               scratch: bool) -> None:
+        """v' and the new reference for each controlled tensor (``_apply_to_tensor`` or the buffer swap)."""
+        for index, vector in zip(indices, vectors, strict=True):
+            reference = self._swappable(index, regime) if swap else None
+            if reference is not None:
+                self._swap_act(index, reference, coef)
+            else:
+                self._apply_to_tensor(index, vector, regime, coef, scratch=scratch)
+        for index, reference in enumerate(self.reference):
+            if source[index] is None and reference is not None:
+                # No gradient this step counts as a zero gradient for the reference.
+                reference.mul_(0.0 if self.cfg.reference == "prev" else self.cfg.ema_decay)
+
     @torch.no_grad()
     def apply(self, vectors: list | None = None, allow_action: bool = True, before_write=None,
               scratch_vectors: bool = False, swap_grads: bool = False) -> GACReport:
@@ -506,7 +520,7 @@ class GradientAlignmentControl:
             if reference_nonfinite > 0:  # a broken reference would skip every later step: start it anew
                 self.restart_reference()
             self.skipped_nonfinite += 1
-            report = GACReport(self.step, 0.0, "skip", 0.0, float("nan"), 0.0, threshold, nonfinite=True)
+            report = GACReport(self.step, float("nan"), "skip", 0.0, float("nan"), 0.0, threshold, nonfinite=True)
             self.step += 1
             self.last_report = report
             return report
@@ -518,17 +532,12 @@ class GradientAlignmentControl:
         regime, coef = int(decision.regime), float(decision.ref_coef)
         if before_write is not None:
             before_write(regime, coef)
-        for index, vector in zip(indices, vectors, strict=True):
-            reference = self._swappable(index, regime) if swap else None
-            if reference is not None:
-                self._swap_act(index, reference, coef)
-            else:
-                self._apply_to_tensor(index, vector, regime, coef, scratch=scratch_vectors)
-        for index, reference in enumerate(self.reference):
-            if source[index] is None and reference is not None:
-                # No gradient this step counts as a zero gradient for the reference.
-                reference.mul_(0.0 if self.cfg.reference == "prev" else self.cfg.ema_decay)
-        self._last_g_sq = (indices, local_g_sq)
+        if float(decision.norm_before) > self.cfg.eps:
+            self._write(indices, vectors, source, regime, coef, swap, scratch_vectors)
+            self._last_g_sq = (indices, local_g_sq)
+        elif scratch_vectors:  # a zero vector has no direction (cosine NaN, keep): the reference keeps its last one
+            for index, vector in zip(indices, vectors, strict=True):
+                self.keep_spare(index, vector)
 
         cosine = float(decision.cosine)
         self.threshold_stats = observe_threshold(self.cfg, self.threshold_stats, decision.cosine)

@@ -70,7 +70,7 @@ def test_sharded_decision_equals_single_process(cfg):
         for rank in range(WORLD):
             cosine, regime, scale, norm, shard = results[rank]["reports"][step]
             lo, hi = shard_bounds(rank)
-            assert cosine == pytest.approx(expected.cosine.item(), abs=1e-6)
+            assert cosine == pytest.approx(expected.cosine.item(), abs=1e-6, nan_ok=True)
             assert regime == gac.regime_name(int(expected.regime), cfg.mode)
             assert scale == pytest.approx(expected.parallel_scale.item(), abs=1e-6)
             assert norm == pytest.approx(full.norm().item(), rel=1e-6)

@@ -107,7 +107,7 @@ def test_parameters_joining_after_wrap_are_controlled_and_counted(how):
         moves.append(before - torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
         cosines.append(opt.last_report.cosine)
     expected_cosines, expected_moves = hand_gac_sgd(hand_steps, lr)
-    assert cosines == pytest.approx(expected_cosines, abs=1e-6)
+    assert cosines == pytest.approx(expected_cosines, abs=1e-6, nan_ok=True)
     assert max(expected_cosines[1:]) > 0.1  # GAC acts after the join
     for move, expected in zip(moves, expected_moves, strict=True):
         torch.testing.assert_close(move.double(), expected, atol=1e-6, rtol=1e-5)
@@ -139,7 +139,7 @@ def test_complex_parameters_are_controlled_like_their_real_view(monkeypatch, spa
         grad = drift + 0.7 * torch.randn(5, 3, 2, generator=gen)
         real_param.grad, complex_param.grad = grad.clone(), torch.view_as_complex(grad.clone())
         real_opt.step(), complex_opt.step()
-        assert complex_opt.last_report.cosine == pytest.approx(real_opt.last_report.cosine, abs=1e-6)
+        assert complex_opt.last_report.cosine == pytest.approx(real_opt.last_report.cosine, abs=1e-6, nan_ok=True)
         assert complex_opt.last_report.regime == real_opt.last_report.regime
         acted += real_opt.last_report.regime == "project"
     assert acted >= 3
