@@ -12,14 +12,11 @@ Spaces (``GACConfig.space``), with v the controlled vector and d its reference:
   (``GACOptimizer.swap_grads``): ``.grad`` becomes the tensor holding g' and the one that held g the reference.
 - ``"update"``: θ_before is saved, the inner step runs, v = Δ = θ_after − θ_before (weight decay included);
   d is built from previous proposed Δ; θ = θ_before + Δ' (skip: θ = θ_before), computed as θ_after − α·d.
-  The inner optimizer's state stays as its step left it. A skip is a zero step: it restarts the reference
-  (as at init), so the next step is measured against nothing (cosine NaN) and applied. Otherwise a skip would
-  lock in: θ is restored but the optimizer's momentum has advanced and proposes the skipped direction again,
-  so with AdamW or SGD-momentum every later step would be skipped. At most every other step is skipped.
-  Memory: the reference (one previous Δ per parameter) as state, and θ_before: one parameter-sized buffer, kept
-  between steps and reused (a fresh one each step costs page faults on CPU: 7× a copy into an existing buffer at
-  10M parameters). Δ is never stored whole: the tracker forms it chunk by chunk (``gac.tracker.Difference``), and
-  θ_after − α·d is written in the same pass. Peak: 2 parameter-sized tensors (was 3: θ_before and Δ per step).
+  The inner optimizer's state stays as its step left it. Memory: the reference (one previous Δ per parameter) as
+  state, and θ_before: one parameter-sized buffer, kept between steps and reused (a fresh one each step costs page
+  faults on CPU: 7× a copy into an existing buffer at 10M parameters). Δ is never stored whole: the tracker forms
+  it chunk by chunk (``gac.tracker.Difference``), and θ_after − α·d is written in the same pass. Peak: 2
+  parameter-sized tensors (was 3: θ_before and Δ per step).
 - ``"momentum"``: v = the first moment m_t the inner step is about to form (Adam/AdamW:
   β1·exp_avg + (1−β1)·g; SGD: μ·buf + (1−δ)·g, buf = g at its first step; g includes coupled weight decay
   and ``maximize``); d is built from previous uncontrolled m. Acting shifts the stored buffer so that the
@@ -28,6 +25,12 @@ Spaces (``GACConfig.space``), with v the controlled vector and d its reference:
   buffers unchanged. Memory: the reference (one previous m per parameter) and one parameter-sized buffer that m_t
   is formed in, kept between steps; with reference "prev" the buffer becomes the reference and the old reference
   the next buffer (no copy).
+
+A skip restarts the reference (as at init) in every space, so the next step is measured against nothing (cosine NaN)
+and applied: at most every other step is skipped, whatever the gradients. Otherwise a skip would lock training in,
+since it changes nothing the next vector is made from: in gradient space θ stays (a deterministic gradient repeats),
+in momentum space the stored moment stays (the next m_t mostly repeats the skipped one: 140 of 150 steps skipped on
+pure noise), in update space θ is restored but the optimizer's momentum advanced and proposes the skipped step again.
 
 Which parameters: every parameter of the inner optimizer's ``param_groups``, as they are at each step. One that
 joins after ``wrap`` (a group added with ``add_param_group`` on the wrapper or on the inner optimizer, a parameter
@@ -199,11 +202,6 @@ class GACOptimizer(torch.optim.Optimizer):
             raise
         if report.regime == "skip":  # skipped, or a non-finite Δ (overflow in the inner step): not applied
             self._restore(stepped, before)
-        if report.regime == "skip" and not report.nonfinite:
-            # θ is back at θ_before but the inner state advanced, so its momentum proposes the skipped direction
-            # again; measured against that direction every later step would be skipped too. A skip is a zero step:
-            # the reference restarts (as at init), so the step after a skip is always applied.
-            self.gac.restart_reference()
         for index, buffer in zip(indices, before, strict=True):
             self.gac.keep_spare(index, buffer)
         return report

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 
 from gac.config import GACConfig, check_config, check_threshold, reference_dtype_for
-from gac.control import check_gradient, decide_and_apply, update_reference
+from gac.control import SKIP, check_gradient, decide_and_apply, update_reference
 
 
 class GACState(NamedTuple):
@@ -77,7 +77,9 @@ def update(g: torch.Tensor, state: GACState, cfg: GACConfig,
     cfg.threshold), else cfg.threshold or the adaptive rule's τ from ``state.threshold_stats``. The
     reference then takes the raw g ("prev") or its EMA, stored in cfg.reference_dtype when set, and the rule
     observes the cosine. A row whose g is zero (‖g‖ ≤ cfg.eps) has cosine NaN and is kept; its reference keeps
-    its last direction and the rule observes nothing. A non-finite g or reference raises
+    its last direction and the rule observes nothing. A skipped row's reference restarts from zero (as at init), so
+    its next step is measured against nothing and kept: a skip changes nothing the next vector is made from, so
+    measured against the skipped one every later step would be skipped. A non-finite g or reference raises
     ``NonFiniteGradientError`` (nonfinite="raise") or skips its row (g' = 0, cosine NaN; a non-finite reference
     restarts from zero). τ overrides outside [0, 1) are refused.
     """
@@ -97,10 +99,11 @@ def update(g: torch.Tensor, state: GACState, cfg: GACConfig,
     reference = update_reference(state.reference, g, cfg).to(state.reference.dtype if cfg.reference_dtype is None
                                                               else reference_dtype_for(g.dtype, cfg.reference_dtype))
     # A zero g has no direction: the reference keeps its last one. A non-finite g leaves it as it was too; a
-    # non-finite reference restarts from zero (as at init).
-    takes_g = finite & (decision.norm_before > cfg.eps)
+    # non-finite reference, and a skip (docstring), restart it from zero (as at init).
+    skipped = finite & (decision.regime == SKIP)
+    takes_g = finite & (decision.norm_before > cfg.eps) & ~skipped
     if not bool(takes_g.all()):
-        kept = torch.where(d_finite.unsqueeze(-1), state.reference, torch.zeros_like(state.reference))
+        kept = torch.where((d_finite & ~skipped).unsqueeze(-1), state.reference, torch.zeros_like(state.reference))
         reference = torch.where(takes_g.unsqueeze(-1), reference, kept.to(reference.dtype))
     stats = observe_threshold(cfg, state.threshold_stats, decision.cosine)
     tau_tensor = torch.as_tensor(tau, dtype=decision.cosine.dtype, device=g.device).expand(decision.cosine.shape)

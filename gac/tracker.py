@@ -538,6 +538,11 @@ class GradientAlignmentControl:
         elif scratch_vectors:  # a zero vector has no direction (cosine NaN, keep): the reference keeps its last one
             for index, vector in zip(indices, vectors, strict=True):
                 self.keep_spare(index, vector)
+        if regime == SKIP:
+            # A skip changes nothing the next vector is made from (θ, the stored moment; in update space the
+            # optimizer's momentum proposes the skipped step again): measured against the skipped vector every later
+            # step would be skipped. The reference restarts (as at init), so the next step is kept.
+            self.restart_reference()
 
         cosine = float(decision.cosine)
         self.threshold_stats = observe_threshold(self.cfg, self.threshold_stats, decision.cosine)
