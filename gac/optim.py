@@ -39,6 +39,10 @@ fresh reference (zero, as at init); a parameter without a gradient at a step cou
 parameters are measured and projected in their real view (``torch.view_as_real``; see ``gac.control.real_view``).
 Refused in one line: a ``cfg`` that is not a ``GACConfig`` (TypeError), parameters on the meta device (named), sparse
 gradients, LBFGS, wrapping twice.
+
+Copies: ``copy.deepcopy``, ``pickle`` and ``torch.save`` of the wrapper keep GAC's state (reference, counts, threshold
+statistics), and the copy steps exactly as the original would; one wrapped with a ``process_group`` is refused at
+copy time in one line (save its ``state_dict()``).
 """
 
 from __future__ import annotations
@@ -359,6 +363,17 @@ class GACOptimizer(torch.optim.Optimizer):
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         for index, (saved_id, param) in enumerate(zip(saved_ids, params, strict=False)):
             check_reference_shape(index, state_dict.get("state", {}).get(saved_id, {}).get(REFERENCE_KEY), param)
+
+    # -- copies (copy.deepcopy, pickle, torch.save of the optimizer object) --------------------------
+    def __getstate__(self) -> dict:
+        """All of the wrapper, so a copy steps as this optimizer would: torch.optim.Optimizer's own keeps only
+        defaults, state and param_groups (a copy used to lose GAC). Hooks are left out, as torch leaves them out."""
+        return {key: value for key, value in self.__dict__.items()
+                if not (key.startswith("_optimizer_") and key.endswith("_hooks"))}
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)  # torch's: empty hook dictionaries, the step profiler
+        self.optimizer._gac_wrapped = True  # the inner optimizer's pickled state does not carry the mark
 
     def __repr__(self) -> str:
         return f"GACOptimizer({self.gac.cfg}, {self.optimizer!r})"

@@ -139,6 +139,15 @@ class GradientAlignmentControl:
         self._last_g_sq: tuple[list[int], torch.Tensor] | None = None  # (indices, local ‖g‖²) of the last step
         self._swapped: dict[int, tuple] = {}  # index -> (weakref, version) of a former .grad that became the reference
 
+    def __getstate__(self) -> dict:
+        """What a copy (``copy.deepcopy``, pickle) needs to step as this one would: without the scratch and spare
+        buffers (a speed-up, rebuilt on use), the cached ‖d‖² (recomputed: the same numbers) and the weak
+        references of the buffer-swap check. A process group cannot be copied: one line."""
+        if self.process_group is not None:
+            raise TypeError("GAC: an optimizer wrapped with a process_group cannot be copied or pickled (a process "
+                            "group is not copyable); save and load its state_dict() instead")
+        return {**self.__dict__, "_scratch_buffers": {}, "_spare": {}, "_last_g_sq": None, "_swapped": {}}
+
     @property
     def reference(self) -> list[torch.Tensor | None]:
         """The reference direction, one rank-local tensor per parameter (None before its first gradient)."""
