@@ -35,7 +35,12 @@ pure noise), in update space θ is restored but the optimizer's momentum advance
 Which parameters: every parameter of the inner optimizer's ``param_groups``, as they are at each step. One that
 joins after ``wrap`` (a group added with ``add_param_group`` on the wrapper or on the inner optimizer, a parameter
 unfrozen with ``requires_grad_(True)``) is controlled, and counted in the cosine, from its first gradient on, with a
-fresh reference (zero, as at init); a parameter without a gradient at a step counts as a zero gradient. Complex
+fresh reference (zero, as at init). A parameter without a gradient at a step (``.grad`` None, or all zeros: what
+``zero_grad(set_to_none=False)`` leaves in an unused one) takes no part in that step, in every space: it is not counted
+in the cosine (neither its vector nor its reference), GAC does not move it (the inner optimizer does with it what it
+does unwrapped: plain SGD moves neither; AdamW's momentum and weight decay move a zero-gradient one as they would
+without GAC), and its reference keeps its value for its next gradient. A gradient that is genuinely zero is treated
+alike: GAC acts on the parameters that received a gradient. Complex
 parameters are measured and projected in their real view (``torch.view_as_real``; see ``gac.control.real_view``).
 Refused in one line: a ``cfg`` that is not a ``GACConfig`` (TypeError), parameters on the meta device (named), sparse
 gradients, LBFGS, wrapping twice.
@@ -187,7 +192,8 @@ class GACOptimizer(torch.optim.Optimizer):
         grads = [local_tensor(p.grad) for p in params if p.grad is not None]
         if not grads:
             raise ValueError(f"GAC step {self.gac.step}: no parameter has a gradient; call backward() first")
-        if not grads_look_finite(grads):
+        finite, has_gradient = look_at_gradients(params)
+        if not finite:
             # No inner step on a non-finite gradient (it would corrupt the optimizer's state): the tracker sees
             # the gradient itself, so every rank raises or skips together after its one all_reduce.
             return self.gac.apply([p.grad for p in params])
@@ -200,7 +206,8 @@ class GACOptimizer(torch.optim.Optimizer):
         # θ_after − α·d in the same pass when it acts.
         steps = iter([Difference(t, b) for t, b in zip(stepped, before, strict=True)])
         try:
-            report = self.gac.apply([next(steps) if p.grad is not None else None for p in params])
+            report = self.gac.apply([next(steps) if p.grad is not None else None for p in params],
+                                    has_gradient=has_gradient)
         except NonFiniteGradientError:
             self._restore(stepped, before)
             raise
@@ -220,18 +227,18 @@ class GACOptimizer(torch.optim.Optimizer):
         index_of = {p: i for i, p in enumerate(params)}
         moments, buffers = self._first_moments(index_of)
 
-        def shift_buffers(regime: int, coef: float) -> None:
+        def shift_buffers(regime: int, coef: float, taking_part: set[int]) -> None:
             if regime != ACT:
                 return
             for param, (buffer, factor) in buffers.items():
                 reference = self.gac._reference_of(index_of[param])
-                if buffer is not None and reference is not None:
+                if buffer is not None and reference is not None and index_of[param] in taking_part:
                     buffer.sub_(reference.to(buffer.dtype), alpha=coef * factor)
 
         complete = all(buffer is not None for buffer, _ in buffers.values())
         # m_t is formed in a buffer kept between steps, and with reference "prev" becomes the reference itself
         report = self.gac.apply([moments.get(p) for p in params], allow_action=complete, before_write=shift_buffers,
-                                scratch_vectors=True)
+                                scratch_vectors=True, has_gradient=look_at_gradients(params)[1])
         if report.regime != "skip":
             self._inner_step()
         return report
@@ -379,12 +386,18 @@ class GACOptimizer(torch.optim.Optimizer):
         return f"GACOptimizer({self.gac.cfg}, {self.optimizer!r})"
 
 
-def grads_look_finite(grads: list[torch.Tensor]) -> bool:
-    """Whether every entry of the gradients is finite, from one read-only reduction per tensor (min and max: a NaN
-    makes both NaN, ±inf shows as an extreme; neither overflows) instead of a per-entry ``isfinite`` pass."""
-    extremes = torch.stack([torch.stack(torch.aminmax(real_parts(g).reshape(-1))) for g in grads if g.numel() > 0]
-                           or [torch.zeros(2)])
-    return bool(torch.isfinite(extremes).all())
+def look_at_gradients(params: list[torch.Tensor]) -> tuple[bool, list[bool]]:
+    """(whether every gradient entry is finite, per parameter whether its gradient on this rank has a nonzero entry:
+    False for None), from one read-only reduction per tensor (min and max: a NaN makes both NaN, ±inf shows as an
+    extreme; neither overflows) instead of per-entry ``isfinite`` and ``any`` passes."""
+    grads = [local_tensor(p.grad) if p.grad is not None and p.grad.numel() > 0 else None for p in params]
+    present = [g for g in grads if g is not None]
+    if not present:
+        return True, [False] * len(params)
+    extremes = torch.stack([torch.stack(torch.aminmax(real_parts(g).reshape(-1))) for g in present])
+    numbers = torch.cat([torch.isfinite(extremes).all().reshape(1), (extremes != 0).any(1)]).tolist()
+    nonzero = iter(numbers[1:])
+    return bool(numbers[0]), [g is not None and bool(next(nonzero)) for g in grads]
 
 
 def loaded_reference(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

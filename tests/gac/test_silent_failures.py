@@ -57,7 +57,8 @@ def test_update_space_nonfinite_step_is_not_applied():
 # -- 2. parameters that join after wrap are controlled ---------------------------------------------------
 def hand_gac_sgd(steps: list[list[torch.Tensor | None]], lr: float) -> tuple[list[float], list[torch.Tensor]]:
     """GAC (gradient space, reference "prev", τ = 0, project) then SGD, on the flat vector of all parameters in
-    float64; a parameter not controlled at a step (None) counts as a zero gradient. (cosines, applied steps)."""
+    float64; a parameter not controlled yet (None) is zero in g and has no reference (what the rule "takes no part"
+    gives here: it has no reference before its first gradient). (cosines, applied steps)."""
     reference, cosines, applied = None, [], []
     for grads in steps:
         g = torch.cat([torch.zeros(n) if t is None else t.reshape(-1) for t, n in grads]).double()
