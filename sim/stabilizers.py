@@ -151,7 +151,6 @@ class VCPOConfig:
 
 
 OBJECTIVE, DIRECTION, STEP = "objective", "direction", "step"
-AXES = (OBJECTIVE, DIRECTION, STEP)
 
 
 @dataclass(frozen=True)
