@@ -57,9 +57,9 @@ def test_verdict_table_and_controls_reproduce(verdict_runs, tmp_path):
 
 
 def test_verdict_v2_table_reproduces_from_its_runs(tmp_path):
-    runs, tuning = run_rows("verdict_llm_v2_runs.csv"), run_rows("verdict_llm_v2_tuning.csv")
-    assert_reproduces("verdict_llm_v2.csv", verdict.verdict_table(runs, tuning), tmp_path)
-    sync = next(r for r in verdict.verdict_table(runs, tuning) if r["arm"] == "sync")
+    table = verdict.verdict_table(run_rows("verdict_llm_v2_runs.csv"), run_rows("verdict_llm_v2_tuning.csv"))
+    assert_reproduces("verdict_llm_v2.csv", table, tmp_path)
+    sync = next(r for r in table if r["arm"] == "sync")
     assert sync["minus_naive_high"] - sync["minus_naive_low"] <= 0.04  # issue 33: resolved to +-0.02
 
 
