@@ -180,3 +180,17 @@ def test_a_full_disk_warns_with_the_path_and_keeps_the_computed_result(monkeypat
     with pytest.warns(RuntimeWarning, match=str(tmp_path / "folder")):
         assert cache.compute_unit(item, tmp_path / "folder") == 3  # a worker hands its result back all the same
     assert not path.exists()
+
+
+def test_one_thread_restores_thread_count():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # not 1, so that a count left at 1 is seen
+    try:
+        with pytest.raises(RuntimeError), cache.one_thread():
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("restored even on error")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
