@@ -138,18 +138,6 @@ def over_warm_starts(values: pd.Series, warm_seeds: pd.Series) -> tuple[float, f
     return stats.t_interval(means, 0.95) if len(means) else (math.nan, math.nan, math.nan)
 
 
-def arm_summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per arm: final accuracy, gain over the warm start, cosine, bound, each with its interval over warm starts."""
-    out = []
-    for arm, rows in table.groupby("arm", sort=False):
-        row = {"arm": arm, "staleness": int(rows.staleness.iloc[0]), "runs": len(rows),
-               "warm_starts": rows.warm_seed.nunique(), "nonfinite": int(rows.nonfinite.sum())}
-        for key in ("final_accuracy", "gain", "cos_prev", "cos_bound", "cos_update", "kl_behaviour"):
-            row[key], row[f"{key}_low"], row[f"{key}_high"] = over_warm_starts(rows[key], rows.warm_seed)
-        out.append(row)
-    return pd.DataFrame(out)
-
-
 def paired_summary(table: pd.DataFrame, reference: str = "sync") -> pd.DataFrame:
     """Per arm: its gain over the warm start and its final accuracy minus ``reference``'s on the same warm start and
     RL seed (a paired difference: the warm start's share of the variance cancels), each the mean over warm starts of

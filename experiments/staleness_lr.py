@@ -45,7 +45,7 @@ import numpy as np
 import tyro
 
 from experiments import toy
-from experiments.cache import one_thread, profile_unit, result
+from experiments.cache import one_thread, result, unit
 from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.quadratic import QuadraticProblem, run_quadratic
@@ -381,9 +381,9 @@ def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
 
 
 def scale_unit(scale: str, profile: str, criterion: str = "progress"):
-    """``search_scale`` as the command line's unit, keyed by profile and source (figs3 declares its own unit of the
-    same search, under another key: one of the two would have to recompute to share them)."""
-    return profile_unit(f"staleness_lr_{scale}_{criterion}", profile, "cpu", search_scale, scale, profile, criterion)
+    """``search_scale`` as the command line's unit (figs3 declares its own unit of the same search, under another kind:
+    the command line keeps the caller's torch thread count, the figure's worker runs on one)."""
+    return unit(f"staleness_lr_{scale}_{criterion}", search_scale, scale, profile, criterion)
 
 
 def run_scale(scale: str, profile: str, criterion: str = "progress") -> dict:

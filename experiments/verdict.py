@@ -79,7 +79,6 @@ ARMS: dict[str, Arm] = {
 GAC_PLACEMENTS = ("gac gradient", "gac update", "gac momentum")
 SHRINKING = ("gac gradient", "gac update", "gac momentum", "braking", "kl_target", "gac + tis", "kl_target + gac")
 """Arms that shrink or redirect the step: each gets the step-norm control and the sync + arm control."""
-MILD_ARMS = ("sync", "naive", "best gac", "kl_target", "tis", "best combination")
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,6 @@ SIM_EXTRAS: dict[str, tuple[str, ...]] = {
 """Exactly the extra columns of each simulator's rows, in order."""
 
 NO_REGIME = "n/a"
-_STRINGS = ("sim", "method", "regime", "label", "ratio_to", "objective_fn", "direction_control", "step_control")
 
 
 def columns(sim: str) -> tuple[str, ...]:

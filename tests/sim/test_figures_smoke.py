@@ -86,15 +86,3 @@ def test_figures_registry_order():
                        "fig5_llm_grpo",
                        "fig6_ablation", "fig7_bound", "fig8_tuned", "fig9_early_warning", "fig10_verdict",
                        "figs1_bandit_snr", "figs2_llm_signature", "figs3_staleness_lr"]
-
-
-def test_single_thread_restores_thread_count():
-    import torch
-
-    from paper_figs.common import single_thread
-
-    before = torch.get_num_threads()
-    with pytest.raises(RuntimeError), single_thread():
-        assert torch.get_num_threads() == 1
-        raise RuntimeError("restored even on error")
-    assert torch.get_num_threads() == before

@@ -18,7 +18,7 @@ from experiments import llm_figures, signature, stats, verdict
 from paper_figs import figs2_llm_signature
 from sim.record import write_records
 
-DATA = Path(__file__).resolve().parents[1] / "docs" / "data"
+DATA = Path(__file__).resolve().parents[2] / "docs" / "data"
 
 
 def run_rows(name: str) -> list[dict]:
@@ -57,9 +57,9 @@ def test_verdict_table_and_controls_reproduce(verdict_runs, tmp_path):
 
 
 def test_verdict_v2_table_reproduces_from_its_runs(tmp_path):
-    runs, tuning = run_rows("verdict_llm_v2_runs.csv"), run_rows("verdict_llm_v2_tuning.csv")
-    assert_reproduces("verdict_llm_v2.csv", verdict.verdict_table(runs, tuning), tmp_path)
-    sync = next(r for r in verdict.verdict_table(runs, tuning) if r["arm"] == "sync")
+    table = verdict.verdict_table(run_rows("verdict_llm_v2_runs.csv"), run_rows("verdict_llm_v2_tuning.csv"))
+    assert_reproduces("verdict_llm_v2.csv", table, tmp_path)
+    sync = next(r for r in table if r["arm"] == "sync")
     assert sync["minus_naive_high"] - sync["minus_naive_low"] <= 0.04  # issue 33: resolved to +-0.02
 
 
@@ -93,7 +93,7 @@ def test_llm_testbed_numbers_quoted_in_the_readme():
     assert tuple(summary.loc["naive s=16", ["minus_sync", "minus_sync_low", "minus_sync_high"]]) == (
         -0.097, -0.137, -0.056)
     assert summary.loc["naive s=8", "minus_sync"] == -0.066
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert "+0.186 [0.100, 0.272]" in readme and "−0.097 [−0.137, −0.056]" in readme
 
 
