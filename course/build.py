@@ -25,7 +25,7 @@ PAPER = "https://arxiv.org/abs/2603.01501"
 EXTRA_PAGES = ("RESULTS.md", "docs/usage.md", "RELIABILITY.md", "CHANGELOG.md", "theory/README.md",
                "paper_figs/README.md", "benchmarks/README.md")
 """Markdown pages of the checkout the site carries (RESULTS.md links to the others), at the same relative paths."""
-FINDINGS = "## What the paper claims, and what this package found"
+FINDINGS = "## The paper's claims, here"
 SITE_PACKAGES = ("mkdocs", "mkdocs_jupyter", "material")
 """The site extra's modules (mkdocs, mkdocs-jupyter, mkdocs-material), checked before any notebook runs."""
 

@@ -69,7 +69,7 @@ def test_the_site_renders_the_executed_notebooks_and_the_results(executed, tmp_p
         for image in re.findall(r'<img[^>]+src="(\.\./[^"]+)"', page):
             assert (site / "notebooks" / image).resolve().exists(), (path.name, image)
     home = (site / "index.html").read_text()
-    assert "What the paper claims, and what this package found" in home
+    assert "The paper&#39;s claims, here" in home or "The paper's claims, here" in home
     for path in NOTEBOOKS:  # the start-here path lists every notebook by its title, with its time
         title = nbformat.read(path, as_version=4).cells[0].source.splitlines()[0].lstrip("# ")
         assert f'href="notebooks/{path.stem}.html">{html.escape(title, quote=False)}</a> — ' in home, title
