@@ -19,7 +19,7 @@
 # consecutive-gradient cosine signature looks like, and in which phase of training it is strong.
 # **Prerequisites:** [notebook 0](00_start_here.ipynb); gradient descent on a quadratic. **Time:** 20 minutes (the
 # cells run in about 15 s). Claims shown: "staleness destabilizes where delayed-GD theory says" and "consecutive
-# gradients stay aligned under staleness" ([Results: what the runs show](../RESULTS.md#what-the-runs-show-quick-profile-this-repositorys-code));
+# gradients stay aligned under staleness" ([Results: alignment in the toys](../RESULTS.md#alignment-in-the-toys));
 # the paper: [arXiv:2603.01501](https://arxiv.org/abs/2603.01501).
 #
 # In asynchronous training the update at step $t$ uses a gradient computed at an older iterate,

@@ -20,7 +20,7 @@
 # bound against measured runs, and how far GAC's projection moves the stability boundary.
 # **Prerequisites:** notebook 1; linear recursions and their characteristic polynomial; a little probability
 # (stationary variance). **Time:** 40 minutes (the cells run in about a minute). Claims shown: the theory rows of
-# [Results: theory](../RESULTS.md#theory) (the boundary, the SNR law, the bound); full statements and proofs in
+# [Results: the SNR law](../RESULTS.md#the-snr-law) (the boundary, the SNR law, the bound); full statements and proofs in
 # `theory/README.md`. The paper: [arXiv:2603.01501](https://arxiv.org/abs/2603.01501).
 #
 # Each result lives in `theory/` as a function with a `check_*` beside it; this notebook calls them.

@@ -19,7 +19,7 @@
 # skip) and references (previous gradient, EMA) differ, and what each does to a stale run on the noisy quadratic.
 # **Prerequisites:** notebook 1; vectors, dot products and projections. **Time:** 20 minutes (the cells run in a few
 # seconds). Claims shown: "GAC keeps stale runs stable" and "GAC matches sync at high staleness" (not reproduced)
-# ([Results: what the runs show](../RESULTS.md#what-the-runs-show-quick-profile-this-repositorys-code),
+# ([Results: GAC keeps runs finite](../RESULTS.md#gac-keeps-runs-finite),
 # [Results: verdict](../RESULTS.md#verdict)). The paper: [arXiv:2603.01501](https://arxiv.org/abs/2603.01501).
 #
 # Gradient Alignment Control looks at two vectors: the current raw gradient $g$ and a reference direction $d$

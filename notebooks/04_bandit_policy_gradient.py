@@ -20,7 +20,7 @@
 # saturating softmax bandit. **Prerequisites:** notebooks 1 and 3; the policy gradient (REINFORCE) and importance
 # sampling. **Time:** 25 minutes (the cells run in about 30 s). Claims shown: "consecutive gradients stay aligned under
 # staleness — where the signal dominates the noise" and "with the step size tuned, TIS wins on stale data"
-# ([Results: what the runs show](../RESULTS.md#what-the-runs-show-quick-profile-this-repositorys-code)). The paper:
+# ([Results: alignment in the toys](../RESULTS.md#alignment-in-the-toys)). The paper:
 # [arXiv:2603.01501](https://arxiv.org/abs/2603.01501).
 #
 # Asynchronous RL does not delay the *gradient*; it delays the *data*. At step $t$ the learner holds $\theta_t$, but the

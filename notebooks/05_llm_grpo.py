@@ -20,7 +20,7 @@
 # (8 warm starts × 2 seeds), with intervals over warm starts. **Prerequisites:** notebooks 1–3 (the stale-aligned
 # effect, the bound cos ≤ SNR/(1+SNR), GAC's projection). **Time:** 10 minutes to read; the tiny run at the end takes
 # about a minute on a CPU.
-# Claims shown: the LLM rows of the README's table ([Results: the testbed](../RESULTS.md#the-reproducible-llm-testbed-8-warm-starts--2-seeds),
+# Claims shown: the LLM rows of the README's table ([Results: the testbed](../RESULTS.md#the-llm-testbed),
 # [Results: verdict](../RESULTS.md#verdict)); the paper: [arXiv:2603.01501](https://arxiv.org/abs/2603.01501).
 #
 # The model is a Qwen3-architecture transformer (0.6M parameters, built from a config in code, nothing downloaded) that
