@@ -20,7 +20,7 @@ import tyro
 
 from experiments import llm_figures
 from paper_figs import fig1_cosine, fig3_divergence
-from paper_figs.common import apply_style, save_figure
+from paper_figs.common import apply_style, panel_letters, save_figure
 from sim.schema import LEGACY_LLM_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,11 +59,12 @@ def draw(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     apply_style()
     paths = []
     fig1_rows = llm_figures.with_run_means([r for r in rows_of(table, "fig1") if not r["final_eval"]])
-    fig, ax = plt.subplots(figsize=(3.6, 2.9))
+    fig, ax = plt.subplots(figsize=(5.4, 2.9))  # room for the key beside the panel
     fig1_cosine.plot_llm(ax, fig1_rows)
     paths += save_figure(fig, out_dir, "fig1_cosine_llm_testbed")
-    fig, axes = plt.subplots(3, 1, figsize=(3.6, 7.2))
+    fig, axes = plt.subplots(3, 1, figsize=(3.6, 7.6))
     fig3_divergence.plot_llm(axes, rows_of(table, "fig3"))
+    panel_letters(axes)
     paths += save_figure(fig, out_dir, "fig3_divergence_llm_testbed")
     return paths
 

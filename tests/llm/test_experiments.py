@@ -18,7 +18,12 @@ def test_sweep_feeds_fig5(tiny_checkpoint, tmp_path, monkeypatch):
     assert {r["sim"] for _, res in results for r in res["records"]} == {"llm"}
     cached_files = sorted((tmp_path / "cache").glob("llm_grpo-*.json"))
     assert len(cached_files) == len(runs)
+    from paper_figs import fig5_llm_grpo
+    from tests.figure_reader import assert_a_reader_understands, capture
+
+    figures = capture(fig5_llm_grpo, monkeypatch)
     driver.make_figure("fig5_llm_grpo", "test", tmp_path / "out")  # reads the cache
+    assert figures and all(assert_a_reader_understands(fig, "fig5") is None for fig in figures)
     assert sorted((tmp_path / "cache").glob("llm_grpo-*.json")) == cached_files
     for ext in ("png", "pdf", "csv"):
         assert (tmp_path / "out" / f"fig5_llm_grpo.{ext}").exists()
