@@ -4,17 +4,31 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 PROFILE ?= quick
 
+# `make install`: what the figures need. The wheel holds the library `gac` alone; the research code (theory, sim,
+# experiments, paper_figs, course, benchmarks) runs from this checkout, which a .pth file puts on the venv's path (so
+# it imports from any folder: notebooks, worker processes, Ray workers).
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# CPU build of torch (on this project's machines it lies on local disk); any torch>=2.4 works.
 	$(BIN)/pip install -q "torch==2.13.0"
-	# cluster (Ray) too: tests/sim/test_cluster.py checks on a local 2-CPU cluster that --executor ray writes the same CSVs
-	# site: the course (make site; tests/test_notebooks.py builds it from the notebooks it executes)
+	$(BIN)/pip install -q -e ".[research]"
+	$(BIN)/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'gac_lab_checkout.pth').write_text('$(CURDIR)\n')"
+	touch $@
+
+# `make site`: the course's notebooks and MkDocs.
+$(BIN)/.installed-site: $(BIN)/.installed
+	$(BIN)/pip install -q -e ".[site]"
+	touch $@
+
+# `make test`: every extra the tests exercise: trl and tensorboard (the integrations), cluster (tests/sim/test_cluster.py
+# checks on a local 2-CPU Ray cluster that --executor ray writes the same CSVs), site (tests/test_notebooks.py builds
+# the course), dev (pytest, ruff, import-linter, mutmut).
+$(BIN)/.installed-test: $(BIN)/.installed
 	$(BIN)/pip install -q -e ".[research,trl,tensorboard,cluster,site,dev]"
 	touch $@
 
-.PHONY: install figures test lint site mutation mutation-sample
+.PHONY: install figures test lint check-data site mutation mutation-sample
 install: $(BIN)/.installed
 
 figures: $(BIN)/.installed
@@ -22,15 +36,19 @@ figures: $(BIN)/.installed
 
 # The course: every notebook executed (a cell error fails the build), rendered with README's findings and RESULTS.md
 # into site/ (static HTML; open site/index.html). `make test` executes the notebooks once and builds the site from them.
-site: $(BIN)/.installed
+site: $(BIN)/.installed-site
 	$(BIN)/python -m course.build --out site
 
-lint: $(BIN)/.installed
+lint: $(BIN)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
-test: $(BIN)/.installed lint
-	$(BIN)/python -m pytest
+# The committed data (docs/data): each summary recomputed from its committed runs, each table against theory.
+check-data: $(BIN)/.installed-test
+	$(BIN)/python -m pytest tests/committed
+
+test: $(BIN)/.installed-test lint check-data
+	$(BIN)/python -m pytest --ignore=tests/committed
 
 # Mutation testing (mutmut, config in pyproject.toml; theory/MUTANTS.md has the measured scores). Not part of `make test`.
 # Each mutant is judged by the fast tests only (`-m "not heavy"` in [tool.mutmut]), fastest first, stopping at the
@@ -42,7 +60,7 @@ test: $(BIN)/.installed lint
 MUTATE_MODULES ?= gac.control theory.stability theory.momentum theory.gac_stability theory.cosine theory.convergence
 MUTATION_SAMPLE ?= 50
 MUTMUT := OMP_NUM_THREADS=1 nice -n 5 $(BIN)/mutmut
-mutation: $(BIN)/.installed
+mutation: $(BIN)/.installed-test
 	for module in $(MUTATE_MODULES); do \
 		start=$$(date +%s); \
 		$(MUTMUT) run --max-children 2 "$$module.*" > /dev/null || exit 1; \
@@ -50,7 +68,7 @@ mutation: $(BIN)/.installed
 	done
 	$(BIN)/mutmut results --all true | $(BIN)/python -m theory.mutation_sample score
 
-mutation-sample: $(BIN)/.installed
+mutation-sample: $(BIN)/.installed-test
 	# the first run generates every mutant and the test-to-function map; its one named mutant is in any sample's file
 	$(MUTMUT) run --max-children 2 theory.stability.x_stability_boundary_closed_form__mutmut_1 > /dev/null
 	$(BIN)/python -m theory.mutation_sample pick $(MUTATION_SAMPLE) > mutants/sample.txt

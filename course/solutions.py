@@ -1,6 +1,7 @@
-"""Solutions of the notebooks' exercises, one function per exercise (the notebook's solution cell shows its code and
-calls it). Each is tested in tests/test_course.py against a computation that does not share its code: a closed
-form of theory/, the library (gac.control), torch.distributions, or the package's own summary of the same data.
+"""Solutions of the notebooks' exercises, one function per exercise (the notebook's check cell compares the learner's
+function with it; the site's Solutions page, course/solutions.md, shows its code). Each is tested in
+tests/test_course.py against a computation that does not share its code: a closed form of theory/, the library
+(gac.control), torch.distributions, or the package's own summary of the same data.
 """
 
 from __future__ import annotations
@@ -16,14 +17,6 @@ from scipy import stats
 from sim.bandit import GaussianBandit, run_bandit
 from sim.grid import setting
 from sim.quadratic import QuadraticProblem, run_quadratic
-
-
-def show(function) -> None:
-    """Display a solution's source code in the notebook (highlighted), so that the site shows the solution too."""
-    from IPython.display import Code, display
-
-    display(Code(inspect.getsource(function), language="python"))
-
 
 # --- 00 start here and 01: the delayed recursion x_{t+1} = x_t − a x_{t−s} --------------------------------------
 

@@ -64,20 +64,12 @@ def content_checksum(entry: dict) -> str:
 
 
 def _read(path: Path) -> Any:
-    """The stored result at ``path``; _MISSING when absent or unreadable (a corrupt entry warns once, with its path).
-
-    An entry without a checksum (written before checksums) is a miss too: nothing vouches for its content, and
-    the code fingerprint in every unit's key changed with the change that added checksums, so such entries are
-    unreachable for units anyway; recomputing keeps the promise that every entry used was verified.
-    """
+    """The stored result at ``path``; _MISSING when absent or unreadable (a corrupt entry warns once, with its path)."""
     if not path.exists():
         return _MISSING
     try:
         entry = json.loads(path.read_text())
-        stored = entry.pop("sha256", None)
-        if stored is None:
-            raise ValueError("it has no checksum (written by an older version)")
-        if stored != content_checksum(entry):
+        if entry.pop("sha256", None) != content_checksum(entry):
             raise ValueError("its content does not match its SHA-256 (altered after it was written)")
         result = entry["result"]
         if result is None:  # no computation returns None: an entry written by a failed or foreign writer
@@ -159,16 +151,13 @@ class Unit:
 
 
 def unit(kind: str, fn: Callable[..., Any], *args, spec: Any = None, cost: float = 10.0) -> Unit:
-    """The unit ``fn(*args)`` keyed by the function's name, its arguments and the fingerprint of SOURCE_DIRS."""
-    key = {"fn": f"{fn.__module__}.{fn.__qualname__}", "args": list(args), "code": code_fingerprint()}
+    """The unit ``fn(*args)`` keyed by the function's name, its arguments and the fingerprint of SOURCE_DIRS.
+
+    An argument JSON cannot hold (a dataclass such as ``sim.grid.Setting``) is keyed by its ``repr``, which names
+    every field."""
+    key = {"fn": f"{fn.__module__}.{fn.__qualname__}", "args": json.loads(json.dumps(list(args), default=repr)),
+           "code": code_fingerprint()}
     return Unit(kind, key, fn, args, spec=kind if spec is None else spec, cost=cost)
-
-
-def profile_unit(kind: str, profile: str, device: str, fn: Callable[..., Any], *args, **config) -> Unit:
-    """The unit ``fn(*args)`` keyed by ``profile``, ``device``, the fingerprint of SOURCE_DIRS and ``config``: the key
-    the command lines' cached tables have always had (``staleness_lr``, ``verdict_toys``, ``tuning``), kept so that
-    their entries stay valid."""
-    return Unit(kind, {"profile": profile, "device": device, "code": code_fingerprint(), **config}, fn, args)
 
 
 def result(item: Unit, force: bool = False) -> Any:

@@ -1,10 +1,10 @@
-"""Compare the figure CSVs of two output folders: same rows, same values, after the documented column changes.
+"""Compare the figure CSVs of two output folders: same rows, same values, after the documented added columns.
 
 ``python -m experiments.compare_csv BASELINE_DIR NEW_DIR [--names fig1_cosine ...]`` prints one line per
 CSV (identical / equal after documented changes / DIFFERENT, with the first differences) and exits 1 if
 any differs. Where NEW_DIR has completion markers (``NAME.complete``), a CSV outside a finished set differs.
 The values are compared by ``pandas.testing.assert_frame_equal``: floats within ``rel_tol`` relative (float
-reordering), NaN equals NaN; this module adds only the documented renames and added columns.
+reordering), NaN equals NaN; this module adds only the documented added columns.
 """
 
 from __future__ import annotations
@@ -18,9 +18,6 @@ import tyro
 
 from sim.record import is_complete
 
-RENAMED = {"kl": "kl_behaviour"}
-"""Column name in a baseline CSV -> its ``sim.schema`` name (the bandit's KL column; CHANGELOG.md)."""
-
 
 @dataclass(frozen=True)
 class Comparison:
@@ -33,8 +30,6 @@ def compare(old_path: Path, new_path: Path, rel_tol: float = 1e-12, allow_added:
     """Compare one CSV; columns only in the new file are allowed when every value there is NaN or empty, or
     when named in ``allow_added`` (a documented addition; reported)."""
     old, new = pd.read_csv(old_path), pd.read_csv(new_path)
-    renamed = {c: RENAMED[c] for c in old.columns if c in RENAMED}
-    old = old.rename(columns=renamed)
     missing = [c for c in old.columns if c not in new.columns]
     added = [c for c in new.columns if c not in old.columns]
     filled = [c for c in added if new[c].notna().any()]
@@ -50,8 +45,6 @@ def compare(old_path: Path, new_path: Path, rel_tol: float = 1e-12, allow_added:
         notes.append(f"new all-NaN schema columns: {empty}")
     if [c for c in new.columns if c in old.columns] != list(old.columns):
         notes.append("column order changed")
-    if renamed:
-        notes.append(f"renamed: {renamed}")
     shared = [c for c in old.columns if c in new.columns]
     try:
         # atol=0: the tolerance is relative only; check_dtype=False: an int column equals its float spelling

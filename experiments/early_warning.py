@@ -44,7 +44,8 @@ import numpy as np
 from scipy.stats import mannwhitneyu
 
 from experiments.aggregate import measured
-from sim.schema import make_row
+from sim.llm.train import COLLAPSE_FRACTION, collapse_step
+from sim.schema import make_row, nonfinite
 
 SIGNALS: dict[str, str] = {
     "cos_prev": "cos of consecutive raw gradients",
@@ -63,7 +64,7 @@ SIGNALS: dict[str, str] = {
 HORIZONS = (5, 10, 20)
 FALSE_ALARM_RATE = 0.10
 TOY_COLLAPSE_FACTOR = 10.0
-LLM_COLLAPSE_FRACTION = 0.5
+LLM_COLLAPSE_FRACTION = COLLAPSE_FRACTION
 TOY_LOSS = {"quadratic": "objective", "bandit_gaussian": "reward_gap", "bandit_softmax": "reward_gap",
             "bandit_contextual": "reward_gap"}
 """The lower-is-better column of each toy simulator that the collapse definition compares."""
@@ -93,20 +94,14 @@ def split_runs(rows: Iterable[dict]) -> dict[tuple, list[dict]]:
     return {key: [by_step[s] for s in sorted(by_step)] for key, by_step in runs.items()}
 
 
-def llm_collapse_step(run: list[dict], fraction: float = LLM_COLLAPSE_FRACTION) -> float | None:
-    """Step of the first evaluation whose held-out accuracy is < ``fraction`` × the best earlier one, or of the
-    first diverged step; None when neither happens."""
-    best = -math.inf
-    for row in run:
-        if row.get("diverged"):
-            return row["step"]
-        accuracy = row.get("accuracy")
-        if not measured(accuracy):
-            continue
-        if best > 0 and accuracy < fraction * best:
-            return row["step"]
-        best = max(best, accuracy)
-    return None
+def llm_collapse_step(run: list[dict]) -> float | None:
+    """Step of the first evaluation at which the run collapsed (``sim.llm.train.collapse_step``: held-out accuracy
+    below COLLAPSE_FRACTION × the best before it), or of its non-finite step, whichever comes first; None when
+    neither happens."""
+    bad = next((row["step"] for row in run if nonfinite(row)), None)
+    collapsed = collapse_step([(row["step"], row["accuracy"]) for row in run if measured(row.get("accuracy"))
+                               and (bad is None or row["step"] < bad)])
+    return bad if collapsed is None else collapsed
 
 
 def toy_collapse_step(run: list[dict], sync_run: list[dict], factor: float = TOY_COLLAPSE_FACTOR) -> float | None:
@@ -117,7 +112,7 @@ def toy_collapse_step(run: list[dict], sync_run: list[dict], factor: float = TOY
     best = math.inf
     for row in run:
         loss = row[column]
-        if row.get("diverged") or not math.isfinite(loss):
+        if nonfinite(row) or not math.isfinite(loss):
             return row["step"]
         best = min(best, loss)
         if row["step"] in sync and loss >= factor * best and loss >= factor * sync[row["step"]]:
@@ -260,7 +255,7 @@ def llm_rows(results) -> list[dict]:
         final = make_row("llm", step=a.steps, seed=a.seed, method=a.run_method, label=a.run_method,
                          staleness=a.staleness, lr=a.lr, ratio_to=a.ratio_to,
                          accuracy=result["summary"]["final_accuracy"],
-                         diverged=any(r.get("diverged") for r in result["records"]))
+                         nonfinite=any(nonfinite(r) for r in result["records"]))
         rows.append(dict(final, final_eval=True))
     return rows
 

@@ -32,9 +32,9 @@ from experiments import cache, cluster
 from experiments.aggregate import measured, seed_std
 from experiments.pool import Task, run_tasks
 from sim import paths
-from sim.llm.batched import batch_key, train_batch
 from sim.llm.train import Args, prepare_warm_start, run_records, warm_start_config
 from sim.llm.warmstart import warm_start_path
+from sim.schema import nonfinite
 from sim.stabilizers import NO_CONTROL
 
 # What each profile runs. quick: the "small" 0.6M model; every figure together takes about 14 min on 2 idle CPU
@@ -134,11 +134,10 @@ def run_key(args: Args) -> dict:
 
 
 def compute_run(args: Args) -> dict:
-    """One run's {"records", "summary"}: what the cache stores for a GRPO run (``compute_batch`` stores the same
-    for several runs trained together)."""
+    """One run's {"records", "summary"}: what the cache stores for a GRPO run."""
     start = time.perf_counter()
     result = run_records(args, log=lambda *a: None)
-    result["summary"].update(wall_s=time.perf_counter() - start, batch_runs=1)
+    result["summary"].update(wall_s=time.perf_counter() - start)
     return result
 
 
@@ -336,81 +335,8 @@ def estimated_seconds(args: Args) -> float:
     return args.steps * STEP_SECONDS.get(args.size, 1.0) * samples * width * proximal * updates * control
 
 
-CPU_BATCH_RUNS = {"tiny": 8}
-"""Most runs of one model size that a task trains together on the CPU (sizes not listed: one run per task)."""
-CUDA_BATCH_RUNS = 16
-"""Most runs that a task trains together on a CUDA device, every size."""
-
-
-def batch_limit(args: Args) -> int:
-    """How many runs like ``args`` (equal ``sim.llm.batched.batch_key``) one task trains together.
-
-    Measured by ``python -m benchmarks.llm_speed --batched 8`` (benchmarks/README.md, 2026-12-01, 2-core CPU, one
-    thread per process): K runs in one process do tiny 1.48 / 2.03 / 2.51× the run·steps per CPU-second of one run
-    at K = 2 / 4 / 8, small 0.98 / 1.05 / 1.05×. So on the CPU the tiny model's runs go 8 to a task, and every
-    other size one run per task: batching would gain nothing, and more, shorter tasks keep both cores busy to the
-    end. On a CUDA device one process fills the device better with more runs (16 is a judgement, not measured on a
-    device).
-    """
-    if args.device.startswith("cuda"):
-        return CUDA_BATCH_RUNS
-    return CPU_BATCH_RUNS.get(args.size, 1)
-
-
-@dataclass(frozen=True)
-class Batch:
-    """GRPO units trained together by one task (its ``Task.spec``): equal ``batch_key``, at most ``batch_limit``."""
-
-    units: tuple[RunUnit, ...]
-
-    @property
-    def name(self) -> str:
-        """The task's name: unique, since a unit belongs to one batch."""
-        return f"batch of {len(self.units)} from {self.units[0].name}"
-
-    def unit_results(self, result: dict[str, Any]) -> list[tuple[cache.Unit, Any]]:
-        """(unit, its result) for every run of the batch (``compute_batch`` returns them by unit name)."""
-        return [(u, result[u.name]) for u in self.units]
-
-    def done_line(self, where: str, elapsed_s: float) -> None:
-        return None
-
-
-def batches(units: list[cache.Unit]) -> list[tuple[cache.Unit, ...]]:
-    """GRPO ``units`` grouped into the batches that one task each trains: equal ``batch_key`` (model size, task
-    and sample shapes, kind of method; seed, step size, staleness and the method's numbers may differ), at most
-    ``batch_limit`` runs, every unit once; batches in the order of their first unit, units in the order given."""
-    groups: dict[tuple, list[cache.Unit]] = {}
-    for u in units:
-        groups.setdefault(batch_key(u.spec.args), []).append(u)
-    out = []
-    for group in groups.values():
-        limit = batch_limit(group[0].spec.args)
-        out += [tuple(group[i:i + limit]) for i in range(0, len(group), limit)]
-    position = {id(u): i for i, u in enumerate(units)}
-    return sorted(out, key=lambda batch: position[id(batch[0])])
-
-
-def compute_batch(units: tuple[cache.Unit, ...], folder: str | Path) -> dict[str, dict]:
-    """Train the GRPO runs of ``units`` together (``train_batch``) and store each run's result under its own key in
-    the cache ``folder``; {unit name: result} (a task: runs in a worker process).
-
-    Each result is what ``compute_run`` gives for that run alone (the records bit for bit on one machine:
-    tests/llm/test_batched.py, tests/llm/test_batch_tasks.py), except ``wall_s``, the run's share of the batch's
-    wall time, and ``batch_runs``, the number of runs trained together. Nothing is stored until every run is done.
-    """
-    with cache.one_thread():
-        start = time.perf_counter()
-        results = train_batch([u.spec.args for u in units], log=lambda *a: None)
-        share = (time.perf_counter() - start) / len(units)
-    for result in results:
-        result["summary"].update(wall_s=share, batch_runs=len(units))
-    return {u.name: cache.store(u.kind, u.key, result, Path(folder)) for u, result in zip(units, results, strict=True)}
-
-
 def units_of(task: Task) -> tuple[cache.Unit, ...]:
-    """The units whose results ``task`` computes (its ``TaskSpec``'s): its unit, its batch's units, or none (a warm
-    start, a figure)."""
+    """The units whose results ``task`` computes (its ``TaskSpec``'s): its unit, or none (a warm start, a figure)."""
     return task.spec.units
 
 
@@ -422,8 +348,7 @@ def run_name(args: Args) -> str:
 def unit_tasks(units: list[cache.Unit], folder: Path, force: bool = False) -> tuple[dict[str, Any], list[Task]]:
     """(the cached results of ``units`` by unit name, read once each; the tasks that compute the others).
 
-    The missing GRPO runs go to one task per batch (``batches``; a batch of one is the run's own task), each after
-    every warm start its runs wait for; every other missing unit is one task; and one task per warm start (so
+    Every missing unit is one task, a GRPO run's after the warm start it waits for; and one task per warm start (so
     parallel workers only load it, and two warm starts train side by side). ``units_of(task)`` tells which units a
     task computes. ``force`` reads nothing: every unit is computed.
     """
@@ -431,18 +356,11 @@ def unit_tasks(units: list[cache.Unit], folder: Path, force: bool = False) -> tu
     results = {} if force else {name: u.lookup(folder) for name, u in distinct.items()}
     results = {name: r for name, r in results.items() if r is not None}
     missing = [u for name, u in distinct.items() if name not in results]
-    batch_of = {u.name: batch for batch in batches([u for u in missing if isinstance(u, RunUnit)]) for u in batch}
     tasks: dict[str, Task] = {}
     for u in missing:
         for after in u.after:  # a GRPO run's warm start
             tasks.setdefault(after, warm_start_task(u.spec.args))
-        batch = batch_of.get(u.name, (u,))
-        if len(batch) == 1:
-            tasks[u.name] = Task(u.name, cache.compute_unit, (u, str(folder)), u.cost, u.after, spec=u)
-        elif batch[0] is u:
-            spec = Batch(batch)
-            tasks[spec.name] = Task(spec.name, compute_batch, (batch, str(folder)), sum(b.cost for b in batch),
-                                    tuple(dict.fromkeys(w for b in batch for w in b.after)), spec=spec)
+        tasks[u.name] = Task(u.name, cache.compute_unit, (u, str(folder)), u.cost, u.after, spec=u)
     return results, list(tasks.values())
 
 
@@ -489,7 +407,7 @@ def _rows(results, role: str) -> list[dict]:
             continue
         rows += [dict(r, final_eval=False) for r in res["records"]]
         a = item.args
-        if not any(r.get("diverged") for r in res["records"]):
+        if not any(nonfinite(r) for r in res["records"]):
             rows.append({"sim": "llm", "step": a.steps, "seed": a.seed, "method": a.run_method,
                          "staleness": a.staleness, "lr": a.lr, "ratio_to": a.ratio_to,
                          "accuracy": res["summary"]["final_accuracy"], "diverged": False, "final_eval": True})
@@ -503,9 +421,9 @@ def with_run_means(rows: list[dict], key: str = "cos_prev") -> list[dict]:
     for run_id in {(r["staleness"], r["seed"]) for r in rows}:
         run = [r for r in rows if (r["staleness"], r["seed"]) == run_id]
         warmup = max(r["step"] for r in run) // 5
-        alive = [r[key] for r in run if not r.get("diverged") and measured(r.get(key))]
-        late = [r[key] for r in run if r["step"] >= warmup and not r.get("diverged") and measured(r.get(key))]
-        diverged = any(r.get("diverged") for r in run)
+        alive = [r[key] for r in run if not nonfinite(r) and measured(r.get(key))]
+        late = [r[key] for r in run if r["step"] >= warmup and not nonfinite(r) and measured(r.get(key))]
+        diverged = any(nonfinite(r) for r in run)
         for r in run:
             r.update(run_mean_cos_prev=sum(late) / len(late) if late and not diverged else float("nan"),
                      run_mean_cos_prev_alive=sum(alive) / len(alive) if alive else float("nan"),
@@ -518,7 +436,7 @@ def summary_rows(results) -> list[dict]:
     rows = []
     for item, res in results:
         a, records = item.args, res["records"]
-        ok = [r for r in records if not r.get("diverged")]
+        ok = [r for r in records if not nonfinite(r)]
         start_acc = next((r["accuracy"] for r in ok if measured(r.get("accuracy"))), math.nan)
         half = [r["cos_prev"] for r in ok[: max(1, len(ok) // 2)] if measured(r.get("cos_prev"))]
         rows.append({
@@ -530,7 +448,7 @@ def summary_rows(results) -> list[dict]:
             "cos_prev_mean": float(np.mean([r["cos_prev"] for r in ok if measured(r.get("cos_prev"))] or [np.nan])),
             "kl_behaviour_mean": float(np.mean([r["kl_behaviour"] for r in ok] or [np.nan])),
             "clip_frac_mean": float(np.mean([r["clip_frac"] for r in ok] or [np.nan])),
-            "diverged": any(r.get("diverged") for r in records), "wall_s": res["summary"].get("wall_s"),
+            "diverged": any(nonfinite(r) for r in records), "wall_s": res["summary"].get("wall_s"),
             "device": a.device,
         })
     return rows

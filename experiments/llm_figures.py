@@ -31,6 +31,7 @@ from experiments.aggregate import measured
 from experiments.llm import Run, results_of
 from sim.llm.train import Args
 from sim.llm.warmstart import WarmStartRejected
+from sim.schema import nonfinite
 
 # One optimizer update per RL step (each update sees the whole batch: the most SNR per update), the clip ratio
 # against the behaviour policy, gradient clipping at 1, the 0.6M model on 2-digit sums, 16 × 8 samples per step:
@@ -105,11 +106,12 @@ def snr_bound(cos_halves: float) -> float:
 
 def run_table(results: list[tuple[Run, dict]]) -> pd.DataFrame:
     """One row per run: figure(s), warm seed, seed, arm, step size, start/final accuracy, mean cosine after the first
-    fifth of the steps, mean halves' cosine and its bound, KL to π_b, whether it diverged."""
+    fifth of the steps, mean halves' cosine and its bound, KL to π_b, whether it went non-finite or collapsed
+    (``sim.llm.train.COLLAPSE_FRACTION``)."""
     rows = []
     for run, result in results:
         a, records = run.args, result["records"]
-        ok = [r for r in records if not r.get("diverged")]
+        ok = [r for r in records if not nonfinite(r)]
         late = [r for r in ok if r["step"] >= a.steps // 5]
         start = next((r["accuracy"] for r in ok if measured(r.get("accuracy"))), math.nan)
         halves = float(np.nanmean([r["cos_halves"] for r in ok if measured(r.get("cos_halves"))] or [np.nan]))
@@ -124,7 +126,7 @@ def run_table(results: list[tuple[Run, dict]]) -> pd.DataFrame:
             "cos_update": float(np.mean([r["cos_update"] for r in late if measured(r.get("cos_update"))] or [np.nan])),
             "cos_halves": halves, "cos_bound": snr_bound(halves),
             "kl_behaviour": float(np.mean([r["kl_behaviour"] for r in ok] or [np.nan])),
-            "diverged": any(r.get("diverged") for r in records),
+            "nonfinite": any(nonfinite(r) for r in records), "collapsed": bool(result["summary"].get("collapsed")),
         })
     return pd.DataFrame(rows)
 
@@ -134,18 +136,6 @@ def over_warm_starts(values: pd.Series, warm_seeds: pd.Series) -> tuple[float, f
     starts (the unit that varies most); NaN bounds with one warm start."""
     means = values.groupby(warm_seeds.to_numpy()).mean().dropna().to_numpy()
     return stats.t_interval(means, 0.95) if len(means) else (math.nan, math.nan, math.nan)
-
-
-def arm_summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per arm: final accuracy, gain over the warm start, cosine, bound, each with its interval over warm starts."""
-    out = []
-    for arm, rows in table.groupby("arm", sort=False):
-        row = {"arm": arm, "staleness": int(rows.staleness.iloc[0]), "runs": len(rows),
-               "warm_starts": rows.warm_seed.nunique(), "diverged": int(rows.diverged.sum())}
-        for key in ("final_accuracy", "gain", "cos_prev", "cos_bound", "cos_update", "kl_behaviour"):
-            row[key], row[f"{key}_low"], row[f"{key}_high"] = over_warm_starts(rows[key], rows.warm_seed)
-        out.append(row)
-    return pd.DataFrame(out)
 
 
 def paired_summary(table: pd.DataFrame, reference: str = "sync") -> pd.DataFrame:
@@ -178,10 +168,10 @@ def step_rows(results: list[tuple[Run, dict]], role: str) -> list[dict]:
         arm = arm_name(a.method, a.gac_space, a.staleness)
         extra = {"arm": arm, "label": arm, "warm_seed": a.warm_seed, "gac_space": a.gac_space}
         rows += [dict(r, **extra, cos_bound=snr_bound(r.get("cos_halves", math.nan))) for r in result["records"]]
-        if not any(r.get("diverged") for r in result["records"]):
+        if not any(nonfinite(r) for r in result["records"]):
             rows.append({"sim": "llm", "step": a.steps, "seed": a.seed, "method": a.run_method,
                          "staleness": a.staleness, "lr": a.lr, **extra, "cos_bound": math.nan,
-                         "accuracy": result["summary"]["final_accuracy"], "diverged": False,
+                         "accuracy": result["summary"]["final_accuracy"], "nonfinite": False,
                          "final_eval": True})
     return rows
 
@@ -195,8 +185,8 @@ def with_run_means(rows: list[dict]) -> list[dict]:
     frame = pd.DataFrame(rows)
     for _, run in frame.groupby(["staleness", "warm_seed", "seed"]):
         steps = run
-        diverged = bool(steps.diverged.astype(bool).any())
-        alive = steps[~steps.diverged.astype(bool) & steps.cos_prev.notna()]
+        diverged = bool(steps.nonfinite.astype(bool).any())
+        alive = steps[~steps.nonfinite.astype(bool) & steps.cos_prev.notna()]
         late = alive[alive.step >= steps.step.max() // 5]
         for i in run.index:
             rows[i].update(run_mean_cos_prev=float(late.cos_prev.mean()) if len(late) and not diverged else math.nan,
@@ -209,7 +199,7 @@ def band(rows: list[dict], key: str, arm: str, log: bool = False) -> tuple[np.nd
     """(steps, mean, low, high) of ``key`` for ``arm`` over warm starts (each warm start's seed mean first; 95 %
     t-interval over warm starts), diverged runs' rows left out; ``log``: the same on log(key), exponentiated back (a
     geometric mean and band, positive for a positive quantity such as a norm)."""
-    table = pd.DataFrame([r for r in rows if r["arm"] == arm and measured(r.get(key)) and not r.get("diverged")])
+    table = pd.DataFrame([r for r in rows if r["arm"] == arm and measured(r.get(key)) and not nonfinite(r)])
     if table.empty:
         return (np.array([]),) * 4
     if log:

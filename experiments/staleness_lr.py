@@ -45,10 +45,11 @@ import numpy as np
 import tyro
 
 from experiments import toy
-from experiments.cache import one_thread, profile_unit, result
+from experiments.cache import one_thread, result, unit
 from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.quadratic import QuadraticProblem, run_quadratic
+from sim.schema import nonfinite
 from theory.gac_stability import top_mode_limit
 from theory.stability import stability_boundary_closed_form
 
@@ -284,7 +285,7 @@ LLM_BASE: dict = {}
 def llm_kept(records: list[dict], fraction: float) -> bool:
     """No collapse: the final held-out accuracy is at least ``fraction`` × the best of the run's evaluations (the
     start included); a run without a finite final evaluation collapsed."""
-    if any(r.get("diverged") for r in records):
+    if any(nonfinite(r) for r in records):
         return False
     accuracy = [r["accuracy"] for r in records if r.get("accuracy") is not None and r["accuracy"] == r["accuracy"]]
     return bool(accuracy) and accuracy[-1] >= fraction * max(accuracy)
@@ -308,7 +309,7 @@ def llm_evaluator(steps: int, warm_starts: Sequence[int], cell_list: list[tuple[
                     ("staleness_lr",)) for c, lr in pairs for w in warm_starts]
         stable = []
         for _, outcome in results_of(runs, log=lambda *a, **k: None, jobs=jobs, name="staleness x lr (llm)"):
-            finite = outcome["summary"]["diverged_at"] is None
+            finite = outcome["summary"]["nonfinite_at"] is None
             stable.append(finite and (criterion == "finite" or llm_kept(outcome["records"], LLM_COLLAPSE_FRACTION)))
         return np.asarray(stable, dtype=bool).reshape(len(pairs), len(warm_starts))
     return evaluate
@@ -380,9 +381,9 @@ def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
 
 
 def scale_unit(scale: str, profile: str, criterion: str = "progress"):
-    """``search_scale`` as the command line's unit, keyed by profile and source (figs3 declares its own unit of the
-    same search, under another key: one of the two would have to recompute to share them)."""
-    return profile_unit(f"staleness_lr_{scale}_{criterion}", profile, "cpu", search_scale, scale, profile, criterion)
+    """``search_scale`` as the command line's unit (figs3 declares its own unit of the same search, under another kind:
+    the command line keeps the caller's torch thread count, the figure's worker runs on one)."""
+    return unit(f"staleness_lr_{scale}_{criterion}", search_scale, scale, profile, criterion)
 
 
 def run_scale(scale: str, profile: str, criterion: str = "progress") -> dict:

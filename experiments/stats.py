@@ -110,12 +110,22 @@ def hierarchical_bootstrap(values: Mapping[tuple[int, int], np.ndarray], statist
     if len(warms) < 2:
         return point, math.nan, math.nan
     rng = np.random.default_rng(seed)
-    # Drawn one resample at a time, warm starts then seeds, in this order: the committed tables' bits depend on the
-    # stream (rng.integers(0, W, W) is the stream of rng.choice(warms, W), this code's first form).
-    picks = []
-    for _ in range(n_resamples):
-        drawn = [rows[i] for i in rng.integers(0, len(warms), size=len(warms))]
-        picks.append(np.concatenate([r[rng.integers(0, len(r), size=len(r))] for r in drawn]))
+    # Drawn resample by resample, warm starts then seeds, in this order: the committed tables' bits depend on the
+    # stream (rng.integers(0, W, W) is the stream of rng.choice(warms, W), this code's first form). Each bounded
+    # draw takes its own words of the stream whatever the call that asks for it, so with as many runs m under every
+    # warm start the whole sequence of bounds (W draws below W, then W·m below m, per resample) is one call.
+    sizes = {len(r) for r in rows}
+    if len(sizes) == 1:
+        (m,), w = sizes, len(warms)
+        bounds = np.tile(np.repeat([w, m], [w, w * m]), n_resamples)
+        drawn = rng.integers(0, bounds).reshape(n_resamples, w + w * m)
+        runs = np.stack(rows)[drawn[:, :w]]  # (resamples, W, m): the drawn warm starts' runs
+        picks = list(np.take_along_axis(runs, drawn[:, w:].reshape(n_resamples, w, m), 2).reshape(n_resamples, -1))
+    else:
+        picks = []
+        for _ in range(n_resamples):
+            drawn = [rows[i] for i in rng.integers(0, len(warms), size=len(warms))]
+            picks.append(np.concatenate([r[rng.integers(0, len(r), size=len(r))] for r in drawn]))
     if len({len(p) for p in picks}) == 1:  # balanced: every statistic in one call
         draws = np.asarray(statistic(data[np.stack(picks)]), dtype=float)
         if draws.shape != (n_resamples,):

@@ -14,7 +14,6 @@ from sim.grid import GridResult, Setting, setting
 from sim.quadratic import QuadraticProblem, run_quadratic
 
 STALENESS = (0, 1, 2, 4, 8, 16)
-HIGH_STALENESS = (8, 16)
 
 QUADRATIC = QuadraticProblem(dim=100, condition_number=100.0, curvature_max=1.0, noise=0.1)
 QUADRATIC_LR = 0.3

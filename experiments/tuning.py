@@ -2,7 +2,7 @@
 bandit and the LLM (fig8_tuned).
 
 A ``TuningGrid`` says what runs (methods × staleness × a log-spaced step-size grid × tuning and
-reporting seeds); ``toy_table`` / ``llm_table`` run it (cached) into one row per run; the pure functions
+reporting seeds); ``toy_rows`` / ``llm_table`` run it into one row per run; the pure functions
 below pick each method's step size on the tuning seeds, report it on the disjoint reporting seeds with a
 seed-bootstrap interval, and give its robust range of step sizes.
 """
@@ -10,13 +10,12 @@ seed-bootstrap interval, and give its robust range of step sizes.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from experiments import stats, toy
-from experiments.cache import profile_unit, result
 from experiments.llm import Run, dry_run_args, results_of
 from sim.bandit import run_bandit
 from sim.grid import setting
@@ -229,14 +228,6 @@ def toy_rows(sim: str, profile: str, device: str = "cpu", grid: TuningGrid | Non
              "seed": r["seed"], "final_gap": gap(r["final_objective"])} for r in result.summary_rows()]
 
 
-def toy_table(sim: str, profile: str, device: str = "cpu", grid: TuningGrid | None = None) -> pd.DataFrame:
-    """``toy_rows`` as a table, cached."""
-    grid = toy_grid(sim, profile) if grid is None else grid
-    rows = result(profile_unit(f"tuning_{sim}", profile, device, toy_rows, sim, profile, device, grid,
-                               grid=asdict(grid)))
-    return pd.DataFrame(rows, columns=list(COLUMNS))
-
-
 # The LLM's tuned comparison is the expensive part: short runs of the tiny model on one-digit addition
 # (quick: 7 settings × 4 step sizes × 3 seeds = 84 runs of 40 RL steps, a few seconds each on one core).
 # A first quick grid 3e-4..1e-2 had sync itself collapse to 0 accuracy from 3e-3 on; hence 3e-5..1e-3.
@@ -281,7 +272,7 @@ def llm_table_of(results: list[tuple[Run, dict]]) -> pd.DataFrame:
     1 − final held-out accuracy (the error rate; inf if the run hit a non-finite step)."""
     rows = [{"method": item.args.run_method, "staleness": item.args.staleness, "lr": item.args.lr,
              "seed": item.args.seed,
-             "final_gap": math.inf if res["summary"]["diverged_at"] is not None
+             "final_gap": math.inf if res["summary"]["nonfinite_at"] is not None
              else 1.0 - res["summary"]["final_accuracy"]} for item, res in results]
     return pd.DataFrame(rows, columns=list(COLUMNS))
 

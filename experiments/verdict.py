@@ -34,6 +34,7 @@ from experiments import stats
 from experiments.llm import Run, dry_run_args, results_of
 from experiments.signature import config_args
 from sim.llm.args import Args
+from sim.schema import nonfinite
 from sim.stabilizers import gac_config, parse_method
 
 SIGNATURE = "updates=2"
@@ -58,7 +59,7 @@ class Arm:
 
 def gac_arm(space: str, method: str = "gac") -> Arm:
     """GAC (τ = 0, project, reference: the previous optimizer update) in ``space``, combined as ``method`` says."""
-    return Arm(method, (("gac", gac_config(threshold=0.0)), ("gac_reference", "update"), ("gac_space", space)))
+    return Arm(method, (("gac", gac_config(threshold=0.0)), ("gac_space", space)))
 
 
 ARMS: dict[str, Arm] = {
@@ -78,7 +79,6 @@ ARMS: dict[str, Arm] = {
 GAC_PLACEMENTS = ("gac gradient", "gac update", "gac momentum")
 SHRINKING = ("gac gradient", "gac update", "gac momentum", "braking", "kl_target", "gac + tis", "kl_target + gac")
 """Arms that shrink or redirect the step: each gets the step-norm control and the sync + arm control."""
-MILD_ARMS = ("sync", "naive", "best gac", "kl_target", "tis", "best combination")
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ def late_accuracy(result: dict, steps: int) -> float:
 
 def run_row(arm_name: str, role: str, item: Run, result: dict) -> dict:
     """One row per run: the arm, its axes, warm start, seed, step size, accuracy and the drift/alignment means."""
-    a, records = item.args, [r for r in result["records"] if not r.get("diverged")]
+    a, records = item.args, [r for r in result["records"] if not nonfinite(r)]
     axes = parse_method(a.method)
 
     def mean(key):
@@ -174,7 +174,7 @@ def run_row(arm_name: str, role: str, item: Run, result: dict) -> dict:
             "kl_behaviour_mean": mean("kl_behaviour"), "cos_prev": mean("cos_prev"),
             "cos_prev_step": mean("cos_prev_step"), "cos_update": mean("cos_update"),
             "step_norm_mean": mean("step_norm"), "lr_mean": mean("lr"), "parallel_scale_mean": mean("parallel_scale"),
-            "ess_ratio_mean": mean("ess_ratio"), "diverged": result["summary"]["diverged_at"] is not None}
+            "ess_ratio_mean": mean("ess_ratio"), "diverged": result["summary"]["nonfinite_at"] is not None}
 
 
 # -- tuning -----------------------------------------------------------------------------------------------------

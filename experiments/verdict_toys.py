@@ -17,7 +17,7 @@ import pandas as pd
 import tyro
 
 from experiments import stats, toy, tuning
-from experiments.cache import profile_unit, result
+from experiments.cache import result, unit
 from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.quadratic import run_quadratic
@@ -98,27 +98,27 @@ def profile_of(name: str) -> VerdictProfile:
     return PROFILES[name]
 
 
-def _summaries(sim: str, structure: str, profile: str, settings: list, stage: str) -> list[dict]:
-    """One row per run of ``settings`` × seeds, cached: run key (the setting's label), optimizer, staleness, lr, seed,
+def _run_summaries(sim: str, structure: str, profile: str, settings: list) -> list[dict]:
+    """One row per run of ``settings`` × seeds: run key (the setting's label), optimizer, staleness, lr, seed,
     final_gap (inf if diverged), cos_update, cos_prev, kl_behaviour."""
     p = profile_of(profile)
     seeds = p.tuning_seeds + p.reporting_seeds
+    if sim == "quadratic":
+        runs = run_quadratic(toy.QUADRATIC, settings, p.quad_steps, seeds, record_every=p.quad_steps)
+        gap = lambda final: final
+    else:
+        runs = run_bandit(toy.GAUSSIAN, settings, p.bandit_steps, seeds, groups=toy.BANDIT_GROUPS,
+                          group_size=toy.BANDIT_GROUP_SIZE, record_every=p.bandit_steps, **STRUCTURES[structure])
+        gap = lambda final, optimum=runs.meta["optimal_reward"]: optimum - final  # −inf reward → inf gap
+    return [{"key": r["label"], "optimizer": r["optimizer"], "staleness": r["staleness"], "lr": r["lr"],
+             "seed": r["seed"], "final_gap": gap(r["final_objective"]), "cos_update": r["mean_cos_applied"],
+             "cos_prev": r["mean_cos_prev"], "kl_behaviour": r.get("mean_kl_behaviour", math.nan)}
+            for r in runs.summary_rows()]
 
-    def compute() -> list[dict]:
-        if sim == "quadratic":
-            result = run_quadratic(toy.QUADRATIC, settings, p.quad_steps, seeds, record_every=p.quad_steps)
-            gap = lambda final: final
-        else:
-            result = run_bandit(toy.GAUSSIAN, settings, p.bandit_steps, seeds, groups=toy.BANDIT_GROUPS,
-                                group_size=toy.BANDIT_GROUP_SIZE, record_every=p.bandit_steps, **STRUCTURES[structure])
-            gap = lambda final, optimum=result.meta["optimal_reward"]: optimum - final  # −inf reward → inf gap
-        return [{"key": r["label"], "optimizer": r["optimizer"], "staleness": r["staleness"], "lr": r["lr"],
-                 "seed": r["seed"], "final_gap": gap(r["final_objective"]), "cos_update": r["mean_cos_applied"],
-                 "cos_prev": r["mean_cos_prev"], "kl_behaviour": r.get("mean_kl_behaviour", math.nan)}
-                for r in result.summary_rows()]
 
-    config = {"sim": sim, "structure": structure, "settings": [repr(s) for s in settings], "seeds": seeds}
-    return result(profile_unit(f"verdict_toys_{sim}_{structure}_{stage}", profile, "cpu", compute, config=config))
+def _summaries(sim: str, structure: str, profile: str, settings: list, stage: str) -> list[dict]:
+    """``_run_summaries``, cached (the command line and fig10's unit read the first stage's runs again)."""
+    return result(unit(f"verdict_toys_{sim}_{structure}_{stage}", _run_summaries, sim, structure, profile, settings))
 
 
 def best_gac_spaces(runs: pd.DataFrame, tuning_seeds) -> dict[tuple[str, int], str]:

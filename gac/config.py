@@ -124,14 +124,14 @@ class GACConfig:
     mode: str = "project"
     """"project" removes the whole parallel part; "cap" shrinks it so that cos(g', d) = τ exactly."""
     skip_threshold: float | None = None
-    """τ_skip: when cos(g, d) > τ_skip the step makes no update at all (regime "skip"). In ``space="update"`` a
-    skip also restarts the reference (a zero step), so the step after it is applied (see ``gac.optim``)."""
+    """τ_skip: when cos(g, d) > τ_skip the step makes no update at all (regime "skip"). A skip also restarts the
+    reference (as at init), so the step after it is kept and applied: a skip cannot lock training in (``gac.optim``)."""
     reference: str = "prev"
     """Reference direction d: "prev" = previous raw gradient, "ema" = EMA of past raw gradients."""
     ema_decay: float = 0.9
     """β of the EMA reference (used when reference="ema")."""
     eps: float = 0.0
-    """Norms at or below eps count as zero (cosine 0, no action)."""
+    """Norms at or below eps count as zero (cosine NaN, regime "keep", the reference keeps its last direction)."""
     nonfinite: str = "raise"
     """What a non-finite gradient does: "raise" an error naming the step, or "skip" the step and count it."""
     reference_dtype: torch.dtype | None = None

@@ -100,22 +100,24 @@ def alignment_stats(g: torch.Tensor, d: torch.Tensor) -> AlignmentStats:
 
 
 def cosine_from_stats(stats: AlignmentStats, eps: float = 0.0) -> torch.Tensor:
-    """cos = ⟨g, d⟩ / (‖g‖‖d‖), exactly 0 where either norm is ≤ eps; clamped to [-1, 1]."""
+    """cos = ⟨g, d⟩ / (‖g‖‖d‖), clamped to [-1, 1]; NaN where either norm is ≤ eps (no direction: "no gradient"
+    is not "orthogonal")."""
     g_norm, d_norm = stats.g_sq.clamp_min(0).sqrt(), stats.d_sq.clamp_min(0).sqrt()
     valid = (g_norm > eps) & (d_norm > eps)
     # Dividing by each norm separately keeps the denominator away from under/overflow.
     safe_g = torch.where(valid, g_norm, torch.ones_like(g_norm))
     safe_d = torch.where(valid, d_norm, torch.ones_like(d_norm))
     cosine = (stats.dot / safe_g) / safe_d
-    return torch.where(valid, cosine.clamp(-1.0, 1.0), torch.zeros_like(cosine))
+    return torch.where(valid, cosine.clamp(-1.0, 1.0), torch.full_like(cosine, float("nan")))
 
 
 def alignment(g: torch.Tensor, d: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     """Cosine between g and d over the last dim, batched over leading dims.
 
-    cos(g, d) = ⟨g, d⟩ / (‖g‖ ‖d‖), and exactly 0 where either norm is 0 (or ≤ eps). Sums are taken
-    in float64, so float32 / bfloat16 / float64 inputs never give NaN for finite values. The result
-    has g's dtype promoted to at least float32.
+    cos(g, d) = ⟨g, d⟩ / (‖g‖ ‖d‖), and NaN where either norm is 0 (or ≤ eps): a zero vector has no
+    direction, so it is neither aligned nor orthogonal. Sums are taken in float64, so float32 / bfloat16 /
+    float64 inputs give a number for any finite nonzero values. The result has g's dtype promoted to at
+    least float32.
     """
     if g.shape != d.shape:
         raise ValueError(f"alignment needs g and d of the same shape, got {tuple(g.shape)} and {tuple(d.shape)}")
@@ -141,7 +143,8 @@ def decide(stats: AlignmentStats, cfg: GACConfig, threshold: torch.Tensor | floa
     """The GAC decision from the three sums (batched over their shape).
 
     One-directional: only c > τ acts. c > τ_skip → "skip" (zero update); else c > τ → "project"
-    (γ = 0) or "cap" (γ from ``cap_scale``); else "keep" (g unchanged). ``threshold`` overrides
+    (γ = 0) or "cap" (γ from ``cap_scale``); else "keep" (g unchanged). A NaN cosine (‖g‖ or ‖d‖ zero)
+    is "keep". ``threshold`` overrides
     cfg.threshold (needed when cfg.threshold is an adaptive rule).
     """
     if threshold is None:
@@ -202,8 +205,8 @@ def decide_and_apply(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
                      threshold: torch.Tensor | float) -> tuple[torch.Tensor, Decision]:
     """(g', decision) for checked g, d of shape (..., P), P ≥ 1; the one implementation of the step.
 
-    Norms in the decision are in the input's units. Rows whose g or d is not finite are skipped (g' = 0)
-    — callers reach this only under ``nonfinite="skip"``, as ``check_gradient`` raises otherwise.
+    Norms in the decision are in the input's units. Rows whose g or d is not finite are skipped (g' = 0, cosine
+    NaN: not measured) — callers reach this only under ``nonfinite="skip"``, as ``check_gradient`` raises otherwise.
     """
     if g.is_complex():  # measured and projected in the real view (``real_view``)
         new, decision = decide_and_apply(real_view(g), real_view(d), cfg, threshold)
@@ -218,7 +221,7 @@ def decide_and_apply(g: torch.Tensor, d: torch.Tensor, cfg: GACConfig,
     finite = torch.isfinite(g).all(-1) & torch.isfinite(d).all(-1)
     if not bool(finite.all()):
         zeros, nan = torch.zeros_like(decision.cosine), torch.full_like(decision.cosine, float("nan"))
-        skipped = Decision(zeros, torch.full_like(decision.regime, SKIP), zeros, zeros, zeros, nan, zeros)
+        skipped = Decision(nan, torch.full_like(decision.regime, SKIP), zeros, zeros, zeros, nan, zeros)
         decision = Decision(*(torch.where(finite, kept, lost) for kept, lost in zip(decision, skipped, strict=True)))
         new = torch.where(finite.unsqueeze(-1), new, torch.zeros_like(new))
     return new, decision

@@ -1,8 +1,8 @@
 """Sharded reductions for DDP / FSDP: one all_reduce per step for everything GAC must agree on.
 
-When each rank holds a shard of the gradient (FSDP), the local sums ⟨g,d⟩, ‖g‖², ‖d‖² and a
-non-finite count are packed into one float64 vector and summed across ranks, so every rank gets
-the unsharded sums and takes the same decision. Replicated gradients (DDP) need no collective.
+When each rank holds a shard of the gradient (FSDP), the local sums ⟨g,d⟩, ‖g‖², ‖d‖² and whether it has a gradient,
+per parameter tensor, and two non-finite flags are packed into one float64 vector and summed across ranks, so every
+rank gets the unsharded sums and takes the same decision. Replicated gradients (DDP) need no collective.
 """
 
 from __future__ import annotations

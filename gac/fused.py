@@ -9,11 +9,12 @@ kernels torch already ships, chosen by measurement (one CPU thread, 10M paramete
   ⟨v, d⟩ reads v and d from memory and ‖v‖² reads the chunk of v again from cache. The general path's float64 products
   (each chunk converted to float64 first) cost more than the fused AdamW step itself; BLAS dots run at memory speed.
   Precision: within a chunk the products and partial sums are the input's, across chunks float64 (float32: the cosine
-  agrees with the float64 sums far within the 1e-6 that tests/gac/test_fused.py requires). A rank whose local sums are
-  not finite, or so small that float32 products could have underflowed (‖v‖² or ‖d‖² below ``TINY_SQ``), recomputes
-  them with the general path's float64 sums: the fused path never calls a finite gradient non-finite and never loses
-  a tiny one, and under DDP/FSDP the step still has one all_reduce (the recomputation is local). Tensors of other
-  dtypes (bfloat16, float16) are summed by the general path's float64 code.
+  agrees with the float64 sums far within the 1e-6 that tests/gac/test_fused.py requires). A tensor whose sums are
+  not finite, or so small that float32 products could have underflowed (‖v‖² or ‖d‖² below ``TINY_SQ``, zero
+  included), is summed again by the general path's float64 code: the fused path never calls a finite gradient
+  non-finite, never loses a tiny one, and counts the same parameters as having a gradient; under DDP/FSDP the step
+  still has one all_reduce (the recomputation is local). Tensors of other dtypes (bfloat16, float16) are summed by
+  the general path's code.
 - **The projection** is not folded into the optimizer's kernel: torch's fused AdamW kernel takes the gradient as
   it is, so g' = g − α·d is one pass before it (read g, d; write g' over d, the buffers swapping roles as in the
   general path), and the inner optimizer's own ``step()`` (fused, foreach or for-loop, whichever the user built)
@@ -24,11 +25,12 @@ kernels torch already ships, chosen by measurement (one CPU thread, 10M paramete
   before), the gradient tensor itself becomes the reference (no copy); a loop that writes into the same gradient
   tensor each step gets the copy. A write into that tensor after the step is detected at the next step (one-line
   error), as for the general path's swapped buffers (``GACOptimizer.swap_grads`` = False turns both off).
-- **Momentum space**: m_t is formed chunk by chunk (the lerp of exp_avg and g into the reused buffer) and its sums
-  taken from the chunk while it is in cache, instead of a second pass over m_t.
+- **Momentum space**: m_t is formed chunk by chunk (the lerp of exp_avg and g into the reused buffer) and its sums,
+  and Σg² (which parameters have a gradient), taken from the chunk while it is in cache, instead of further passes
+  over m_t and g.
 - **Update space**: the general path's structure (θ_before kept, Δ formed chunk by chunk twice, never stored) with
-  the sums above; the check that g is finite before the inner step is Σg² by one BLAS dot per tensor (the general
-  path's min/max reductions decide only where that overflows).
+  the sums above; the look at g before the inner step (finite? which parameters have a gradient?) is Σg² by one
+  BLAS dot per tensor (the general path's min/max reductions decide only where that is not finite or tiny).
 
 Everything else (decision, threshold rules, references, state_dict, non-finite handling, the one all_reduce) is the
 general path's code. Results equal the general path's up to the rounding of the sums (tests/gac/test_fused.py).
@@ -70,8 +72,8 @@ FAST_DTYPES = (torch.float32, torch.float64)
 """Dtypes whose sums the fused path takes with BLAS dots; others use the general path's float64 sums."""
 
 TINY_SQ = 2.0**-60
-"""A squared norm below this (per rank) is recomputed in float64: float32 products of entries below ~1e-19
-underflow, and under this level they could matter (above it they are at most ~1e-11 of the sum)."""
+"""A tensor's squared norm below this (on this rank) is recomputed in float64: float32 products of entries below
+~1e-19 underflow, and under this level they could matter (above it they are at most ~1e-11 of the sum)."""
 
 _ALIAS = object()
 """``FusedAlignmentControl._swappable``'s answer for "keep: the gradient tensor itself becomes the reference"."""
@@ -161,31 +163,31 @@ class FusedAlignmentControl(GradientAlignmentControl):
                 r = self._scratch(first, size, slot=2)[:n].copy_(r)
             yield v, r
 
-    def _sums64(self, vectors, refs, with_d_sq: bool):
+    def _sums64(self, vectors, refs, with_d_sq: bool) -> torch.Tensor:
+        """Per tensor (⟨v,d⟩, ‖v‖², ‖d‖²) in float64, shape (3, tensors), as the general path's ``_sums64`` gives
+        them: chunk dots in the input's dtype added in float64; a tensor whose fast sums cannot stand (see
+        ``doubtful``) or that the fast sums do not serve is summed by the general path."""
         presummed, self._presummed = self._presummed, None
         if presummed is not None and len(presummed[0]) == len(vectors) and all(
-                a is b for a, b in zip(presummed[0], vectors, strict=True)):
-            dot, g_sq, d_sq = presummed[1]
-            if d_sq is not None or not with_d_sq:
-                return dot, g_sq, d_sq if d_sq is not None else torch.zeros_like(g_sq)
+                a is b for a, b in zip(presummed[0], vectors, strict=True)) and (presummed[2] or not with_d_sq):
+            return presummed[1]
         fast = [self._fast(v, r) for v, r in zip(vectors, refs, strict=True)]
-        terms = ([], [], [])
-        for vector, ref, ok in zip(vectors, refs, fast, strict=True):
+        terms = Terms(len(vectors))
+        for tensor, (vector, ref, ok) in enumerate(zip(vectors, refs, fast, strict=True)):
             if ok:
                 for v, r in self._chunks(vector, ref):
-                    chunk_terms(terms, v, r, with_d_sq)
-        sums = combine(terms, _parts(vectors[0])[0].device)
-        if not all(fast):
-            rest = [(v, r) for v, r, ok in zip(vectors, refs, fast, strict=True) if not ok]
-            exact = super()._sums64([v for v, _ in rest], [r for _, r in rest], with_d_sq)
-            sums = tuple(a + b for a, b in zip(sums, exact, strict=True))
-        if any(fast) and not trustworthy(sums, terms):
-            return super()._sums64(vectors, refs, with_d_sq)
+                    terms.add(tensor, v, r, with_d_sq)
+        sums = terms.sums(_parts(vectors[0])[0].device)
+        redo = [t for t, ok in enumerate(fast) if not ok]
+        redo += doubtful(sums, [r is not None for r in refs], with_d_sq, skip=set(redo))
+        if redo:
+            sums[:, redo] = super()._sums64([vectors[t] for t in redo], [refs[t] for t in redo], with_d_sq)
         return sums
 
-    def presum_moments(self, vectors: list, sums: tuple) -> None:
-        """Sums of ``vectors`` (the next ``apply``'s, in its order) already taken by momentum space's formation."""
-        self._presummed = (vectors, sums)
+    def presum_moments(self, vectors: list, sums: torch.Tensor, with_d_sq: bool) -> None:
+        """Per-tensor sums of ``vectors`` (the next ``apply``'s, in its order) taken while momentum space formed
+        them."""
+        self._presummed = (vectors, sums, with_d_sq)
 
     # -- keep regime: the gradient tensor becomes the reference ---------------------------------------------
     def _swappable(self, index: int, regime: int):
@@ -223,62 +225,84 @@ class FusedAlignmentControl(GradientAlignmentControl):
                 self._last_grads = {i: weakref.ref(p.grad) for i, p in enumerate(self.params) if p.grad is not None}
 
 
-def chunk_terms(terms: tuple[list, list, list], v: torch.Tensor, r: torch.Tensor | None, with_d_sq: bool) -> None:
-    """Append the chunk's ⟨v, d⟩, ‖v‖² (and ‖d‖²) as dots in its dtype: ⟨v, d⟩ first, reading both from memory; the
-    squares then read them from cache."""
-    dots, g_sqs, d_sqs = terms
-    if r is not None:
-        dots.append(torch.dot(v, r))
-    g_sqs.append(torch.dot(v, v))
-    if r is not None and with_d_sq:
-        d_sqs.append(torch.dot(r, r))
+class Terms:
+    """Chunk dots of (⟨v, d⟩, ‖v‖², ‖d‖²) with the tensor each belongs to, added per tensor in float64 by one
+    stacked ``index_add_`` per dtype present: ⟨v, d⟩ first, reading both from memory; the squares then read the
+    chunk from cache."""
+
+    def __init__(self, tensors: int):
+        self.tensors = tensors
+        self.rows: dict[torch.dtype, tuple[list, list, list, list, list, list]] = {}
+
+    def add(self, tensor: int, v: torch.Tensor, r: torch.Tensor | None, with_d_sq: bool) -> None:
+        dots, dot_of, g_sqs, g_of, d_sqs, d_of = self.rows.setdefault(v.dtype, ([], [], [], [], [], []))
+        if r is not None:
+            dots.append(torch.dot(v, r))
+            dot_of.append(tensor)
+        g_sqs.append(torch.dot(v, v))
+        g_of.append(tensor)
+        if r is not None and with_d_sq:
+            d_sqs.append(torch.dot(r, r))
+            d_of.append(tensor)
+
+    def sums(self, device) -> torch.Tensor:
+        out = torch.zeros(3, self.tensors, dtype=torch.float64, device=device)
+        for dots, dot_of, g_sqs, g_of, d_sqs, d_of in self.rows.values():
+            for row, (values, of) in enumerate(((dots, dot_of), (g_sqs, g_of), (d_sqs, d_of))):
+                if values:
+                    out[row].index_add_(0, torch.tensor(of, device=device), torch.stack(values).to(torch.float64))
+        return out
 
 
-def combine(terms: tuple[list, list, list], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Each list of chunk results added in float64 (one stacked sum per dtype present)."""
-    out = []
-    for chunk_results in terms:
-        total = torch.zeros((), dtype=torch.float64, device=device)
-        for dtype in FAST_DTYPES:
-            same = [t for t in chunk_results if t.dtype == dtype]
-            if same:
-                total = total + torch.stack(same).to(torch.float64).sum()
-        out.append(total)
-    return tuple(out)
+def doubtful(sums: torch.Tensor, has_ref: list[bool], with_d_sq: bool, skip: set[int] = frozenset()) -> list[int]:
+    """Tensors whose fast sums cannot stand: one not finite, or ‖v‖² (or ‖d‖², when taken with a reference) below
+    ``TINY_SQ`` — zero included, as a float32 square can underflow to it (a zero gradient costs one float64 pass;
+    whether a tensor counts as having a gradient is decided by its ‖v‖² being nonzero)."""
+    finite = torch.isfinite(sums).all(0)
+    small_g = sums[1] < TINY_SQ
+    small_d = (sums[2] < TINY_SQ) & torch.tensor(has_ref, device=sums.device) if with_d_sq else small_g & False
+    bad = (~finite | small_g | small_d).tolist()
+    return [t for t, b in enumerate(bad) if b and t not in skip]
 
 
-def trustworthy(sums: tuple[torch.Tensor, ...], terms: tuple[list, list, list]) -> bool:
-    """Whether fast sums can stand: all finite, and ‖v‖² (and ‖d‖² when taken) at least ``TINY_SQ`` (a zero one
-    may be float32 underflow too: a zero gradient costs one float64 recomputation)."""
-    dot, g_sq, d_sq = sums
-    squares = torch.stack([g_sq, d_sq] if terms[2] else [g_sq])
-    return bool(torch.isfinite(dot) & (torch.isfinite(squares) & (squares >= TINY_SQ)).all())
-
-
-def grads_finite(grads: list[torch.Tensor], exact) -> bool:
-    """Whether every entry of the gradients is finite, from Σg² per tensor by one BLAS dot (a NaN or inf entry makes
-    it non-finite) instead of the general path's min/max reductions; a non-finite Σg² can also be a finite gradient's
-    overflow, so that case is decided by ``exact`` (``gac.optim.grads_look_finite``)."""
-    flat = [real_parts(g).reshape(-1) for g in grads if g.numel() > 0]
-    if not flat or not all(t.dtype in FAST_DTYPES for t in flat):
-        return exact(grads)
-    sums = torch.stack([torch.dot(t, t).to(torch.float64) for t in flat])
-    return bool(torch.isfinite(sums).all()) or exact(grads)
+def fused_look_at_gradients(params: list[torch.Tensor], exact) -> tuple[bool, list[bool]]:
+    """``gac.optim.look_at_gradients`` (whether every gradient entry is finite; per parameter whether its gradient
+    has a nonzero entry) from Σg² per tensor by one BLAS dot instead of min/max reductions. A tensor whose Σg² is
+    not finite (a NaN, an inf, or a finite gradient's overflow) or below ``TINY_SQ`` (zero, or tiny entries whose
+    squares may underflow) is looked at by ``exact``."""
+    grads = [None if p.grad is None else real_parts(local_tensor(p.grad)).reshape(-1) for p in params]
+    fast = [i for i, g in enumerate(grads) if g is not None and g.numel() > 0 and g.dtype in FAST_DTYPES]
+    has = [False] * len(params)
+    if fast:
+        squares = torch.stack([torch.dot(grads[i], grads[i]).to(torch.float64) for i in fast]).tolist()
+        for i, square in zip(fast, squares, strict=True):
+            has[i] = square >= TINY_SQ and square != float("inf")
+    rest = [i for i, g in enumerate(grads) if g is not None and not has[i]]
+    if not rest:
+        return True, has
+    finite, rest_has = exact([params[i] for i in rest])
+    for i, value in zip(rest, rest_has, strict=True):
+        has[i] = value
+    return finite, has
 
 
 @torch.no_grad()
-def first_moments(wrapper, index_of: dict) -> tuple[dict, dict]:
-    """``GACOptimizer._first_moments`` for Adam/AdamW with the sums taken from each chunk of m_t right after it is
-    formed (in cache), instead of in a second pass over m_t.
+def first_moments(wrapper, index_of: dict, exact_look) -> tuple[dict, dict, list[bool]]:
+    """``GACOptimizer._first_moments`` for Adam/AdamW, and which parameters have a gradient (``has_gradient`` of
+    ``gac.optim.look_at_gradients``), with the sums of m_t and Σg² taken from each chunk right after m_t is formed
+    (in cache), instead of in further passes over m_t and g.
 
     The same kernels on the same elements as the general path (from the same state, m_t has the same bits); the sums
     go to the tracker for the ``apply`` that follows (``presum_moments``). A tensor that cannot be chunked (not
-    contiguous, complex) is formed whole, and then the ``apply`` takes the sums itself.
+    contiguous, complex) is formed whole, and then the ``apply`` takes the sums itself. A gradient whose Σg² is not
+    finite or below ``TINY_SQ`` is looked at by ``exact_look`` (``look_at_gradients``).
     """
     tracker: FusedAlignmentControl = wrapper.gac
     indices = [i for i, p in enumerate(tracker.params) if p.grad is not None]
+    position = {tracker.params[i]: k for k, i in enumerate(indices)}
     with_d_sq = tracker._cached_d_sq(indices, [local_tensor(tracker.params[i].grad) for i in indices]) is None
-    moments, buffers, terms, folded = {}, {}, ([], [], []), tracker.general is None
+    moments, buffers, folded = {}, {}, tracker.general is None
+    terms, grad_terms = Terms(len(indices)), Terms(len(indices))
     for group in wrapper.param_groups:
         beta1 = float(group["betas"][0])
         coupled = group["weight_decay"] != 0 and not group.get("decoupled_weight_decay", False)
@@ -302,13 +326,31 @@ def first_moments(wrapper, index_of: dict) -> tuple[dict, dict]:
             for (g_c, p_c, o_c, *b_c), (_, r_c) in zip(zip(*chunks, strict=True), tracker._chunks(out, ref),
                                                        strict=True):
                 form_moment(g_c, p_c, b_c[0] if b_c else None, o_c, group, beta1, coupled, scratch[:g_c.numel()])
-                chunk_terms(terms, o_c, r_c, with_d_sq)
-    if folded and moments:
-        sums = combine(terms, next(iter(moments.values())).device)
-        if trustworthy(sums, terms):
-            tracker.presum_moments([moments[p] for p in tracker.params if p in moments],
-                                   sums if with_d_sq else (sums[0], sums[1], None))
-    return moments, buffers
+                terms.add(position[p], o_c, r_c, with_d_sq)
+                grad_terms.add(position[p], g_c, None, False)
+    has_gradient = [False] * len(tracker.params)
+    if not moments:
+        return moments, buffers, has_gradient
+    device = next(iter(moments.values())).device
+    if not folded:  # the apply takes the sums; which parameters have a gradient, from their Σg²
+        return moments, buffers, fused_look_at_gradients(tracker.params, exact_look)[1]
+    squares = grad_terms.sums(device)[1]
+    vectors = [moments[tracker.params[i]] for i in indices]
+    refs = [tracker._reference_of(i) for i in indices]
+    sums = terms.sums(device)
+    redo = doubtful(sums, [r is not None for r in refs], with_d_sq)
+    if redo:
+        sums[:, redo] = GradientAlignmentControl._sums64(tracker, [vectors[t] for t in redo], [refs[t] for t in redo],
+                                                          with_d_sq)
+    tracker.presum_moments(vectors, sums, with_d_sq)
+    unsure = [k for k, square in enumerate(squares.tolist()) if not TINY_SQ <= square < float("inf")]
+    for k, index in enumerate(indices):
+        has_gradient[index] = k not in unsure
+    if unsure:
+        _, exact = exact_look([tracker.params[indices[k]] for k in unsure])
+        for k, value in zip(unsure, exact, strict=True):
+            has_gradient[indices[k]] = value
+    return moments, buffers, has_gradient
 
 
 def form_moment(grad, param, buffer, out, group, beta1: float, coupled: bool, scratch) -> None:
@@ -325,4 +367,5 @@ def form_moment(grad, param, buffer, out, group, beta1: float, coupled: bool, sc
         torch.lerp(buffer, grad, 1.0 - beta1, out=out)
 
 
-__all__ = ["FusedAlignmentControl", "fused_unavailable", "make_tracker", "first_moments", "SUM_CHUNK"]
+__all__ = ["FusedAlignmentControl", "fused_unavailable", "make_tracker", "first_moments", "fused_look_at_gradients",
+           "SUM_CHUNK"]

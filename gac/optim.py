@@ -12,14 +12,11 @@ Spaces (``GACConfig.space``), with v the controlled vector and d its reference:
   (``GACOptimizer.swap_grads``): ``.grad`` becomes the tensor holding g' and the one that held g the reference.
 - ``"update"``: θ_before is saved, the inner step runs, v = Δ = θ_after − θ_before (weight decay included);
   d is built from previous proposed Δ; θ = θ_before + Δ' (skip: θ = θ_before), computed as θ_after − α·d.
-  The inner optimizer's state stays as its step left it. A skip is a zero step: it restarts the reference
-  (as at init), so the next step is measured against nothing (cosine 0) and applied. Otherwise a skip would
-  lock in: θ is restored but the optimizer's momentum has advanced and proposes the skipped direction again,
-  so with AdamW or SGD-momentum every later step would be skipped. At most every other step is skipped.
-  Memory: the reference (one previous Δ per parameter) as state, and θ_before: one parameter-sized buffer, kept
-  between steps and reused (a fresh one each step costs page faults on CPU: 7× a copy into an existing buffer at
-  10M parameters). Δ is never stored whole: the tracker forms it chunk by chunk (``gac.tracker.Difference``), and
-  θ_after − α·d is written in the same pass. Peak: 2 parameter-sized tensors (was 3: θ_before and Δ per step).
+  The inner optimizer's state stays as its step left it. Memory: the reference (one previous Δ per parameter) as
+  state, and θ_before: one parameter-sized buffer, kept between steps and reused (a fresh one each step costs page
+  faults on CPU: 7× a copy into an existing buffer at 10M parameters). Δ is never stored whole: the tracker forms
+  it chunk by chunk (``gac.tracker.Difference``), and θ_after − α·d is written in the same pass. Peak: 2
+  parameter-sized tensors (was 3: θ_before and Δ per step).
 - ``"momentum"``: v = the first moment m_t the inner step is about to form (Adam/AdamW:
   β1·exp_avg + (1−β1)·g; SGD: μ·buf + (1−δ)·g, buf = g at its first step; g includes coupled weight decay
   and ``maximize``); d is built from previous uncontrolled m. Acting shifts the stored buffer so that the
@@ -29,13 +26,28 @@ Spaces (``GACConfig.space``), with v the controlled vector and d its reference:
   is formed in, kept between steps; with reference "prev" the buffer becomes the reference and the old reference
   the next buffer (no copy).
 
+A skip restarts the reference (as at init) in every space, so the next step is measured against nothing (cosine NaN)
+and applied: at most every other step is skipped, whatever the gradients. Otherwise a skip would lock training in,
+since it changes nothing the next vector is made from: in gradient space θ stays (a deterministic gradient repeats),
+in momentum space the stored moment stays (the next m_t mostly repeats the skipped one: 140 of 150 steps skipped on
+pure noise), in update space θ is restored but the optimizer's momentum advanced and proposes the skipped step again.
+
 Which parameters: every parameter of the inner optimizer's ``param_groups``, as they are at each step. One that
 joins after ``wrap`` (a group added with ``add_param_group`` on the wrapper or on the inner optimizer, a parameter
 unfrozen with ``requires_grad_(True)``) is controlled, and counted in the cosine, from its first gradient on, with a
-fresh reference (zero, as at init); a parameter without a gradient at a step counts as a zero gradient. Complex
+fresh reference (zero, as at init). A parameter without a gradient at a step (``.grad`` None, or all zeros: what
+``zero_grad(set_to_none=False)`` leaves in an unused one) takes no part in that step, in every space: it is not counted
+in the cosine (neither its vector nor its reference), GAC does not move it (the inner optimizer does with it what it
+does unwrapped: plain SGD moves neither; AdamW's momentum and weight decay move a zero-gradient one as they would
+without GAC), and its reference keeps its value for its next gradient. A gradient that is genuinely zero is treated
+alike: GAC acts on the parameters that received a gradient. Complex
 parameters are measured and projected in their real view (``torch.view_as_real``; see ``gac.control.real_view``).
 Refused in one line: a ``cfg`` that is not a ``GACConfig`` (TypeError), parameters on the meta device (named), sparse
 gradients, LBFGS, wrapping twice.
+
+Copies: ``copy.deepcopy``, ``pickle`` and ``torch.save`` of the wrapper keep GAC's state (reference, counts, threshold
+statistics), and the copy steps exactly as the original would; one wrapped with a ``process_group`` is refused at
+copy time in one line (save its ``state_dict()``).
 """
 
 from __future__ import annotations
@@ -45,7 +57,7 @@ import torch
 from gac.config import SPACES, GACConfig, check_config, reference_dtype_for
 from gac.control import ACT, NonFiniteGradientError
 from gac.distributed import local_tensor
-from gac.fused import FusedAlignmentControl, first_moments, grads_finite, make_tracker
+from gac.fused import FusedAlignmentControl, first_moments, fused_look_at_gradients, make_tracker
 from gac.state import init_threshold_stats
 from gac.tracker import (
     REFERENCE_KEY,
@@ -186,7 +198,9 @@ class GACOptimizer(torch.optim.Optimizer):
         grads = [local_tensor(p.grad) for p in params if p.grad is not None]
         if not grads:
             raise ValueError(f"GAC step {self.gac.step}: no parameter has a gradient; call backward() first")
-        if not (grads_finite(grads, grads_look_finite) if self.fused else grads_look_finite(grads)):
+        finite, has_gradient = (fused_look_at_gradients(params, look_at_gradients) if self.fused
+                                else look_at_gradients(params))
+        if not finite:
             # No inner step on a non-finite gradient (it would corrupt the optimizer's state): the tracker sees
             # the gradient itself, so every rank raises or skips together after its one all_reduce.
             return self.gac.apply([p.grad for p in params])
@@ -199,17 +213,13 @@ class GACOptimizer(torch.optim.Optimizer):
         # θ_after − α·d in the same pass when it acts.
         steps = iter([Difference(t, b) for t, b in zip(stepped, before, strict=True)])
         try:
-            report = self.gac.apply([next(steps) if p.grad is not None else None for p in params])
+            report = self.gac.apply([next(steps) if p.grad is not None else None for p in params],
+                                    has_gradient=has_gradient)
         except NonFiniteGradientError:
             self._restore(stepped, before)
             raise
         if report.regime == "skip":  # skipped, or a non-finite Δ (overflow in the inner step): not applied
             self._restore(stepped, before)
-        if report.regime == "skip" and not report.nonfinite:
-            # θ is back at θ_before but the inner state advanced, so its momentum proposes the skipped direction
-            # again; measured against that direction every later step would be skipped too. A skip is a zero step:
-            # the reference restarts (as at init), so the step after a skip is always applied.
-            self.gac.restart_reference()
         for index, buffer in zip(indices, before, strict=True):
             self.gac.keep_spare(index, buffer)
         return report
@@ -222,20 +232,24 @@ class GACOptimizer(torch.optim.Optimizer):
     def _momentum_step(self) -> GACReport:
         params = self.gac.params
         index_of = {p: i for i, p in enumerate(params)}
-        moments, buffers = first_moments(self, index_of) if self.fused else self._first_moments(index_of)
+        if self.fused:  # m_t formed with its sums, and which parameters have a gradient, in one pass
+            moments, buffers, has_gradient = first_moments(self, index_of, look_at_gradients)
+        else:
+            moments, buffers = self._first_moments(index_of)
+            has_gradient = look_at_gradients(params)[1]
 
-        def shift_buffers(regime: int, coef: float) -> None:
+        def shift_buffers(regime: int, coef: float, taking_part: set[int]) -> None:
             if regime != ACT:
                 return
             for param, (buffer, factor) in buffers.items():
                 reference = self.gac._reference_of(index_of[param])
-                if buffer is not None and reference is not None:
+                if buffer is not None and reference is not None and index_of[param] in taking_part:
                     buffer.sub_(reference.to(buffer.dtype), alpha=coef * factor)
 
         complete = all(buffer is not None for buffer, _ in buffers.values())
         # m_t is formed in a buffer kept between steps, and with reference "prev" becomes the reference itself
         report = self.gac.apply([moments.get(p) for p in params], allow_action=complete, before_write=shift_buffers,
-                                scratch_vectors=True)
+                                scratch_vectors=True, has_gradient=has_gradient)
         if report.regime != "skip":
             self._inner_step()
         return report
@@ -368,16 +382,33 @@ class GACOptimizer(torch.optim.Optimizer):
         for index, (saved_id, param) in enumerate(zip(saved_ids, params, strict=False)):
             check_reference_shape(index, state_dict.get("state", {}).get(saved_id, {}).get(REFERENCE_KEY), param)
 
+    # -- copies (copy.deepcopy, pickle, torch.save of the optimizer object) --------------------------
+    def __getstate__(self) -> dict:
+        """All of the wrapper, so a copy steps as this optimizer would: torch.optim.Optimizer's own keeps only
+        defaults, state and param_groups (a copy used to lose GAC). Hooks are left out, as torch leaves them out."""
+        return {key: value for key, value in self.__dict__.items()
+                if not (key.startswith("_optimizer_") and key.endswith("_hooks"))}
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)  # torch's: empty hook dictionaries, the step profiler
+        self.optimizer._gac_wrapped = True  # the inner optimizer's pickled state does not carry the mark
+
     def __repr__(self) -> str:
         return f"GACOptimizer({self.gac.cfg}, {self.optimizer!r})"
 
 
-def grads_look_finite(grads: list[torch.Tensor]) -> bool:
-    """Whether every entry of the gradients is finite, from one read-only reduction per tensor (min and max: a NaN
-    makes both NaN, ±inf shows as an extreme; neither overflows) instead of a per-entry ``isfinite`` pass."""
-    extremes = torch.stack([torch.stack(torch.aminmax(real_parts(g).reshape(-1))) for g in grads if g.numel() > 0]
-                           or [torch.zeros(2)])
-    return bool(torch.isfinite(extremes).all())
+def look_at_gradients(params: list[torch.Tensor]) -> tuple[bool, list[bool]]:
+    """(whether every gradient entry is finite, per parameter whether its gradient on this rank has a nonzero entry:
+    False for None), from one read-only reduction per tensor (min and max: a NaN makes both NaN, ±inf shows as an
+    extreme; neither overflows) instead of per-entry ``isfinite`` and ``any`` passes."""
+    grads = [local_tensor(p.grad) if p.grad is not None and p.grad.numel() > 0 else None for p in params]
+    present = [g for g in grads if g is not None]
+    if not present:
+        return True, [False] * len(params)
+    extremes = torch.stack([torch.stack(torch.aminmax(real_parts(g).reshape(-1))) for g in present])
+    numbers = torch.cat([torch.isfinite(extremes).all().reshape(1), (extremes != 0).any(1)]).tolist()
+    nonzero = iter(numbers[1:])
+    return bool(numbers[0]), [g is not None and bool(next(nonzero)) for g in grads]
 
 
 def loaded_reference(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -9,9 +9,12 @@ GAC controls one vector v of each optimizer step against a reference d built fro
   m'_t instead: buf ← buf − (m_t − m'_t)/β (β = β1, or μ), on the acting rows only; the second moment is not
   touched. A skipped row takes no step and keeps its buffer.
 - ``update``: v = the proposed step Δ = θ_after − θ_before of a step already taken; θ ← θ_after − (Δ − Δ')
-  (= θ_before + Δ'). A skipped row goes back to θ_before and its reference restarts at zero (as at init): the
-  optimizer's state has advanced, so its momentum proposes the skipped direction again, and measured against it
-  every later step would be skipped (the lock-in of issue 35.1). The step after a skip is therefore applied.
+  (= θ_before + Δ'). A skipped row goes back to θ_before.
+
+In every space a skipped row's reference restarts at zero (as at init; ``gac.update`` does it), so its next step is
+kept: a skip changes nothing the next vector is made from (θ; the stored moment; in update space the optimizer's
+momentum, which proposes the skipped direction again), so measured against the skipped vector every later step
+would be skipped (issue 35.1 in update space, issue 51.2 in gradient and momentum space).
 
 Each function takes a batch of independent controls (leading dims: runs, seeds, settings) and returns new tensors
 and a new ``GACState``; nothing is mutated. The small-LLM trainer (``sim.llm``, on its (K, P) rows) and the toy
@@ -91,15 +94,8 @@ def on_momentum(buffer: torch.Tensor, moment: torch.Tensor, beta: float, state: 
 def control_step(proposed: torch.Tensor, state: GACState | None, cfg: GACConfig,
                  threshold: torch.Tensor | float | None = None) -> Placed:
     """Update space on a proposed step (or any positive multiple of it: the decision is scale-free and the
-    projection linear): ``out`` = Δ' (0 on skipped rows, which must not step: ``stepping``). A skipped row's
-    reference restarts at zero (module docstring: a skip must not lock in); a non-finite step, skipped under
-    nonfinite="skip", keeps the reference as ``gac.update`` leaves it."""
-    new, state, report = update(proposed, _state(proposed, state, cfg), cfg, threshold)
-    restart = (report.regime == SKIP) & ~report.nonfinite
-    if bool(restart.any()):
-        state = state._replace(reference=torch.where(_rows(restart), torch.zeros_like(state.reference),
-                                                     state.reference))
-    return Placed(new, state, report)
+    projection linear): ``out`` = Δ' (0 on skipped rows, which must not step: ``stepping``)."""
+    return Placed(*update(proposed, _state(proposed, state, cfg), cfg, threshold))
 
 
 def on_update(before: torch.Tensor, after: torch.Tensor, state: GACState | None, cfg: GACConfig,

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 
 from gac.config import GACConfig, check_config, check_threshold, reference_dtype_for
-from gac.control import check_gradient, decide_and_apply, update_reference
+from gac.control import SKIP, check_gradient, decide_and_apply, update_reference
 
 
 class GACState(NamedTuple):
@@ -57,15 +57,16 @@ def current_threshold(cfg: GACConfig, stats: tuple[torch.Tensor, ...]) -> torch.
     return cfg.threshold if isinstance(cfg.threshold, float) else cfg.threshold.current(stats)
 
 
-def observe_threshold(cfg: GACConfig, stats: tuple[torch.Tensor, ...], cosine: torch.Tensor,
-                      counted: torch.Tensor | bool = True) -> tuple[torch.Tensor, ...]:
-    """The rule's statistics after a step with measured ``cosine``; entries where ``counted`` is False
-    (a skipped non-finite step) keep their old statistics."""
+def observe_threshold(cfg: GACConfig, stats: tuple[torch.Tensor, ...],
+                      cosine: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The rule's statistics after a step with measured ``cosine``; entries whose cosine is NaN (nothing measured:
+    a zero gradient or reference, or a skipped non-finite step) keep their old statistics."""
     if isinstance(cfg.threshold, float):
         return stats
+    cosine = torch.as_tensor(cosine)
     observed = cfg.threshold.observe(stats, cosine)
-    return tuple(torch.where(torch.as_tensor(counted, device=new.device), new, old)
-                 for new, old in zip(observed, stats, strict=True))
+    measured = ~torch.isnan(cosine)
+    return tuple(torch.where(measured.to(new.device), new, old) for new, old in zip(observed, stats, strict=True))
 
 
 def update(g: torch.Tensor, state: GACState, cfg: GACConfig,
@@ -75,8 +76,12 @@ def update(g: torch.Tensor, state: GACState, cfg: GACConfig,
     τ is ``threshold`` when given (a float or a tensor of the batch shape; only with a fixed
     cfg.threshold), else cfg.threshold or the adaptive rule's τ from ``state.threshold_stats``. The
     reference then takes the raw g ("prev") or its EMA, stored in cfg.reference_dtype when set, and the rule
-    observes the cosine. A non-finite g or reference raises ``NonFiniteGradientError`` (nonfinite="raise") or
-    skips its row (g' = 0; a non-finite reference restarts from zero). τ overrides outside [0, 1) are refused.
+    observes the cosine. A row whose g is zero (‖g‖ ≤ cfg.eps) has cosine NaN and is kept; its reference keeps
+    its last direction and the rule observes nothing. A skipped row's reference restarts from zero (as at init), so
+    its next step is measured against nothing and kept: a skip changes nothing the next vector is made from, so
+    measured against the skipped one every later step would be skipped. A non-finite g or reference raises
+    ``NonFiniteGradientError`` (nonfinite="raise") or skips its row (g' = 0, cosine NaN; a non-finite reference
+    restarts from zero). τ overrides outside [0, 1) are refused.
     """
     cfg = check_config(cfg, "gac.update")
     g = g.detach()  # the state must not hold the caller's autograd graph
@@ -93,11 +98,14 @@ def update(g: torch.Tensor, state: GACState, cfg: GACConfig,
     finite = g_finite & d_finite
     reference = update_reference(state.reference, g, cfg).to(state.reference.dtype if cfg.reference_dtype is None
                                                               else reference_dtype_for(g.dtype, cfg.reference_dtype))
-    if not bool(finite.all()):
-        # a non-finite g leaves the reference as it was; a non-finite reference restarts from zero (as at init)
-        kept = torch.where(d_finite.unsqueeze(-1), state.reference, torch.zeros_like(state.reference))
-        reference = torch.where(finite.unsqueeze(-1), reference, kept)
-    stats = observe_threshold(cfg, state.threshold_stats, decision.cosine, finite)
+    # A zero g has no direction: the reference keeps its last one. A non-finite g leaves it as it was too; a
+    # non-finite reference, and a skip (docstring), restart it from zero (as at init).
+    skipped = finite & (decision.regime == SKIP)
+    takes_g = finite & (decision.norm_before > cfg.eps) & ~skipped
+    if not bool(takes_g.all()):
+        kept = torch.where((d_finite & ~skipped).unsqueeze(-1), state.reference, torch.zeros_like(state.reference))
+        reference = torch.where(takes_g.unsqueeze(-1), reference, kept.to(reference.dtype))
+    stats = observe_threshold(cfg, state.threshold_stats, decision.cosine)
     tau_tensor = torch.as_tensor(tau, dtype=decision.cosine.dtype, device=g.device).expand(decision.cosine.shape)
     report = UpdateReport(decision.cosine, decision.regime, decision.parallel_scale, tau_tensor,
                           decision.norm_before, decision.norm_after, ~finite)

@@ -138,6 +138,16 @@ class GradientAlignmentControl:
         self._spare: dict[int, torch.Tensor] = {}  # parameter-sized buffers kept between steps (take_spare)
         self._last_g_sq: tuple[list[int], torch.Tensor] | None = None  # (indices, local ‖g‖²) of the last step
         self._swapped: dict[int, tuple] = {}  # index -> (weakref, version) of a former .grad that became the reference
+        self._layout_checked: int | None = None  # the parameter count the ranks were found to share (_check_layout)
+
+    def __getstate__(self) -> dict:
+        """What a copy (``copy.deepcopy``, pickle) needs to step as this one would: without the scratch and spare
+        buffers (a speed-up, rebuilt on use), the cached ‖d‖² (recomputed: the same numbers) and the weak
+        references of the buffer-swap check. A process group cannot be copied: one line."""
+        if self.process_group is not None:
+            raise TypeError("GAC: an optimizer wrapped with a process_group cannot be copied or pickled (a process "
+                            "group is not copyable); save and load its state_dict() instead")
+        return {**self.__dict__, "_scratch_buffers": {}, "_spare": {}, "_last_g_sq": None, "_swapped": {}}
 
     @property
     def reference(self) -> list[torch.Tensor | None]:
@@ -212,7 +222,7 @@ class GradientAlignmentControl:
         return tuple(s.to(f.dtype) for s, f in zip(saved, fresh, strict=True))
 
     def restart_reference(self) -> None:
-        """Forget the reference direction (as at init): the next step is measured against zero (cosine 0)."""
+        """Forget the reference direction (as at init): the next step is measured against nothing (cosine NaN)."""
         for index in range(len(self.params)):
             self._set_reference(index, None)
         self._last_g_sq = None
@@ -279,19 +289,21 @@ class GradientAlignmentControl:
             return torch.sub(after, before, out=self._scratch(after, after.numel(), slot=1))
         return after - before
 
-    def _sums64(self, vectors, refs, with_d_sq: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(⟨v,d⟩, ‖v‖², ‖d‖²) in float64 (products exact, sums in float64); ‖d‖² left 0 unless ``with_d_sq``.
+    def _sums64(self, vectors, refs, with_d_sq: bool) -> torch.Tensor:
+        """Per tensor (⟨v,d⟩, ‖v‖², ‖d‖²) in float64 (products exact, sums in float64), shape (3, tensors); ‖d‖²
+        left 0 unless ``with_d_sq``, ⟨v,d⟩ and ‖d‖² 0 where there is no reference.
 
         A tensor of at most CHUNK_NUMEL elements (or a non-contiguous one) is summed with ``dot64``: ``cosine64``'s
         own bits. A larger one is summed chunk by chunk: each chunk converted into a reused float64 buffer (no
         allocation) and reduced with ``torch.dot`` (a float64 dot: other summation order than ``dot64``'s
-        multiply-then-sum, agreeing to float64 rounding, and no temporary for the products). The per-tensor and
-        per-chunk terms are added in order, 0 + t₁ + t₂ + …, by one ``cumsum`` (sequential on CPU) rather than
-        one addition op per term.
+        multiply-then-sum, agreeing to float64 rounding, and no temporary for the products); its chunks' terms are
+        added in order, 0 + t₁ + t₂ + …, by one ``cumsum`` (sequential on CPU) rather than one addition op per term.
         """
         device = _parts(vectors[0])[0].device
-        dots, g_sqs, d_sqs = [], [], []
+        zero = torch.zeros((), dtype=torch.float64, device=device)
+        per_tensor = []
         for vector, ref in zip(vectors, refs, strict=True):
+            dots, g_sqs, d_sqs = [], [], []
             chunked = self._chunked(vector)
             if chunked:
                 first = _parts(vector)[0]
@@ -312,32 +324,56 @@ class GradientAlignmentControl:
                     dots.append(dot_fn(g64, r64))
                     if with_d_sq:
                         d_sqs.append(dot_fn(r64, r64))
-        zero = torch.zeros((), dtype=torch.float64, device=device)
-        return tuple(torch.stack([zero, *terms]).cumsum(0)[-1] if terms else zero for terms in (dots, g_sqs, d_sqs))
+            per_tensor.extend(terms[0] if len(terms) == 1 else torch.stack([zero, *terms]).cumsum(0)[-1] if terms
+                              else zero for terms in (dots, g_sqs, d_sqs))
+        return torch.stack(per_tensor).view(-1, 3).t()
 
-    def _local_stats(self, vectors, refs, cached_d_sq: torch.Tensor | None) -> torch.Tensor:
-        """[⟨v,d⟩, ‖v‖², ‖d‖², non-finite flags of v and d] over this rank's tensors, as float64.
+    def _local_stats(self, indices: list[int], vectors, refs, cached_d_sq: torch.Tensor | None,
+                     has_gradient: list[bool] | None) -> torch.Tensor:
+        """This rank's [non-finite flags of v and d, then per parameter ⟨v,d⟩, ‖v‖², ‖d‖² and whether it has a
+        gradient (1 or 0)] as one float64 vector of 2 + 4·len(params) numbers, for one all_reduce.
 
-        ``cached_d_sq``, when given, is this rank's ‖d‖² already known (see ``_cached_d_sq``). The sums tell
-        finiteness (a NaN or inf entry makes ‖v‖² or ⟨v,d⟩ non-finite); the entries are looked at only when a
-        sum is not finite, since a finite vector's sum may still overflow.
+        ``cached_d_sq``, when given, is this rank's per-tensor ‖d‖² already known (see ``_cached_d_sq``).
+        ``has_gradient`` (per parameter) tells which parameters received a gradient; None: those whose v is not zero
+        (gradient space, where v is the gradient). The sums tell finiteness (a NaN or inf entry makes ‖v‖² or
+        ⟨v,d⟩ non-finite); the entries are looked at only when a sum is not finite, since a finite vector's sum may
+        still overflow.
         """
-        dot, g_sq, d_sq = self._sums64(vectors, refs, with_d_sq=cached_d_sq is None)
-        zero = torch.zeros_like(g_sq)
-        d_sq = d_sq if cached_d_sq is None else cached_d_sq
+        sums = self._sums64(vectors, refs, with_d_sq=cached_d_sq is None)
+        if cached_d_sq is not None:
+            sums[2] = cached_d_sq
+        dot, g_sq, d_sq = sums
+        zero = torch.zeros((), dtype=torch.float64, device=g_sq.device)
         pairs = [(g, r) for g, r in zip(vectors, refs, strict=True) if r is not None]
-        nonfinite = zero if bool(torch.isfinite(g_sq)) else (~all_finite([_whole(v) for v in vectors])).double()
+        nonfinite = zero if bool(torch.isfinite(g_sq).all()) else (~all_finite([_whole(v) for v in vectors])).double()
         # ‖d‖² may come from the cache (last step's ‖g‖²), so a non-finite ⟨g, d⟩ also sends us to look at d.
-        suspect = not bool(torch.isfinite(d_sq) & torch.isfinite(dot))
+        suspect = not bool((torch.isfinite(d_sq) & torch.isfinite(dot)).all())
         reference_nonfinite = (~all_finite([r for _, r in pairs])).double() if suspect else zero
-        return torch.stack([dot, g_sq, d_sq, nonfinite, reference_nonfinite])
+        has = (g_sq > 0).double() if has_gradient is None else torch.tensor(
+            [float(has_gradient[i]) for i in indices], dtype=torch.float64, device=g_sq.device)
+        per_param = torch.zeros(4, len(self.params), dtype=torch.float64, device=g_sq.device)
+        per_param.index_copy_(1, torch.tensor(indices, device=g_sq.device), torch.cat([sums, has[None]]))
+        return torch.cat([torch.stack([nonfinite, reference_nonfinite]), per_param.view(-1)])
+
+    def _check_layout(self, group, device) -> None:
+        """One line unless every rank of ``group`` holds the same number of parameter tensors: the step's all_reduce
+        sums the ranks' partial sums parameter by parameter, so the ranks must hold shards of the same parameters in
+        the same order (FSDP's layout). Checked once per parameter list, with one small all_reduce."""
+        count = float(len(self.params))
+        total, squares, ranks = all_reduce_stats(torch.tensor([count, count * count, 1.0], dtype=torch.float64,
+                                                              device=device), group).tolist()
+        if ranks * squares != total * total:  # Σn² · W = (Σn)² only when every rank's n is the same
+            raise ValueError(f"GAC: the ranks of the process group hold different numbers of parameter tensors "
+                             f"(this rank {len(self.params)}, {total / ranks:g} on average); every rank must hold "
+                             f"shards of the same parameters in the same order, as FSDP gives")
+        self._layout_checked = len(self.params)
 
     def _cached_d_sq(self, indices: list[int], grads) -> torch.Tensor | None:
-        """This rank's ‖d‖² without a pass over d, when d is exactly last step's raw gradient.
+        """This rank's per-tensor ‖d‖² without a pass over d, when d is exactly last step's raw gradient.
 
         With reference="prev" stored in the gradient's dtype, d is a copy of the previous raw g whose
         ‖g‖² was computed then (same tensors, same kernel: the same number). Only valid when the same
-        parameters had gradients at both steps and nothing replaced the reference since.
+        parameters had gradients at both steps, all of them took part, and nothing replaced the reference since.
         """
         cached = self._last_g_sq
         if cached is None or cached[0] != indices or self.cfg.reference != "prev":
@@ -450,16 +486,33 @@ class GradientAlignmentControl:
                                  f"optimizer.swap_grads = False")
         self._swapped.clear()
 
+    def _write(self, indices: list[int], vectors: list, regime: int, coef: float, swap: bool, scratch: bool) -> None:
+        """v' and the new reference for each controlled tensor (``_apply_to_tensor`` or the buffer swap)."""
+        for index, vector in zip(indices, vectors, strict=True):
+            reference = self._swappable(index, regime) if swap else None
+            if reference is not None:
+                self._swap_act(index, reference, coef)
+            else:
+                self._apply_to_tensor(index, vector, regime, coef, scratch=scratch)
+
     @torch.no_grad()
     def apply(self, vectors: list | None = None, allow_action: bool = True, before_write=None,
-              scratch_vectors: bool = False, swap_grads: bool = False) -> GACReport:
+              scratch_vectors: bool = False, swap_grads: bool = False,
+              has_gradient: list[bool] | None = None) -> GACReport:
         """Apply GAC to the current ``.grad`` of the parameters (in place) and return the report.
+
+        A parameter without a gradient at this step — ``.grad`` None or all zeros on every rank — takes no part:
+        it is not counted in the cosine (neither its vector nor its reference), its vector is not written, and
+        its reference keeps its value. With ``zero_grad(set_to_none=False)`` an unused parameter thus counts as
+        one whose ``.grad`` is None, as in plain SGD, which moves neither.
 
         ``vectors`` (one per parameter, None where it has no value this step) replaces ``.grad`` as the
         controlled vector: ``gac.wrap`` passes the proposed step Δθ ("update" space) or the first moment
-        ("momentum" space). ``allow_action=False`` measures and updates the reference but keeps the vector
-        (regime "keep"). ``before_write(regime, coef)``, when given, runs after the decision and before
-        any vector or reference is written (so it still sees the old reference): v' = v − coef·d.
+        ("momentum" space), with ``has_gradient`` (per parameter: whether its gradient on this rank has a nonzero
+        entry), since there the vector of a parameter without a gradient need not be zero. ``allow_action=False``
+        measures and updates the reference but keeps the vector (regime "keep"). ``before_write(regime, coef,
+        taking_part)``, when given, runs after the decision and before any vector or reference is written (so it
+        still sees the old reference): v' = v − coef·d on the parameters (indices) in ``taking_part``.
         A vector may be a ``Difference(after, before)`` (update space): v = after − before; acting writes
         after ← before + v', a skip (or a non-finite step) leaves ``after`` for the caller to restore.
         ``scratch_vectors=True``: the vectors are the caller's throwaway buffers; v' is not written, and with
@@ -489,10 +542,19 @@ class GradientAlignmentControl:
         group = self.process_group if self.process_group is not None else infer_process_group(
             [p.grad for p in self.params if p.grad is not None] + [t for v in source if v is not None
                                                                    for t in _parts(v)])
-        local = self._local_stats(grads, refs, self._cached_d_sq(indices, grads))
+        if group is not None and self._layout_checked != len(self.params):
+            self._check_layout(group, _parts(grads[0])[0].device)
+        local = self._local_stats(indices, grads, refs, self._cached_d_sq(indices, grads), has_gradient)
         self._last_g_sq = None  # valid again only once this step's references are written
-        local_g_sq = local[1].clone()
-        dot, g_sq, d_sq, nonfinite, reference_nonfinite = all_reduce_stats(local, group).tolist()
+        local_g_sq = local[2:].view(4, -1)[1, indices].clone()
+        reduced = all_reduce_stats(local, group)
+        per_param = reduced[2:].view(4, -1)
+        # Summed over the parameters that took part, in order (0 + t₁ + t₂ + …, sequential on CPU).
+        taking_part = per_param[3] > 0
+        totals = torch.where(taking_part, per_param[:3], 0.0).cumsum(1)[:, -1]
+        numbers = torch.cat([totals, reduced[:2], taking_part.double()]).tolist()
+        dot, g_sq, d_sq, nonfinite, reference_nonfinite = numbers[:5]
+        taking_part = {i for i in indices if numbers[5 + i] > 0}
         threshold = float(current_threshold(self.cfg, self.threshold_stats))
 
         if nonfinite > 0 or reference_nonfinite > 0:
@@ -506,7 +568,7 @@ class GradientAlignmentControl:
             if reference_nonfinite > 0:  # a broken reference would skip every later step: start it anew
                 self.restart_reference()
             self.skipped_nonfinite += 1
-            report = GACReport(self.step, 0.0, "skip", 0.0, float("nan"), 0.0, threshold, nonfinite=True)
+            report = GACReport(self.step, float("nan"), "skip", 0.0, float("nan"), 0.0, threshold, nonfinite=True)
             self.step += 1
             self.last_report = report
             return report
@@ -516,19 +578,23 @@ class GradientAlignmentControl:
         if not allow_action:
             decision = decide(stats, replace(self.cfg, skip_threshold=None), 1.0)  # c ≤ 1: always keep
         regime, coef = int(decision.regime), float(decision.ref_coef)
+        if float(decision.norm_before) <= self.cfg.eps:  # no direction (cosine NaN, keep): references keep theirs
+            taking_part = set()
         if before_write is not None:
-            before_write(regime, coef)
-        for index, vector in zip(indices, vectors, strict=True):
-            reference = self._swappable(index, regime) if swap else None
-            if reference is not None:
-                self._swap_act(index, reference, coef)
-            else:
-                self._apply_to_tensor(index, vector, regime, coef, scratch=scratch_vectors)
-        for index, reference in enumerate(self.reference):
-            if source[index] is None and reference is not None:
-                # No gradient this step counts as a zero gradient for the reference.
-                reference.mul_(0.0 if self.cfg.reference == "prev" else self.cfg.ema_decay)
-        self._last_g_sq = (indices, local_g_sq)
+            before_write(regime, coef, taking_part)
+        written = [(i, v) for i, v in zip(indices, vectors, strict=True) if i in taking_part]
+        self._write([i for i, _ in written], [v for _, v in written], regime, coef, swap, scratch_vectors)
+        if len(written) == len(indices):  # every reference now holds this step's vector
+            self._last_g_sq = (indices, local_g_sq)
+        if scratch_vectors:  # the caller's buffers of parameters that took no part are kept for later steps
+            for index, vector in zip(indices, vectors, strict=True):
+                if index not in taking_part:
+                    self.keep_spare(index, vector)
+        if regime == SKIP:
+            # A skip changes nothing the next vector is made from (θ, the stored moment; in update space the
+            # optimizer's momentum proposes the skipped step again): measured against the skipped vector every later
+            # step would be skipped. The reference restarts (as at init), so the next step is kept.
+            self.restart_reference()
 
         cosine = float(decision.cosine)
         self.threshold_stats = observe_threshold(self.cfg, self.threshold_stats, decision.cosine)

@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -52,7 +52,7 @@ fig, ax = plt.subplots(figsize=(6, 2.8))
 for staleness in (0, 4, 8):
     ax.plot(solutions.delayed_iterate(0.3, staleness, 60), label=f"s = {staleness}")
 ax.axhline(0, color="gray", lw=0.6)
-ax.set(xlabel="step t", ylabel="x_t", ylim=(-3, 3), title="x_{t+1} = x_t − 0.3·x_{t−s}")
+ax.set(xlabel="step $t$", ylabel="$x_t$", ylim=(-3, 3), title=r"$x_{t+1} = x_t - 0.3\,x_{t-s}$")
 ax.legend()
 plt.show()
 
@@ -69,9 +69,10 @@ plt.show()
 #
 # ![fig1: consecutive-gradient cosine](../docs/figures/fig1_cosine.png)
 #
-# Where the gradient's signal dominates its noise the signature is strong: in the Gaussian bandit the mean cosine goes
-# from −0.16 (sync) to 0.85 at $s = 16$ (RESULTS.md). In the small LLM it is weak. The LLM testbed's version (8 warm
-# starts × 2 seeds, 200 GRPO steps; `python -m paper_figs.llm_testbed`):
+# Where the gradient's signal dominates its noise the signature is strong: in the Gaussian bandit the mean cosine grows
+# from slightly negative in sync to near 1 at $s = 16$ ([Results: alignment in the toys](../RESULTS.md#alignment-in-the-toys)).
+# In the small LLM it is weak. The LLM testbed's version (8 warm starts × 2 seeds, 200 GRPO steps;
+# `python -m paper_figs.llm_testbed`):
 #
 # ![fig1, LLM testbed](../docs/figures/fig1_cosine_llm_testbed.png)
 #
@@ -93,7 +94,7 @@ plt.show()
 # $\cos \le \mathrm{SNR}/(1+\mathrm{SNR})$ of notebook 2 predicts. Details: [Results: verdict](../RESULTS.md#verdict).
 
 # %%
-display(Markdown(findings_section((ROOT / "README.md").read_text())))
+display(Markdown(findings_section((ROOT / "README.md").read_text(), link_prefix="../")))
 
 # %% [markdown]
 # ## The path through the course
@@ -106,52 +107,56 @@ display(Markdown(findings_section((ROOT / "README.md").read_text())))
 # | 4. bandits | stale *data* rather than stale gradients: when does staleness hurt a policy gradient? | 25 min |
 # | 5. a small LLM | does any of it show in GRPO on a transformer? | 10 min |
 #
-# Each notebook has exercises; each solution is a function in `course/solutions.py` (the solution cell shows it),
-# and the test suite checks every one of them against an independent computation.
+# Each notebook has exercises: you fill in a function and a check cell compares it with the solution. The solutions
+# and their discussion are on [the Solutions page](../course/solutions.md) (the code: `course/solutions.py`, which
+# the test suite checks against independent computations).
 
 # %% [markdown]
 # ## Exercise 0.1 — predict, then measure: the largest stable step at staleness 8
 #
 # The paper's experiments use staleness $s \ge 8$. **Predict** the largest step $a = \eta\lambda$ at which
 # $x_{t+1} = x_t - a\,x_{t-8}$ still decays: is it closer to 2 (the synchronous limit), 1, or 0.2? Write your guess
-# below, then **measure** it by iterating the recursion for a grid of steps (no theory allowed).
+# below, then **measure** it: fill in `measured_stability_boundary` by iterating the recursion for a grid of steps (no
+# theory allowed; `solutions.grows(a, s)` tells whether one step grows, if you want a start). Then run the check cell.
 
 # %%
+from course import exercises
+
 my_prediction = None  # your guess for the largest stable a at s = 8
 
-# %% [markdown]
-# ### Solution
+
+def measured_stability_boundary(staleness):
+    """The largest step a on the grid 0.005, 0.010, …, 2.0 at which x_(t+1) = x_t − a·x_(t−s) does not grow."""
+    raise NotImplementedError  # your code here
+
 
 # %%
-solutions.show(solutions.measured_stability_boundary)
-measured = solutions.measured_stability_boundary(8)
-print(f"your prediction: {my_prediction}; measured on a grid of step 0.005: {measured:.3f}; "
-      f"synchronous (s = 0): {solutions.measured_stability_boundary(0):.3f}")
+exercises.check(measured_stability_boundary, solutions.measured_stability_boundary, [(8,), (0,)])
 
 # %% [markdown]
-# About 0.18: staleness 8 shrinks the stable step about elevenfold. Notebook 2 shows that the measured value is
-# $a^*(8) = 2\sin(\pi/34) \approx 0.185$ rounded down to the grid.
+# Solution and discussion: [Solutions, exercise 0.1](../course/solutions.md#exercise-01).
 
 # %% [markdown]
 # ## Exercise 0.2 — what does staleness cost the small LLM?
 #
-# The testbed's committed runs (`docs/data/llm_figures_runs.csv`, one row per run) hold each run's final held-out
-# accuracy. For the arm `naive s=16`, compute its final accuracy minus sync's *on the same warm start and RL seed*,
-# average the two seeds of each warm start, and give the mean over the 8 warm starts with a 95 % t-interval. Compare
-# with the README's row for the testbed.
-
-# %% [markdown]
-# ### Solution
+# The testbed's committed runs (`docs/data/llm_figures_runs.csv`, loaded below as `runs_table`, one row per run) hold
+# each run's final held-out accuracy. Fill in `paired_gap(runs, arm)`: the arm's final accuracy minus sync's *on the
+# same warm start and RL seed*, averaged over the two seeds of each warm start, then the mean over the 8 warm starts
+# with a 95 % t-interval, as `(mean, low, high)`. Compare with [the testbed's table](../RESULTS.md#the-llm-testbed).
 
 # %%
-data = ROOT / "docs" / "data"
-runs_table = pd.read_csv(data / "llm_figures_runs.csv")
-solutions.show(solutions.paired_gap)
-mean, low, high = solutions.paired_gap(runs_table, "naive s=16")
-print(f"naive s=16 minus sync: {mean:+.3f} [{low:+.3f}, {high:+.3f}] over "
-      f"{runs_table.warm_seed.nunique()} warm starts")
+runs_table = pd.read_csv(ROOT / "docs" / "data" / "llm_figures_runs.csv")
+
+
+def paired_gap(runs, arm):
+    """(mean, low, high): ``arm`` minus sync, paired on warm start and seed, 95 % t-interval over warm starts."""
+    raise NotImplementedError  # your code here
+
+
+# %%
+exercises.check(paired_gap, solutions.paired_gap, [(runs_table, "naive s=16")])
 
 # %% [markdown]
-# Staleness 16 costs about a tenth of held-out accuracy, and the interval excludes 0: staleness hurts here, but
-# through the stale *data* (drift from the behaviour policy), not through aligned gradients. Notebook 5 takes this
-# apart. Next: [notebook 1](01_stale_aligned_effect.ipynb).
+# Solution and discussion: [Solutions, exercise 0.2](../course/solutions.md#exercise-02).
+# Next: [notebook 1](01_stale_aligned_effect.ipynb).
+

@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -19,7 +19,7 @@
 # consecutive-gradient cosine signature looks like, and in which phase of training it is strong.
 # **Prerequisites:** [notebook 0](00_start_here.ipynb); gradient descent on a quadratic. **Time:** 20 minutes (the
 # cells run in about 15 s). Claims shown: "staleness destabilizes where delayed-GD theory says" and "consecutive
-# gradients stay aligned under staleness" ([Results: what the runs show](../RESULTS.md#what-the-runs-show-quick-profile-this-repositorys-code));
+# gradients stay aligned under staleness" ([Results: alignment in the toys](../RESULTS.md#alignment-in-the-toys));
 # the paper: [arXiv:2603.01501](https://arxiv.org/abs/2603.01501).
 #
 # In asynchronous training the update at step $t$ uses a gradient computed at an older iterate,
@@ -160,47 +160,45 @@ plt.show()
 #
 # Section 1 used $a = \eta\lambda = 0.3$: stable at $s = 4$, divergent at $s = 8$. **Predict** the smallest staleness
 # at which $x_{t+1} = x_t - 0.3\,x_{t-s}$ grows — from the boundary table printed in section 1, or from
-# $a^*(s) = 2\sin(\pi/(2(2s+1)))$ — then **measure** it by iterating the recursion for $s = 0, 1, 2, \dots$ and checking
-# whether the late iterates are larger than the early ones.
+# $a^*(s) = 2\sin(\pi/(2(2s+1)))$ — then **measure** it: fill in `smallest_diverging_staleness` by iterating the
+# recursion for $s = 0, 1, 2, \dots$ and checking whether the late iterates are larger than the early ones.
 
 # %%
-from course import solutions
+from course import exercises, solutions
 
 my_prediction = None  # the smallest s at which a = 0.3 diverges
 
-# %% [markdown]
-# ### Solution
+
+def smallest_diverging_staleness(a):
+    """The smallest staleness s at which x_(t+1) = x_t − a·x_(t−s) grows (None up to s = 64)."""
+    raise NotImplementedError  # your code here
+
 
 # %%
-solutions.show(solutions.smallest_diverging_staleness)
-for step in (0.5, 0.3, 0.1):
-    print(f"a = {step}: smallest diverging staleness (measured) = {solutions.smallest_diverging_staleness(step)}")
-print(f"a*(4) = {float(stability_boundary_closed_form(4)):.3f}, a*(5) = {float(stability_boundary_closed_form(5)):.3f}")
+exercises.check(smallest_diverging_staleness, solutions.smallest_diverging_staleness, [(0.3,), (0.5,), (0.1,)])
 
 # %% [markdown]
-# $s = 5$: $a^*(4) \approx 0.347 > 0.3 > a^*(5) \approx 0.285$. Halving the step does not buy twice the staleness: since
-# $a^*(s) \approx \pi/(2s)$ for large $s$, the tolerated staleness grows like $1/a$ (a = 0.1 tolerates up to $s = 15$).
+# Solution and discussion: [Solutions, exercise 1.1](../course/solutions.md#exercise-11).
 
 # %% [markdown]
 # ## Exercise 1.2 — predict, then measure: does more noise change the stationary cosine?
 #
 # In section 3, after warm-up, the cosine at $s = 4$ and $\eta\lambda_{\max} = 0.6\,a^*(4)$ was small. **Predict**: if
 # the gradient noise $\sigma$ were 10 times larger (1.0 instead of 0.1), would the late cosine go down (more noise),
-# up, or stay? Then **measure** it with `run_quadratic` at both noise levels (same seeds).
+# up, or stay? Then **measure** it: fill in `late_cosine` with `run_quadratic` as in section 3 (4 seeds, 1000 steps,
+# the mean `mean_cos_prev` after a warm-up of 300 steps) and compare both noise levels.
 
 # %%
 my_prediction = None  # "down", "up" or "same"
 
-# %% [markdown]
-# ### Solution
+
+def late_cosine(noise, staleness):
+    """The mean consecutive-gradient cosine after warm-up of section 3's run at this noise σ and staleness."""
+    raise NotImplementedError  # your code here
+
 
 # %%
-solutions.show(solutions.late_cosine)
-for noise in (0.1, 1.0):
-    print(f"sigma = {noise}: late mean cos(g_t, g_(t-1)) at s = 4 = {solutions.late_cosine(noise, staleness=4):.4f}")
+exercises.check(late_cosine, solutions.late_cosine, [(0.1, 4), (1.0, 4)], atol=0.05)
 
 # %% [markdown]
-# The same, up to sampling error (compare the two numbers). Once the iterate sits in its noise floor the whole state is driven by the noise, so
-# the iterate, the signal $\Lambda x$ and the noise all scale with $\sigma$ and the cosine — a ratio — does not. The
-# signal-to-noise ratio that decides the cosine is set by the step size and the staleness, not by $\sigma$ (notebook 2
-# computes it, `theory.cosine.snr`). Noise matters early, while $x_0$'s signal is still large.
+# Solution and discussion: [Solutions, exercise 1.2](../course/solutions.md#exercise-12).

@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -20,7 +20,7 @@
 # bound against measured runs, and how far GAC's projection moves the stability boundary.
 # **Prerequisites:** notebook 1; linear recursions and their characteristic polynomial; a little probability
 # (stationary variance). **Time:** 40 minutes (the cells run in about a minute). Claims shown: the theory rows of
-# [Results: theory](../RESULTS.md#theory) (the boundary, the SNR law, the bound); full statements and proofs in
+# [Results: the SNR law](../RESULTS.md#the-snr-law) (the boundary, the SNR law, the bound); full statements and proofs in
 # `theory/README.md`. The paper: [arXiv:2603.01501](https://arxiv.org/abs/2603.01501).
 #
 # Each result lives in `theory/` as a function with a `check_*` beside it; this notebook calls them.
@@ -263,46 +263,45 @@ for s in (1, 2, 4, 8):
 #
 # Section 3 said: at $s = 0$ one direction's stationary cosine is $-a/2$, at $s = 1$ it is the mirror image, and for small
 # steps every $s \ge 1$ starts at $+a/2$. **Predict** the stationary $\cos(g_t, g_{t-1})$ of one direction at $a = 0.1$ for
-# $s = 0$, $1$ and $4$. Then **measure** it: simulate $g_t = x_{t-s} + \xi_t$, $x_{t+1} = x_t - a\,g_t$ on many independent
-# chains and compute $\sum_t g_t g_{t-1} / \sum_t g_t^2$.
+# $s = 0$, $1$ and $4$. Then **measure** it: fill in `one_direction_cosine` — simulate $g_t = x_{t-s} + \xi_t$,
+# $x_{t+1} = x_t - a\,g_t$ on many independent chains and compute $\sum_t g_t g_{t-1} / \sum_t g_t^2$.
 
 # %%
-from course import solutions
+from course import exercises, solutions
 
 my_prediction = {0: None, 1: None, 4: None}  # your predicted cosines at a = 0.1
 
-# %% [markdown]
-# ### Solution
+
+def one_direction_cosine(a, staleness):
+    """The stationary lag-one autocorrelation of g_t = x_(t−s) + ξ_t, x_(t+1) = x_t − a·g_t (λ = σ = 1)."""
+    raise NotImplementedError  # your code here
+
 
 # %%
-solutions.show(solutions.one_direction_cosine)
-for s in (0, 1, 4):
-    print(f"s = {s}: measured {solutions.one_direction_cosine(0.1, s):+.4f}, "
-          f"theory (Lyapunov) {cosine.predicted_cosine(0.1, [1.0], s):+.4f}")
+exercises.check(one_direction_cosine, solutions.one_direction_cosine, [(0.1, 0), (0.1, 1), (0.1, 4)], atol=0.02)
 
 # %% [markdown]
-# $-0.05$, $+0.05$ and a little more than $+0.05$ at $s = 4$ (the second-order term $(s-1)a^2/2$ of the series):
-# staleness flips the sign of the cosine, and at small steps its size is set by the step, not by the staleness.
+# Solution and discussion: [Solutions, exercise 2.1](../course/solutions.md#exercise-21).
 
 # %% [markdown]
 # ## Exercise 2.2 — the SNR law on a spectrum of your own
 #
-# Pick a spectrum (e.g. 20 curvatures log-spaced over $[0.05, 1]$), a staleness and a step below $a^*(s)/\lambda_{\max}$.
-# Compute the predicted stationary cosine and $\mathrm{SNR}/(1+\mathrm{SNR})$. Which is larger? At $s = 0$, what is the
-# relation between them?
-
-# %% [markdown]
-# ### Solution
+# Fill in `snr_law(eta, curvatures, staleness)`: the predicted stationary cosine (`cosine.predicted_cosine`) and
+# $\mathrm{SNR}/(1+\mathrm{SNR})$ (`cosine.snr`) for a spectrum of curvatures, a staleness and a step below
+# $a^*(s)/\lambda_{\max}$. Which is larger? At $s = 0$, what is the relation between them?
 
 # %%
-solutions.show(solutions.snr_law)
 spectrum = np.geomspace(0.05, 1.0, 20)
-for s in (0, 1, 4, 8):
-    eta = 0.8 * float(stability.stability_boundary_closed_form(s))
-    predicted, bound = solutions.snr_law(eta, spectrum, s)
-    print(f"s = {s}: predicted cos {predicted:+.4f}, SNR/(1+SNR) = {bound:.4f}")
+
+
+def snr_law(eta, curvatures, staleness):
+    """(predicted stationary cosine, SNR/(1+SNR)) of delayed SGD on a quadratic with these curvatures."""
+    raise NotImplementedError  # your code here
+
+
+# %%
+exercises.check(snr_law, solutions.snr_law, [(0.8 * float(stability.stability_boundary_closed_form(s)), spectrum, s)
+                                             for s in (0, 1, 4, 8)])
 
 # %% [markdown]
-# For $s \ge 1$ the cosine sits below $\mathrm{SNR}/(1+\mathrm{SNR})$; at $s = 0$ it equals $-\mathrm{SNR}/(1+\mathrm{SNR})$
-# exactly. To see a cosine near 1 you need a gradient whose signal dominates its noise — which is what notebook 5 finds
-# missing in the small LLM.
+# Solution and discussion: [Solutions, exercise 2.2](../course/solutions.md#exercise-22).

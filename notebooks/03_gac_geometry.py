@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -19,7 +19,7 @@
 # skip) and references (previous gradient, EMA) differ, and what each does to a stale run on the noisy quadratic.
 # **Prerequisites:** notebook 1; vectors, dot products and projections. **Time:** 20 minutes (the cells run in a few
 # seconds). Claims shown: "GAC keeps stale runs stable" and "GAC matches sync at high staleness" (not reproduced)
-# ([Results: what the runs show](../RESULTS.md#what-the-runs-show-quick-profile-this-repositorys-code),
+# ([Results: GAC keeps runs finite](../RESULTS.md#gac-keeps-runs-finite),
 # [Results: verdict](../RESULTS.md#verdict)). The paper: [arXiv:2603.01501](https://arxiv.org/abs/2603.01501).
 #
 # Gradient Alignment Control looks at two vectors: the current raw gradient $g$ and a reference direction $d$
@@ -123,38 +123,44 @@ for i, name in enumerate(variants):
 #
 # Cap mode keeps $g_\perp$ whole and scales $g_\parallel$ by $\gamma$ so that $\cos(g', d) = \tau$ exactly. Derive
 # $\gamma$ as a function of $c = \cos(g, d)$ and $\tau$ (hint: $\tan$ of the angle between $g'$ and $d$ is
-# $\|g_\perp\| / (\gamma\|g_\parallel\|)$), evaluate it for the example at the top ($c \approx 0.93$, $\tau = 0.5$) and compare with
-# what `gac.control` reported.
-
-# %% [markdown]
-# ### Solution
+# $\|g_\perp\| / (\gamma\|g_\parallel\|)$), fill in `cap_parallel_scale`, and compare it with what `gac.control`
+# reported for the example at the top ($c \approx 0.93$, $\tau = 0.5$).
 
 # %%
-from course import solutions
+from course import exercises, solutions
 
-solutions.show(solutions.cap_parallel_scale)
-by_hand = solutions.cap_parallel_scale(gac.alignment(g, d).item(), 0.5)
-print(f"gamma by hand {by_hand:.6f}, gac.control {capped.parallel_scale.item():.6f}")
+
+def cap_parallel_scale(cosine, threshold):
+    """γ such that g' = g⊥ + γ·g∥ has cos(g', d) = threshold (1 where cosine ≤ threshold)."""
+    raise NotImplementedError  # your code here
+
+
+# %%
+exercises.check(cap_parallel_scale, solutions.cap_parallel_scale,
+                [(gac.alignment(g, d).item(), 0.5), (0.2, 0.5), (0.6, 0.3)])
+print(f"gac.control's parallel scale for the example: {capped.parallel_scale.item():.6f}")
+
+# %% [markdown]
+# Solution and discussion: [Solutions, exercise 3.1](../course/solutions.md#exercise-31).
 
 # %% [markdown]
 # ## Exercise 3.2 — predict, then measure: how often does GAC act, sync vs stale?
 #
 # GAC (project, $\tau = 0.3$) acts on a step when $\cos(g_t, g_{t-1}) > 0.3$. **Predict** the fraction of steps on which
 # it acts on the flat quadratic above at staleness 0 (sync) and at staleness 8 — all, about half, or none? Then
-# **measure** it (`act_fraction` of the run's summary).
+# **measure** it: fill in `gac_act_fraction` (the `act_fraction` of the run's summary, 4 seeds × 300 steps).
 
 # %%
 my_prediction = {0: None, 8: None}  # fraction of steps GAC acts on
 
-# %% [markdown]
-# ### Solution
+
+def gac_act_fraction(staleness, threshold):
+    """The fraction of steps on which GAC (project) acts on the flat quadratic above."""
+    raise NotImplementedError  # your code here
+
 
 # %%
-solutions.show(solutions.gac_act_fraction)
-for s in (0, 2, 8):
-    print(f"s = {s}: GAC (tau = 0.3) acts on {solutions.gac_act_fraction(s, 0.3):.0%} of the steps")
+exercises.check(gac_act_fraction, solutions.gac_act_fraction, [(0, 0.3), (8, 0.3)], atol=0.1)
 
 # %% [markdown]
-# Never in sync (its consecutive cosine is slightly negative, notebook 2), and here not at $s = 2$ either (a stable
-# run in its noise floor: the cosine stays below τ); on every step at $s = 8$, the diverging run. GAC is a no-op
-# exactly where the signature is absent, which is why it removes so little in the noise-dominated LLM of notebook 5.
+# Solution and discussion: [Solutions, exercise 3.2](../course/solutions.md#exercise-32).

@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -20,7 +20,7 @@
 # saturating softmax bandit. **Prerequisites:** notebooks 1 and 3; the policy gradient (REINFORCE) and importance
 # sampling. **Time:** 25 minutes (the cells run in about 30 s). Claims shown: "consecutive gradients stay aligned under
 # staleness — where the signal dominates the noise" and "with the step size tuned, TIS wins on stale data"
-# ([Results: what the runs show](../RESULTS.md#what-the-runs-show-quick-profile-this-repositorys-code)). The paper:
+# ([Results: alignment in the toys](../RESULTS.md#alignment-in-the-toys)). The paper:
 # [arXiv:2603.01501](https://arxiv.org/abs/2603.01501).
 #
 # Asynchronous RL does not delay the *gradient*; it delays the *data*. At step $t$ the learner holds $\theta_t$, but the
@@ -141,43 +141,46 @@ plot(softmax, "10-armed softmax bandit")
 #
 # The bound of notebook 2 says the consecutive cosine can only be high when the gradient's signal dominates its noise.
 # **Predict** how the mean consecutive cosine of naive async at $s = 8$ on the Gaussian bandit changes when each step
-# samples 1 group instead of 8 (32 samples instead of 256), and when it samples 32 groups. Then **measure** it.
+# samples 1 group instead of 8 (32 samples instead of 256), and when it samples 32 groups. Then **measure** it: fill in
+# `bandit_cosine` with `run_bandit` (groups of 32, step 0.2, 4 seeds × 400 steps).
 
 # %%
-from course import solutions
+from course import exercises, solutions
 
 my_prediction = {1: None, 8: None, 32: None}  # mean cos at s = 8 for 1, 8, 32 groups
 
-# %% [markdown]
-# ### Solution
+
+def bandit_cosine(groups, staleness):
+    """The mean consecutive-gradient cosine of naive async on this bandit with ``groups`` groups per step."""
+    raise NotImplementedError  # your code here
+
 
 # %%
-solutions.show(solutions.bandit_cosine)
-for groups in (1, 8, 32):
-    print(f"{groups:>2} groups of 32: mean cos(g_t, g_(t-1)) at s = 8 = {solutions.bandit_cosine(groups, 8):.3f}")
+exercises.check(bandit_cosine, solutions.bandit_cosine, [(1, 8), (32, 8)], atol=0.1)
 
 # %% [markdown]
-# The cosine rises with the batch: a larger batch averages the sampling noise away, the signal share grows, and the
-# stale-aligned signature gets stronger. In the small LLM (notebook 5) a step sees 16 prompts × 8 samples of a far
-# noisier gradient, and the signature is correspondingly weak.
+# Solution and discussion: [Solutions, exercise 4.1](../course/solutions.md#exercise-41).
 
 # %% [markdown]
 # ## Exercise 4.2 — the KL between the behaviour and the current policy
 #
-# The table's `KL(pi_b||pi)` column measures how far the policy moved while its data was in flight. Write the KL
+# The table's `KL(pi_b||pi)` column measures how far the policy moved while its data was in flight. Fill in the KL
 # divergence $\mathrm{KL}(\pi_b \,\|\, \pi) = \sum_a \pi_b(a)\,(\log\pi_b(a) - \log\pi(a))$ of two softmax policies given by their
-# logits, and evaluate it for a uniform behaviour policy over 10 arms and a current policy that puts logit 3 on one arm.
-
-# %% [markdown]
-# ### Solution
+# logits; the check evaluates it for a uniform behaviour policy over 10 arms and a current policy that puts logit 3 on
+# one arm, both ways round.
 
 # %%
-solutions.show(solutions.softmax_kl)
 uniform, peaked = torch.zeros(10), torch.zeros(10)
 peaked[0] = 3.0
-print(f"KL(uniform || peaked) = {solutions.softmax_kl(uniform, peaked).item():.4f}, "
-      f"KL(peaked || uniform) = {solutions.softmax_kl(peaked, uniform).item():.4f}")
+
+
+def softmax_kl(behaviour_logits, current_logits):
+    """KL(π_b ‖ π) of two softmax policies given by their logits."""
+    raise NotImplementedError  # your code here
+
+
+# %%
+exercises.check(softmax_kl, solutions.softmax_kl, [(uniform, peaked), (peaked, uniform)])
 
 # %% [markdown]
-# The KL is not symmetric: the direction matters, and the simulators report $\mathrm{KL}(\pi_b \,\|\, \pi)$, an
-# expectation over the *behaviour* policy's actions — the ones the stale batch actually contains.
+# Solution and discussion: [Solutions, exercise 4.2](../course/solutions.md#exercise-42).

@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -20,7 +20,7 @@
 # (8 warm starts × 2 seeds), with intervals over warm starts. **Prerequisites:** notebooks 1–3 (the stale-aligned
 # effect, the bound cos ≤ SNR/(1+SNR), GAC's projection). **Time:** 10 minutes to read; the tiny run at the end takes
 # about a minute on a CPU.
-# Claims shown: the LLM rows of the README's table ([Results: the testbed](../RESULTS.md#the-reproducible-llm-testbed-8-warm-starts--2-seeds),
+# Claims shown: the LLM rows of the README's table ([Results: the testbed](../RESULTS.md#the-llm-testbed),
 # [Results: verdict](../RESULTS.md#verdict)); the paper: [arXiv:2603.01501](https://arxiv.org/abs/2603.01501).
 #
 # The model is a Qwen3-architecture transformer (0.6M parameters, built from a config in code, nothing downloaded) that
@@ -50,17 +50,18 @@ import pandas as pd
 
 from experiments import llm_figures
 from paper_figs import fig1_cosine, fig3_divergence, llm_testbed
+from sim.schema import LEGACY_LLM_COLUMNS
 
 
 data = Path("..") / "docs" / "data"
 data = data if data.exists() else Path("docs") / "data"
-runs_table = pd.read_csv(data / "llm_figures_runs.csv")
-steps_table = pd.read_csv(data / "llm_figures_steps.csv")
+runs_table = pd.read_csv(data / "llm_figures_runs.csv").rename(columns=LEGACY_LLM_COLUMNS)
+steps_table = pd.read_csv(data / "llm_figures_steps.csv").rename(columns=LEGACY_LLM_COLUMNS)
 starts = runs_table.groupby("warm_seed").start_accuracy.first()
 print(f"{runs_table.warm_seed.nunique()} warm starts, held-out accuracy {starts.min():.2f}-{starts.max():.2f}; "
-      f"{len(runs_table)} runs, {int(runs_table.diverged.sum())} diverged")
+      f"{len(runs_table)} runs, {int(runs_table.nonfinite.sum())} non-finite")
 summary = llm_figures.paired_summary(runs_table)
-print(summary.round(3).to_string(index=False))
+display(summary.round(3))
 
 # %% [markdown]
 # Each row is one arm: `gain` is the held-out accuracy gained over the 200 RL steps, `minus_sync` the final
@@ -159,7 +160,7 @@ def series(results, key):
     table = {}
     for result in results:
         for row in result["records"]:
-            if row.get(key) is not None and not row.get("diverged"):
+            if row.get(key) is not None and not row.get("nonfinite"):
                 table.setdefault(row["step"], []).append(row[key])
     steps = sorted(table)
     return steps, [float(np.mean(table[s])) for s in steps]
@@ -195,23 +196,24 @@ for name, results in runs.items():
 # ## Exercise 5.1 — a paired difference with its interval
 #
 # The summary table above reports, per arm, `minus_sync` with a 95 % interval over warm starts. Recompute it for
-# `gac gradient s=16` from `runs_table` yourself: pair each run with sync's run on the same warm start and RL seed,
-# average the seeds of each warm start, then take the mean and a t-interval over the warm starts. Does GAC close any
-# of naive async's gap?
-
-# %% [markdown]
-# ### Solution
+# `gac gradient s=16` from `runs_table` yourself: fill in `paired_gap` — pair each run with sync's run on the same warm
+# start and RL seed, average the seeds of each warm start, then take the mean and a t-interval over the warm starts.
+# Does GAC close any of naive async's gap?
 
 # %%
-from course import solutions
+from course import exercises, solutions
 
-solutions.show(solutions.paired_gap)
-for arm in ("naive s=16", "gac gradient s=16", "gac update s=16"):
-    mean, low, high = solutions.paired_gap(runs_table, arm)
-    print(f"{arm:<18} minus sync {mean:+.3f} [{low:+.3f}, {high:+.3f}]")
+
+def paired_gap(runs, arm):
+    """(mean, low, high): ``arm`` minus sync, paired on warm start and seed, 95 % t-interval over warm starts."""
+    raise NotImplementedError  # your code here
+
+
+# %%
+exercises.check(paired_gap, solutions.paired_gap, [(runs_table, arm) for arm in ("naive s=16", "gac gradient s=16")])
 
 # %% [markdown]
-# The GAC arms' intervals overlap naive async's and exclude 0: at this step size GAC closes none of the gap.
+# Solution and discussion: [Solutions, exercise 5.1](../course/solutions.md#exercise-51).
 
 # %% [markdown]
 # ## Exercise 5.2 — predict, then measure: the cosine across staleness
@@ -219,21 +221,23 @@ for arm in ("naive s=16", "gac gradient s=16", "gac update s=16"):
 # The testbed's half-batch probe measures the gradient's SNR, and the theory bounds the consecutive cosine by
 # $\mathrm{SNR}/(1+\mathrm{SNR})$ (the `cos_bound` column). **Predict**: as the staleness grows from 0 to 16, does the mean
 # consecutive cosine of naive async grow towards 1 (the paper's signature), or stay near 0 under the bound? Then
-# **measure** both per staleness from `runs_table`.
+# **measure** both: fill in `cosine_by_staleness(runs)`, a table indexed by staleness (sync and naive arms) with the
+# columns `cos_prev` and `cos_bound`, each the mean over warm starts of the warm start's seed mean.
 
 # %%
 my_prediction = None  # "grows towards 1" or "stays under the bound"
 
-# %% [markdown]
-# ### Solution
+
+def cosine_by_staleness(runs):
+    """Per staleness: the mean consecutive cosine and its bound, over warm starts."""
+    raise NotImplementedError  # your code here
+
 
 # %%
-solutions.show(solutions.cosine_by_staleness)
-print(solutions.cosine_by_staleness(runs_table).round(3).to_string())
+exercises.check(cosine_by_staleness, solutions.cosine_by_staleness, [(runs_table,)])
 
 # %% [markdown]
-# It stays at 0.05 or less at every staleness, under its bound (below 0.1): with 16 prompts × 8 samples the gradient is
-# noise-dominated, so stale gradients cannot stay aligned, whatever the staleness.
+# Solution and discussion: [Solutions, exercise 5.2](../course/solutions.md#exercise-52).
 
 # %% [markdown]
 # To run one configuration yourself (CPU; add `--device cuda --size gpu` on a GPU):

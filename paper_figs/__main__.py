@@ -1,5 +1,5 @@
-"""`python -m paper_figs NAME|all --profile quick|full [--device D] [--jobs N] [--executor local|ray [--address A]]
-[--style talk]`: regenerate figures.
+"""Regenerate figures: `python -m paper_figs NAME|all --profile quick|full [--device D] [--jobs N] [--executor
+local|ray [--address A]]`.
 
 The command line is the ``FigureArgs`` dataclass (paper_figs.driver), parsed by tyro (``--help`` lists every option;
 ``sim.cli``: a bad value is one line, exit status 2, before any work).
@@ -11,13 +11,25 @@ import contextlib
 import sys
 from dataclasses import replace
 
-import torch
-
-from experiments import cache, cluster
-from experiments.llm import default_jobs, largest_size
-from paper_figs.driver import DRY_RUN_DIR, FIGURES, TALK_DIR, FigureArgs, declare, make_figures, plan
+from paper_figs.args import DRY_RUN_DIR, FIGURES, FigureArgs
 from sim.cli import fail, parse
 from sim.record import check_output_dir, one_line_os_error
+
+# torch, the simulators and the run graph are imported where a command runs them (--help answers without them)
+
+
+def declare(args: FigureArgs) -> dict:
+    """``paper_figs.driver.declare``: each figure's units."""
+    from paper_figs.driver import declare as declare_units
+
+    return declare_units(args)
+
+
+def make_figures(*args, **options):
+    """``paper_figs.driver.make_figures``: compute the units and draw the figures."""
+    from paper_figs.driver import make_figures as draw
+
+    return draw(*args, **options)
 
 PROG = "python -m paper_figs"
 
@@ -35,12 +47,13 @@ def parse_args(argv=None) -> FigureArgs:
     except ValueError as err:
         _fail(str(err))
     names = tuple(FIGURES) if "all" in args.names else args.names
-    # a dry run's figures are smoke tests and slides are not the paper's: each goes beside the real ones, never over
-    out = args.out / DRY_RUN_DIR if args.dry_run else args.out
-    args = replace(args, out=out / TALK_DIR if args.style == "talk" else out)
+    # a dry run's figures are smoke tests: they go beside the real ones, never over them
+    args = replace(args, out=args.out / DRY_RUN_DIR if args.dry_run else args.out)
     if args.dry_run:
         return replace(args, names=names, device="cpu")
     if args.device.startswith("cuda"):
+        import torch
+
         if not torch.cuda.is_available():
             _fail(f"--device {args.device} requested but torch sees no CUDA device on this machine")
     elif args.device != "cpu":
@@ -50,6 +63,10 @@ def parse_args(argv=None) -> FigureArgs:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from experiments import cache, cluster
+    from experiments.llm import default_jobs, largest_size
+    from paper_figs.driver import plan
+
     declared = declare(args)
     if args.plan:
         plan(declared)

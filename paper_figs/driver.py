@@ -3,10 +3,9 @@
 
 Every figure module declares ``runs(profile, device, dry_run) -> list[Unit]`` and a pure ``plot(results, out)``.
 The driver reads each distinct unit's cache entry once, computes the missing ones on the worker processes (a unit
-shared by several figures is computed once; GRPO runs of one shape share a batch task, ``experiments.llm.batches``;
-a run waits for its warm start; longest chain first), and calls each figure's ``plot`` here, in this process, with
-its results as soon as the tasks holding its units are done. Folders and ``--force``
-travel as arguments; the same graph runs on every device, with that device's job count.
+shared by several figures is computed once; a run waits for its warm start; longest chain first), and calls each
+figure's ``plot`` here, in this process, with its results as soon as the tasks holding its units are done. Folders
+and ``--force`` travel as arguments; the same graph runs on every device, with that device's job count.
 """
 
 from __future__ import annotations
@@ -18,79 +17,17 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
-
-import tyro
+from typing import Any
 
 from experiments import cache, llm
 from experiments.cache import Unit
 from experiments.pool import Executor, Progress, Task, run_tasks
-from paper_figs.common import OUT_DIR, STYLES, Results, figure_style
-from sim.cli import choice, folder
+from paper_figs.args import DRY_RUN_DIR, FIGURES, LLM_FIGURES, FigureArgs, FigureName  # noqa: F401 (re-exported)
+from paper_figs.common import Results
 from sim.record import OUT_LOCK, exclusive_lock, publish_together
 
-# Figure name -> module under paper_figs/ (module name = figure name). Order = listing order for "all".
-FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region", "fig5_llm_grpo",
-           "fig6_ablation", "fig7_bound", "fig8_tuned", "fig9_early_warning", "fig10_verdict", "figs1_bandit_snr",
-           "figs2_llm_signature", "figs3_staleness_lr"]
-LLM_FIGURES = ("fig5_llm_grpo", "fig10_verdict", "figs2_llm_signature")
-"""The figures with a ``gpu`` profile (the 25M model on one GPU)."""
-FigureName = Literal[tuple([*FIGURES, "all"])]
-DRY_RUN_DIR = "dry_run"
-"""The sub-folder of --out that a --dry-run writes into."""
-TALK_DIR = "talk"
-"""The sub-folder of --out (of OUT/dry_run under --dry-run) that --style talk writes into."""
-Style = Literal[STYLES]
 PLOT_SECONDS = 3.0
 """Rough seconds of one figure's plot (matplotlib, PNG and PDF): orders the tasks, never changes a result."""
-
-
-@dataclass(frozen=True)
-class FigureArgs:
-    """Regenerate the paper's figures (PNG, PDF and the CSV each figure plots)."""
-
-    names: tyro.conf.Positional[tuple[FigureName, ...]]
-    """figure names, or 'all' for every figure in order"""
-    profile: Literal["quick", "full", "gpu"] = "quick"
-    """run lengths and seeds: quick (minutes), full (paper scale, hours on CPU) or gpu (LLM figures, --device cuda)"""
-    device: str = "cpu"
-    """torch device for the runs (cpu or cuda[:N])"""
-    out: Annotated[Path, folder("--out")] = OUT_DIR
-    """output folder"""
-    force: bool = False
-    """recompute every run the figures read, even when cached results exist"""
-    dry_run: bool = False
-    """LLM figures: every run shrunk to the tiny model, 2 steps, one seed, on the CPU (checks a command starts
-    and writes its CSV; a gpu profile then needs no CUDA device). Writes into OUT/dry_run/, never over real figures"""
-    jobs: int | None = None
-    """worker processes (default: experiments.llm.default_jobs, from the cores and the memory; GAC_LAB_JOBS too);
-    with --executor ray, tasks at once (default: the cluster's CPUs)"""
-    executor: Literal["local", "ray"] = "local"
-    """where the runs are computed: local worker processes, or a Ray cluster (pip install -e '.[cluster]'); the same
-    CSVs either way"""
-    address: str | None = None
-    """with --executor ray: the cluster to join (host:port, or auto for the one `ray start` made here); default: a
-    local cluster started for this command"""
-    plan: bool = False
-    """compute nothing: print where the CPU would go, per figure, by the units' cost estimates (``plan``)"""
-    style: Annotated[Style, choice("--style", STYLES)] = "paper"
-    """paper: NAME.png and NAME.pdf; talk: one 16:9 PNG per panel, NAME_a.png, NAME_b.png, ..., fonts >= 18 pt,
-    into OUT/talk/ (same runs and CSV as paper)"""
-
-    def __post_init__(self):
-        """The checks that need only the values (the folder and the device are checked by ``python -m paper_figs``
-        before any work, as they ask the machine)."""
-        if not self.names:
-            raise ValueError(f"give figure names or 'all': {', '.join(FIGURES)}")
-        if self.jobs is not None and self.jobs < 1:
-            raise ValueError(f"--jobs must be a whole number of worker processes >= 1, got {self.jobs}")
-        if self.address is not None and self.executor != "ray":
-            raise ValueError("--address names a Ray cluster: give it with --executor ray")
-        if self.profile == "gpu":
-            if any(name not in LLM_FIGURES for name in self.names):  # 'all' too: it holds the toy figures
-                raise ValueError(f"--profile gpu applies to the LLM figures only ({', '.join(LLM_FIGURES)})")
-            if not self.dry_run and not self.device.startswith("cuda"):
-                raise ValueError("--profile gpu needs --device cuda (or --dry-run for a CPU smoke test)")
 
 
 def module(name: str):
@@ -98,18 +35,16 @@ def module(name: str):
     return importlib.import_module(f"paper_figs.{name}")
 
 
-def plot_figure(name: str, results: Results, out: Path, plot: Callable[[Results, Path], Any] | None = None,
-                style: str = "paper") -> list[Path]:
-    """Draw figure ``name`` from ``results`` in ``style`` (paper_figs.common.STYLES) into a temp folder inside ``out``,
-    then publish its files together.
+def plot_figure(name: str, results: Results, out: Path,
+                plot: Callable[[Results, Path], Any] | None = None) -> list[Path]:
+    """Draw figure ``name`` from ``results`` into a temp folder inside ``out``, then publish its files together.
 
     A figure that fails or is killed leaves the previous outputs as they were (and no half of a new set).
     """
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out, prefix=f".{name}."))
     try:
-        with figure_style(style):
-            (module(name).plot if plot is None else plot)(results, staging)
+        (module(name).plot if plot is None else plot)(results, staging)
         return publish_together(staging, out, name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -147,11 +82,8 @@ def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path 
                           spec=Figure(name)))
     every = {u.name: u for u in units}
     runs = sum(isinstance(u, llm.RunUnit) for u in every.values())
-    batched = [t for t in tasks if isinstance(t.spec, llm.Batch)]
-    in_batches = sum(len(t.spec.units) for t in batched)
     log(f"[paper_figs] {len(figures)} figures, {len(every)} units ({runs} GRPO runs), {len(values)} cached; "
-        f"{len(holder)} to compute ({in_batches} of them in {len(batched)} batch tasks): {len(tasks)} tasks on "
-        f"{jobs} workers", flush=True)
+        f"{len(holder)} to compute: {len(tasks)} tasks on {jobs} workers", flush=True)
     count, done = {"done": 0}, Progress(tasks, jobs)
     bar = _progress_bar(done) if progress else None
     say = log if bar is None else (lambda text, **_: bar.write(text))
@@ -243,7 +175,7 @@ def _make_figures(args: FigureArgs, jobs: int, log, declared: dict[str, list[Uni
     def drawer(name: str) -> Callable[[list], Any]:
         def draw(items: list) -> list[Path]:
             results = Results(args.profile, args.device, args.dry_run, tuple(items))
-            written[name] = plot_figure(name, results, args.out, style=args.style)
+            written[name] = plot_figure(name, results, args.out)
             log(f"[paper_figs] {name} -> {args.out}/{name}.*", flush=True)
             return written[name]
         return draw
@@ -296,11 +228,11 @@ def training_key(unit: Unit) -> str:
 
 
 def make_figure(name: str, profile: str, out: Path, device: str = "cpu", dry_run: bool = False, jobs: int = 1,
-                force: bool = False, units: list[Unit] | None = None, style: str = "paper",
+                force: bool = False, units: list[Unit] | None = None,
                 executor: Callable[[int], Executor] | None = None) -> list[Path]:
     """One figure by the same road, for tests and notebooks: its units (default: all it declares; a test may give
     fewer) computed through the cache on ``jobs`` workers of ``executor`` (default: local processes; ``force``:
-    every one recomputed), then its plot in ``style`` (written into ``out`` itself)."""
+    every one recomputed), then its plot (written into ``out`` itself)."""
     units = module(name).runs(profile, device, dry_run) if units is None else units
     results = results_for(units, profile, device, dry_run, jobs, force, executor)
-    return plot_figure(name, results, Path(out), style=style)
+    return plot_figure(name, results, Path(out))

@@ -113,7 +113,8 @@ def plot_alignment(ax, table: list[dict]) -> None:
     rows = [r for r in table if r["role"] == "report"]
     ax.bar(range(len(rows)), [r["cos_update"] for r in rows], color=[arm_color(r) for r in rows])
     ax.set_xticks(range(len(rows)), [r["arm"] for r in rows], rotation=60, ha="right", fontsize=6.5)
-    ax.set(ylabel="mean cos(Δθ_t, Δθ_{t−1})", ylim=(-0.1, 1.0), title="(c) alignment of the applied update")
+    ax.set(ylabel=r"mean $\cos(\Delta\theta_t, \Delta\theta_{t-1})$", ylim=(-0.1, 1.0),
+           title="(c) alignment of the applied update")
 
 
 def plot_tuning_or_runs(ax, tuning: list[dict], runs: list[dict]) -> None:

@@ -18,7 +18,7 @@ from experiments import llm_figures, toy
 from experiments.aggregate import centered_mean, seed_median, trailing_mean
 from experiments.cache import Unit, unit
 from experiments.llm import run_unit
-from paper_figs.common import Panel, Results, apply_style, save_figure
+from paper_figs.common import Panel, Results, apply_style, panel_letters, save_figure, spread
 from sim.record import write_records
 
 NAME = "fig1_cosine"
@@ -28,24 +28,25 @@ STALENESS_COLORS = {0: "#000000", 1: "#fdd49e", 2: "#fdbb84", 4: "#fc8d59", 8: "
 def plot_cosine(ax, rows: list[dict], title: str) -> None:
     for s in sorted({r["staleness"] for r in rows}):
         steps, values = seed_median(rows, "cos_prev", staleness=s)
-        label = "sync" if s == 0 else f"s={s}"
+        label = "sync" if s == 0 else f"s = {s}"
         ax.plot(steps, trailing_mean(values, 10), color=STALENESS_COLORS.get(s, "#7f7f7f"), label=label)
     ax.axhline(0.0, color="#999999", lw=0.6)
-    ax.set(title=title, xlabel="step", ylabel="cos(g_t, g_{t-1}), median", ylim=(-1.0, 1.05))
+    ax.set(title=title, xlabel="step", ylabel=r"$\cos(g_t, g_{t-1})$, median", ylim=(-1.0, 1.05))
 
 
 def plot_llm(ax, rows: list[dict]) -> None:
     """The testbed's consecutive-gradient cosine over RL steps, one line per staleness (mean over warm starts of each
     warm start's seed mean, smoothed; band: 95 % interval over warm starts), and the theory's bound SNR/(1+SNR) at
-    the SNR of the async runs' mean half-batch cosine (dashed; ``llm_figures.mean_bound``)."""
+    the SNR of the async runs' mean half-batch cosine (dashed; ``llm_figures.mean_bound``). With fewer than
+    ``MIN_BAND_RUNS`` warm starts each warm start's line is drawn instead of the band."""
     rows = [r for r in rows if not r.get("final_eval")]
     stalenesses = sorted({r["staleness"] for r in rows})
     for s in stalenesses:
         arm = llm_figures.arm_name("sync" if s == 0 else "naive", "gradient", s)
         steps, mean, low, high = llm_figures.band(rows, "cos_prev", arm)
         color = STALENESS_COLORS.get(s, "#7f7f7f")
-        ax.plot(steps, centered_mean(mean), color=color, label="sync" if s == 0 else f"async s={s}")
-        ax.fill_between(steps, centered_mean(low), centered_mean(high), color=color, alpha=0.12, lw=0)
+        ax.plot(steps, centered_mean(mean), color=color, label="sync" if s == 0 else f"async s = {s}")
+        spread(ax, rows, "cos_prev", arm, (steps, low, high), color, limits=(-1.0, 1.0), smooth=centered_mean)
     halves, bound = llm_figures.mean_bound(rows, [s for s in stalenesses if s > 0])
     if bound == bound:
         ax.axhline(bound, color="#555555", ls="--", lw=1.0,
@@ -54,7 +55,7 @@ def plot_llm(ax, rows: list[dict]) -> None:
     warm = len({r["warm_seed"] for r in rows})
     ax.set(xlabel="RL step", ylabel="consecutive-gradient cosine\n(mean over warm starts, smoothed)", ylim=(-0.6, 1.0))
     ax.set_title(textwrap.fill(f"small LLM, {warm} warm starts: {llm_figures.CONFIG}", 42), fontsize="small")
-    ax.legend(fontsize="x-small")
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.02, 1.0))  # beside the panel, not over it
 
 
 def llm_rows(results: Results) -> list[dict]:
@@ -74,11 +75,11 @@ def toy_units(profile: str, device: str = "cpu") -> list[Unit]:
 
 PANELS = [
     Panel("quadratic", lambda results: results.value(f"{NAME}/quadratic", []),
-          lambda ax, rows: plot_cosine(ax, rows, f"noisy quadratic, η·λ_max = {toy.QUADRATIC_LR}")),
+          lambda ax, rows: plot_cosine(ax, rows, rf"noisy quadratic, $\eta\lambda_{{\max}}$ = {toy.QUADRATIC_LR}")),
     Panel("bandit_gaussian", lambda results: results.value(f"{NAME}/bandit_gaussian", []),
-          lambda ax, rows: plot_cosine(ax, rows, "Gaussian-policy bandit (GRPO, B=4, G=16)")),
+          lambda ax, rows: plot_cosine(ax, rows, "Gaussian-policy bandit (GRPO, B = 4, G = 16)")),
     Panel("bandit_softmax", lambda results: results.value(f"{NAME}/bandit_softmax", []),
-          lambda ax, rows: plot_cosine(ax, rows, "10-armed softmax bandit (GRPO, B=4, G=16)")),
+          lambda ax, rows: plot_cosine(ax, rows, "10-armed softmax bandit (GRPO, B = 4, G = 16)")),
     Panel("llm", llm_rows, plot_llm),
 ]
 
@@ -122,7 +123,9 @@ def plot(results: Results, out_dir: Path, panels=None) -> list[Path]:
         panel.plot(ax, rows)
         ax.set_title(textwrap.fill(ax.get_title(), 48))  # a long title on two lines, not over its neighbour's
         all_rows.extend(rows)
-    flat[0].legend(ncol=2)
+    panel_letters(flat[:len(drawn)])
+    handles, names = flat[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncols=len(names))  # the staleness key, below the panels
     table = cosine_table(all_rows)
     for row in table:
         print(f"  {row['sim']:<16} {row['config'][:24]:<24} s={row['staleness']:>2}  "

@@ -39,7 +39,7 @@ def _plot_points(ax, rows: list[dict], panel: str, offset_step: float = 0.0) -> 
         sel = [r for r in rows if r["panel"] == panel and r["color_key"] == key]
         xs = np.array([r["staleness"] for r in sel], dtype=float) * (1.0 + offset_step * (k - (len(keys) - 1) / 2))
         ax.errorbar(xs, [r["sim_mean"] for r in sel], yerr=[r["sim_std"] for r in sel], fmt="o", ms=3, capsize=2,
-                    color=FRACTION_COLORS.get(_as_key(key), "#2ca02c"), label=f"sim, {sel[0]['series']}")
+                    color=FRACTION_COLORS.get(_as_key(key), "#2ca02c"), label=f"simulation, {sel[0]['series']}")
 
 
 def _as_key(key: str):
@@ -65,23 +65,23 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
         curves = theory_curves()
     for key, (grid, values) in curves.items():
         ax.plot(grid, values, color=FRACTION_COLORS[key], lw=1.0, alpha=0.8)
-    ax.plot(boundary_s, cosine_at_boundary(boundary_s), "k--", lw=0.9, label="cos(π/(2s+1)), limit at a*(s)")
+    ax.plot(boundary_s, cosine_at_boundary(boundary_s), "k--", lw=0.9, label=r"$\cos(\pi/(2s+1))$, limit at $a^*(s)$")
     for key, (grid, values) in snr_bound_curves().items():
         ax.plot(grid, values, color=FRACTION_COLORS[key], lw=0.7, ls=":",
-                label="SNR/(1+SNR), bound for s ≥ 1" if key == "fixed" else None)
+                label=r"SNR/(1+SNR), bound for $s \geq 1$" if key == "fixed" else None)
     ax.plot(boundary_s, fixed_series_curve(boundary_s),
-            color=FRACTION_COLORS["fixed"], lw=0.9, ls="-.", label="series a/2 + (s−1)a²/2 (fixed η)")
+            color=FRACTION_COLORS["fixed"], lw=0.9, ls="-.", label=r"series $a/2 + (s-1)a^2/2$ (fixed $\eta$)")
     _plot_points(ax, rows, "stationary", offset_step=0.04)
-    ax.set(title="(a) stationary, noisy quadratic\n(lines: predicted_cosine at integer s)", xlabel="staleness s",
-           ylabel="mean cos(g_t, g_{t-1})", ylim=(-1.05, 1.05), **symlog)
+    ax.set(title="(a) stationary, noisy quadratic\n(lines: Lyapunov prediction at integer s)", xlabel="staleness $s$",
+           ylabel=r"mean $\cos(g_t, g_{t-1})$", ylim=(-1.05, 1.05), **symlog)
     ax.legend(fontsize=5.5, loc="lower right")
     ax = axes[1]
     _plot_points(ax, rows, "transient", offset_step=0.04)
-    ax.set(title=f"(b) transient, noisy quadratic from x_0 = 1\n(steps s+1 … s+{TRANSIENT_WINDOW})",
-           xlabel="staleness s", **symlog)
+    ax.set(title=f"(b) transient, noisy quadratic from $x_0 = 1$\n(steps $s+1$ … $s+{TRANSIENT_WINDOW}$)",
+           xlabel="staleness $s$", **symlog)
     ax = axes[2]
     _plot_points(ax, rows, "bandit_gaussian")
-    ax.set(title="(c) Gaussian-policy bandit, stale data\n(after warm-up)", xlabel="staleness s", **symlog)
+    ax.set(title="(c) Gaussian-policy bandit, stale data\n(after warm-up)", xlabel="staleness $s$", **symlog)
     ax.legend(fontsize=6, loc="lower right")
     for ax in axes:
         ax.axhline(0.0, color="#999999", lw=0.6)

@@ -7,6 +7,7 @@ objective is the loss (lower is better); the bandit's is the exact expected rewa
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -15,21 +16,25 @@ from experiments import llm_figures, toy
 from experiments.aggregate import centered_mean, seed_median
 from experiments.cache import Unit, unit
 from experiments.llm import run_unit
-from paper_figs.common import Panel, Results, apply_style, method_color, save_figure
+from paper_figs.common import Panel, Results, apply_style, label_words, method_color, panel_letters, save_figure, spread
 from sim.record import write_records
+from sim.schema import nonfinite
 
 NAME = "fig3_divergence"
+ARM_WORDS = {"sync": "sync", "naive s=16": "naive async, s = 16", "gac gradient s=16": "GAC on the gradient, s = 16",
+             "gac update s=16": "GAC on the update, s = 16"}
+"""The testbed's arm names in words, for the legend."""
 def plot_panel(axes, rows: list[dict], title: str, objective: str, objective_label: str, log: bool) -> None:
     ax_obj, ax_norm = axes
     for label in dict.fromkeys(r["label"] for r in rows):
         staleness = next(r["staleness"] for r in rows if r["label"] == label)
-        legend = f"{label} (s={staleness})"
+        legend = f"{label_words(label)} (s = {staleness})"
         steps, values = seed_median(rows, objective, label=label)
         ax_obj.plot(steps, [min(v, 1e8) for v in values], color=method_color(label), label=legend)
         steps, values = seed_median(rows, "grad_norm", label=label)
         ax_norm.plot(steps, [min(v, 1e8) for v in values], color=method_color(label), label=legend)
     ax_obj.set(title=title, xlabel="step", ylabel=objective_label, yscale="log" if log else "linear")
-    ax_norm.set(xlabel="step", ylabel="‖g_t‖ (median over seeds)", yscale="log")
+    ax_norm.set(xlabel="step", ylabel=r"$\|g_t\|$ (median over seeds)", yscale="log")
 
 
 def llm_panel(results: Results) -> list[dict]:
@@ -40,8 +45,9 @@ def llm_panel(results: Results) -> list[dict]:
 
 def plot_llm(axes, rows: list[dict]) -> None:
     """Three panels: held-out accuracy, reward, gradient norm over steps (mean over warm starts of each warm start's
-    seed mean; band: 95 % interval over warm starts; the gradient norm's mean and band are geometric, taken on its
-    logarithm over the steps that had a gradient, so that the band stays positive on the log axis)."""
+    seed mean; band: 95 % interval over warm starts, or each warm start's line where there are fewer than
+    ``MIN_BAND_RUNS``; the gradient norm's mean and band are geometric, taken on its logarithm over the steps that had
+    a gradient, so that the band stays positive on the log axis)."""
     arms = list(dict.fromkeys(llm_figures.arm_name(*arm) for arm in llm_figures.FIG3_ARMS))
     styles = {"sync": ("#000000", "-"), "naive": (method_color("naive"), "-"),
               "gac gradient": (method_color("gac"), "--"), "gac update": ("#17becf", "-")}
@@ -54,9 +60,12 @@ def plot_llm(axes, rows: list[dict]) -> None:
             if not len(steps):
                 continue
             if smoothed:
-                mean, low, high = centered_mean(mean), centered_mean(low), centered_mean(high)
-            ax.plot(steps, mean, color=color, ls=style, label=arm, marker=None if smoothed else "o", ms=2)
-            ax.fill_between(steps, low, high, color=color, alpha=0.12, lw=0)
+                mean = centered_mean(mean)  # the band and the warm starts' lines are smoothed alike by spread
+            ax.plot(steps, mean, color=color, ls=style, label=ARM_WORDS.get(arm, arm), marker=None if smoothed else "o",
+                    ms=2)
+            limits = {"accuracy": (0.0, 1.0), "objective": (0.0, 1.0), "grad_norm": (1e-12, math.inf)}[key]
+            spread(ax, drawn, key, arm, (steps, low, high), color, limits=limits,
+                   smooth=centered_mean if smoothed else (lambda values: values))
     warm = len({r["warm_seed"] for r in rows})
     axes[0].set(xlabel="RL step", ylabel="held-out accuracy (greedy)",
                 title=f"small LLM, GRPO, {warm} warm starts, one step size")
@@ -64,7 +73,7 @@ def plot_llm(axes, rows: list[dict]) -> None:
     # log scale only where some step had a gradient (a 2-step smoke run may have none)
     axes[2].set(xlabel="RL step", ylabel="raw gradient norm",
                 yscale="log" if any(r.get("grad_norm", 0) > 0 for r in rows) else "linear")
-    axes[0].legend(fontsize="x-small")
+    axes[0].legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(0.0, -0.25))  # below, not over a curve
 
 
 TOY_SIMS = ("quadratic", "bandit_gaussian")
@@ -78,11 +87,12 @@ def toy_units(profile: str, device: str = "cpu") -> list[Unit]:
 
 PANELS = [
     Panel("quadratic", lambda results: results.value(f"{NAME}/quadratic", []),
-              lambda axes, rows: plot_panel(axes, rows, f"noisy quadratic, η·λ_max = {toy.QUADRATIC_LR}",
-                                            "objective", "loss f(x) (median; capped 1e8)", True)),
+              lambda axes, rows: plot_panel(
+                  axes, rows, rf"noisy quadratic, $\eta\lambda_{{\max}}$ = {toy.QUADRATIC_LR}", "objective",
+                  "loss $f(x)$ (median; capped at 10⁸)", True)),
     Panel("bandit_gaussian", lambda results: results.value(f"{NAME}/bandit_gaussian", []),
               lambda axes, rows: plot_panel(axes, rows, "Gaussian-policy bandit (GRPO)", "reward_gap",
-                                            "reward gap J* − J (median)", True)),
+                                            "reward gap $J^* - J$ (median)", True)),
     Panel("llm", llm_panel, plot_llm, n_axes=3),
 ]
 
@@ -97,7 +107,7 @@ def summarize(rows: list[dict]) -> list[dict]:
         finals = sorted(r["objective"] for r in mine if r["step"] == last)
         out.append({"sim": sim, "label": label, "staleness": mine[0]["staleness"], "final_step": last,
                     "median_final_objective": finals[len(finals) // 2],
-                    "diverged_seeds": sum(r["diverged"] for r in mine if r["step"] == last), "seeds": len(finals)})
+                    "diverged_seeds": sum(nonfinite(r) for r in mine if r["step"] == last), "seeds": len(finals)})
     return out
 
 
@@ -126,7 +136,9 @@ def plot(results: Results, out_dir: Path, panels=None) -> list[Path]:
     for (panel, rows), axes in zip(drawn, columns, strict=True):
         panel.plot(axes, rows)
         all_rows.extend(rows)
-    columns[0][0].legend()
+    panel_letters([ax for axes in columns for ax in axes])
+    handles, names = columns[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncols=len(names))  # the toys' key, below every panel
     summary = summarize(all_rows)
     for row in summary:
         print(f"  {row['sim']:<16} {row['label']:<6} s={row['staleness']:>2} final objective "

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 
 from experiments.cache import Unit, unit
 from experiments.stability_map import STALENESS, agreement, diverged_fraction, run_map
-from paper_figs.common import Results, apply_style, save_figure
+from paper_figs.common import Results, apply_style, panel_letters, save_figure
 from sim.record import write_records
 from theory.gac_stability import top_mode_limit
 from theory.stability import stability_boundary_closed_form
@@ -39,16 +39,17 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
         mesh = ax.pcolormesh(etas, range(len(STALENESS)), grid.numpy(), cmap="Reds", vmin=0, vmax=1,
                              shading="nearest")
         boundary = [float(stability_boundary_closed_form(s)) for s in STALENESS]
-        ax.plot(boundary, range(len(STALENESS)), "k--", lw=1.2, label="theory a*(s)")
+        ax.plot(boundary, range(len(STALENESS)), "k--", lw=1.2, label=r"theory $a^*(s)$")
         if method == "gac":  # mean-field GAC (theory.gac_stability): largest stable η·λ_max, 1/cos(π/(2s+3))
             predicted = [top_mode_limit(s)["a_max"] for s in STALENESS]
             ax.plot(predicted, range(len(STALENESS)), "b:", lw=1.2, label="mean-field GAC limit")
-            ax.legend(loc="lower left")
-        ax.set(xscale="log", title=title, xlabel="η·λ_max")
+        ax.set(xscale="log", title=title, xlabel=r"$\eta\lambda_{\max}$")
         ax.set_yticks(range(len(STALENESS)), [str(s) for s in STALENESS])
     fig.colorbar(mesh, ax=list(axes), label="share of seeds diverged\n(palest: none, darkest: all)")
-    axes[0].set_ylabel("staleness s")
-    axes[0].legend(loc="lower left")
+    axes[0].set_ylabel("staleness $s$")
+    panel_letters(axes)
+    handles, names = axes[1].get_legend_handles_labels()  # the right panel has both lines
+    fig.legend(handles, names, loc="outside lower center", ncols=2)  # below the maps, not over a cell
     stats = agreement(rows)
     print("  " + ", ".join(f"{k} {v}" for k, v in stats.items()))
     return [write_records(rows, out_dir / f"{NAME}.csv"), *save_figure(fig, out_dir, NAME)]

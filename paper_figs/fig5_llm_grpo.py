@@ -15,7 +15,7 @@ from scipy.stats import spearmanr
 from experiments.aggregate import centered_mean, seed_mean
 from experiments.cache import Unit
 from experiments.llm import PROFILES, aggregate, run_unit, summary_rows, sweep
-from paper_figs.common import Results, apply_style, method_color, save_figure
+from paper_figs.common import Results, apply_style, label_words, method_color, save_figure
 from sim.record import write_records
 
 NAME = "fig5_llm_grpo"
@@ -48,12 +48,13 @@ def plot_reward_curves(ax_curve, ax_small, records: list[dict], p: dict) -> None
         for method, s, lr, style, ratio_to in lines:
             steps, mean, _ = seed_mean(records, "objective", method=method, staleness=s, lr=lr, ratio_to=ratio_to)
             if len(steps):
-                label = "sync" if method == "sync" else f"{method} s={s}" + ("" if lr == lr_title else f" lr={lr:g}")
-                label += ", ratio to π_b" if ratio_to == "behaviour" else ""
+                label = "sync" if method == "sync" else f"{label_words(method)}, s = {s}" + (
+                    "" if lr == lr_title else f", step {lr:g}")
+                label += r", ratio to $\pi_b$" if ratio_to == "behaviour" else ""
                 ax.plot(steps, centered_mean(mean, 15), color=method_color(method), ls=style, label=label)
         ax.set(xlabel="RL step", ylabel="mean reward\n(seed mean, smoothed)",
                title=f"({letter}) reward, AdamW step size {lr_title:g}")
-        ax.legend(ncol=2, fontsize=6)
+        ax.legend(ncol=2, fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.3))  # below, not on a curve
 
 
 def plot_accuracy_bars(ax_table, table: list[dict], runs: list[dict], p: dict) -> None:
@@ -67,16 +68,16 @@ def plot_accuracy_bars(ax_table, table: list[dict], runs: list[dict], p: dict) -
         whisker = [[r["final_mean"] - r["final_min"]], [r["final_max"] - r["final_mean"]]]
         ax_table.barh(i, r["final_mean"], color=method_color(r["method"]), alpha=0.8)
         ax_table.errorbar(r["final_mean"], i, xerr=whisker, color="black", capsize=2, lw=0.8)
-        names.append(("sync" if r["method"] == "sync" else f"{r['method']} s={r['staleness']}")
-                     + ("" if r["lr"] == main_lr else f" lr={r['lr']:g}")
-                     + (", ratio to π_b" if r["ratio_to"] == "behaviour" else ""))
+        names.append(("sync" if r["method"] == "sync" else f"{label_words(r['method'])}, s = {r['staleness']}")
+                     + ("" if r["lr"] == main_lr else f", step {r['lr']:g}")
+                     + (r", ratio to $\pi_b$" if r["ratio_to"] == "behaviour" else ""))
     start = np.nanmean([r["start_accuracy"] for r in runs])
     ax_table.axvline(start, color="grey", ls="--", lw=0.8, label="warm start")
     ax_table.set_yticks(range(len(bars)), names)
     ax_table.invert_yaxis()
     ax_table.set(xlabel="final held-out accuracy\n(bar: seed mean, whisker: min..max)",
                  title=f"(c) final accuracy, step size {main_lr:g} unless noted")
-    ax_table.legend(loc="lower right")
+    ax_table.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3))  # below the bars
 
 
 def plot_regime_maps(fig, ax_map, ax_cosmap, table: list[dict]) -> None:
@@ -87,7 +88,7 @@ def plot_regime_maps(fig, ax_map, ax_cosmap, table: list[dict]) -> None:
     for ax, key, vmax, title, scale in (
             (ax_map, "delta_mean", 0.4, "(d) naive async: accuracy gained", "Δ held-out accuracy (final − start)"),
             (ax_cosmap, "cos_prev_mean", 0.2, "(e) naive async: gradient alignment",
-             "mean cos(g_k, g_{k-1})")):
+             r"mean $\cos(g_k, g_{k-1})$")):
         values = np.full((len(lrs), len(stal)), np.nan)
         for r in grid:
             values[lrs.index(r["lr"]), stal.index(r["staleness"])] = r[key]
@@ -99,7 +100,7 @@ def plot_regime_maps(fig, ax_map, ax_cosmap, table: list[dict]) -> None:
                 ax.text(j, i, text, ha="center", va="center", fontsize=6.5)
         ax.set_xticks(range(len(stal)), [str(s) for s in stal])
         ax.set_yticks(range(len(lrs)), [f"{lr:g}" for lr in lrs])
-        ax.set(xlabel="staleness s", ylabel="step size (AdamW lr)", title=title)
+        ax.set(xlabel="staleness $s$", ylabel="step size (AdamW lr)", title=title)
         fig.colorbar(image, ax=ax, fraction=0.05, label=scale)
 
 
@@ -109,8 +110,11 @@ def plot_cosine_vs_outcome(ax_cos, runs: list[dict]) -> float:
         ax_cos.scatter(r["cos_prev_first_half"], r["delta_accuracy"], color=method_color(r["method"]),
                        s=8 + r["staleness"], marker="x" if r["diverged"] else "o", alpha=0.7)
     rho = outcome_rho(runs, "cos_prev_first_half")
-    ax_cos.set(xlabel="mean cos(g_k, g_{k-1}), first half of the run", ylabel="Δ held-out accuracy (final − start)",
+    ax_cos.set(xlabel=r"mean $\cos(g_k, g_{k-1})$, first half of the run", ylabel="Δ held-out accuracy (final − start)",
                title=f"(f) every run (dot size: s); naive async: Spearman ρ = {rho:+.2f}")
+    methods = list(dict.fromkeys(r["method"] for r in runs))
+    handles = [plt.Line2D([], [], ls="", marker="o", color=method_color(m), label=label_words(m)) for m in methods]
+    ax_cos.legend(handles=handles, fontsize=6, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.3))  # the colours
     return rho
 
 
@@ -127,18 +131,21 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     table = sorted(aggregate(run_rows), key=lambda r: (r["lr"], r["staleness"], r["method"]))
 
     apply_style()
-    fig, axes = plt.subplots(3, 2, figsize=(7.0, 8.4), layout="constrained")  # two to a row at a page's width
+    fig, axes = plt.subplots(3, 2, figsize=(7.0, 9.6), layout="constrained")  # two to a row at a page's width
     ax_curve, ax_small, ax_table, ax_map, ax_cosmap, ax_cos = axes.ravel()
     plot_reward_curves(ax_curve, ax_small, records, p)
     plot_accuracy_bars(ax_table, table, run_rows, p)
     plot_regime_maps(fig, ax_map, ax_cosmap, table)
     rho = plot_cosine_vs_outcome(ax_cos, run_rows)
+    kl_rho = outcome_rho(run_rows, "kl_behaviour_mean")
+    fig.suptitle(f"What tracks a stale run's outcome? Spearman ρ with Δ accuracy over the naive-async runs: "
+                 f"drift from the behaviour policy (KL to $\\pi_b$) {kl_rho:+.2f}, early gradient cosine {rho:+.2f}",
+                 fontsize=7)
 
     paths = [write_records(records, out_dir / f"{NAME}.csv"), write_records(run_rows, out_dir / f"{NAME}_runs.csv"),
              write_records(table, out_dir / f"{NAME}_table.csv"), *save_figure(fig, out_dir, NAME)]
     print(_markdown(table))
     print(f"cosine (first half) vs Δ accuracy over naive async runs: Spearman ρ = {rho:+.2f}")
-    kl_rho = outcome_rho(run_rows, "kl_behaviour_mean")
     print(f"mean KL to π_b vs Δ accuracy over the same runs: Spearman ρ = {kl_rho:+.2f}")
     return paths
 

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 
 from experiments.ablation import ADAM_LR, GAC_VARIANTS, SIMS, STALENESS, pick_default, run_tables
 from experiments.cache import Unit, unit
-from paper_figs.common import Results, apply_style, method_color, save_figure
+from paper_figs.common import SIM_TITLES, Results, apply_style, label_words, method_color, panel_letters, save_figure
 from sim.record import atomic_write_bytes, write_records
 
 NAME = "fig6_ablation"
@@ -58,7 +58,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     best, scores = pick_default(table)
     paths = [write_records(table, out_dir / f"{NAME}.csv"), write_readme(table, best, scores, out_dir)]
     apply_style()
-    fig, axes = plt.subplots(1, len(SIMS), figsize=(3.3 * len(SIMS), 4.2))
+    fig, axes = plt.subplots(1, len(SIMS), figsize=(3.3 * len(SIMS), 4.4), layout="constrained")
     for ax, sim in zip(axes, SIMS, strict=True):
         labels = list(dict.fromkeys(r["label"] for r in table if r["sim"] == sim and r["staleness"] > 0))
         width = 0.8 / len(STALENESS)
@@ -67,15 +67,17 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
             for label in labels:
                 row = next(r for r in table if r["sim"] == sim and r["label"] == label and r["staleness"] == s)
                 ratios.append(min(row["ratio_to_sync"], 1e4))
-            ax.barh([i + k * width for i in range(len(labels))], ratios, height=width, label=f"s={s}",
+            ax.barh([i + k * width for i in range(len(labels))], ratios, height=width, label=f"s = {s}",
                     color=["#fdbb84", "#e34a33", "#7f0000"][k])
-        ax.set_yticks([i + width for i in range(len(labels))], labels)
+        ax.set_yticks([i + width for i in range(len(labels))], [label_words(label) for label in labels])
         for tick, label in zip(ax.get_yticklabels(), labels, strict=True):
             tick.set_color(method_color(label.split("_")[0]))
         ax.axvline(1.0, color="#000000", lw=0.8)
-        ax.set(xscale="log", title=sim, xlabel="final objective / sync (log; 1e4 = diverged)")
-    axes[0].legend()
-    fig.suptitle(f"default GAC = {best}: smallest worst-case ratio to sync over s = 4, 8, 16 (no divergence)",
+        ax.set(xscale="log", title=SIM_TITLES.get(sim, sim), xlabel="final objective ÷ sync's (10⁴: diverged)")
+    panel_letters(axes)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncols=len(STALENESS))  # below the panels, not on a bar
+    fig.suptitle(f"default GAC: {label_words(best)} (smallest worst-case ratio to sync over s = 4, 8, 16)",
                  fontsize=7)
     paths += save_figure(fig, out_dir, NAME)
     print(f"  default GAC: {best} {GAC_VARIANTS[best]} (worst-case ratio {scores[best]:.3g})")

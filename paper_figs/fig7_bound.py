@@ -16,7 +16,7 @@ import numpy as np
 
 from experiments import bound
 from experiments.cache import Unit, unit
-from paper_figs.common import Results, apply_style, method_color, save_figure
+from paper_figs.common import Results, apply_style, method_color, panel_letters, save_figure
 from sim.record import write_records
 
 NAME = "fig7_bound"
@@ -48,7 +48,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     rows = results.value(NAME)
     noises = sorted({r["noise_std"] for r in rows})
     apply_style()
-    fig, axes = plt.subplots(1, len(noises), figsize=(3.3 * len(noises), 3.0), squeeze=False)
+    fig, axes = plt.subplots(1, len(noises), figsize=(3.3 * len(noises), 3.3), squeeze=False, layout="constrained")
     for ax, noise in zip(axes[0], noises, strict=True):
         sel = [r for r in rows if r["noise_std"] == noise and np.isfinite(r["bound"])]
         values = [r[k] for r in sel for k in ("bound", "measured_kept")]
@@ -59,9 +59,14 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
             color = MODE_STYLE.get(label, "#7f7f7f")
             ax.scatter([r["measured_kept"] for r in pts], [r["bound"] for r in pts], s=12, color=color, label=label)
         regime = "gradient-dominated" if noise < 1.0 else "noise-dominated"
-        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), title=f"noise σ_n = {noise} ({regime})",
-               xlabel="measured kept energy avg_t E⟨∇f, D∇f⟩", ylabel="a-priori bound (theory.convergence v2)")
-        ax.legend(fontsize=5, loc="upper left")
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+               title=f"noise $\\sigma_n$ = {noise} ({regime})",
+               xlabel=r"measured kept energy $\frac{1}{T}\sum_t E\langle\nabla f, D\nabla f\rangle$",
+               ylabel="a-priori bound on the kept energy")
+
+    panel_letters(axes[0])
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncols=len(names), fontsize=6)  # below, not on the points
     summary = tightness_summary(rows)
     for s in summary:
         print(f"  σ_n={s['noise_std']:<4} {s['label']:<14} n={s['settings']:>2}  bound/kept "

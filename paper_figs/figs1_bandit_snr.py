@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 
 from experiments.bandit_snr import FIXES, PROBLEMS, SNR, run_table
 from experiments.cache import Unit, unit
-from paper_figs.common import Results, apply_style, method_color, save_figure
+from paper_figs.common import SIM_TITLES, Results, apply_style, label_words, method_color, panel_letters, save_figure
 from sim.record import write_records
 
 NAME = "figs1_bandit_snr"
@@ -37,18 +37,21 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
                      and r["label"] in ("sync", "naive")]
             xs = [r["staleness"] for r in naive]
             axes[0][k].plot(xs, [r["mean_cos_prev"] for r in naive], "o-", color=shades[j],
-                            label=f"B={groups}, G={size}")
+                            label=f"B = {groups}, G = {size}")
             axes[1][k].plot(xs, [r["median_gap"] for r in naive], "o-", color=shades[j])
             if j == len(SNR[profile]) - 1:
                 for m in FIXES:
                     fixed = [r for r in table if r["sim"] == sim and r["groups"] == groups and r["group_size"] == size
                              and r["label"] == m]
                     axes[1][k].plot([r["staleness"] for r in fixed], [r["median_gap"] for r in fixed], "x",
-                                    color=method_color(m), label=f"{m} (B={groups}, G={size})")
-        axes[0][k].set(title=sim, xlabel="staleness s", ylabel="mean cos(g_t, g_{t-1})", ylim=(-0.5, 1.0))
-        axes[1][k].set(xlabel="staleness s", ylabel="final reward gap J* − J (median)", yscale="log")
-    axes[0][0].legend()
-    axes[1][0].legend(fontsize=6)
+                                    color=method_color(m), label=f"{label_words(m)} (B = {groups}, G = {size})")
+        axes[0][k].set(title=SIM_TITLES.get(sim, sim), xlabel="staleness $s$", ylabel=r"mean $\cos(g_t, g_{t-1})$",
+                       ylim=(-0.5, 1.0))
+        axes[1][k].set(xlabel="staleness $s$", ylabel="final reward gap $J^* - J$ (median)", yscale="log")
+    panel_letters([ax for row in axes for ax in row])
+    for row in axes:  # each row's key below the figure's panels, never over a curve
+        handles, names = row[0].get_legend_handles_labels()
+        row[-1].legend(handles, names, fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     paths += save_figure(fig, out_dir, NAME)
     for r in table:
         if r["label"] in ("sync", "naive") or r["staleness"] == 8:

@@ -36,7 +36,7 @@ from experiments.staleness_lr import (
     table_rows,
     theory_step,
 )
-from paper_figs.common import Results, apply_style, method_color, save_figure
+from paper_figs.common import Results, apply_style, label_words, method_color, save_figure
 from sim.record import read_records, write_records
 
 NAME = "figs3_staleness_lr"
@@ -63,8 +63,9 @@ def committed_llm(path: Path = COMMITTED) -> tuple[list[dict], list[dict]]:
     """The ``llm`` rows of the committed table and of its fits (empty where the file or its LLM rows are missing)."""
     if not path.is_file() or not fit_path(path).is_file():
         return [], []
-    return ([r for r in read_records(path) if r["scale"] == "llm"],
-            [r for r in read_records(fit_path(path)) if r["scale"] == "llm"])
+    fits = [{k: v for k, v in r.items() if k in FIT_COLUMNS}  # less the provenance columns (code, command)
+            for r in read_records(fit_path(path)) if r["scale"] == "llm"]
+    return [r for r in read_records(path) if r["scale"] == "llm"], fits
 
 
 def plot(results: Results, out_dir: Path) -> list[Path]:
@@ -85,16 +86,16 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
             s, _ = _boundary_line(ax, rows, method, marker=marker, ls=line, label=SCALE_LABEL[scale])
             if all(math.isfinite(r["theory_lr"]) for r in rows) and scale != "bandit_gaussian_mean":
                 ax.plot(s, [r["theory_lr"] for r in rows], color="black", lw=1.0, ls="-.",
-                        label="theory a*(s)/λ_max (quadratic)" if method == "naive"
+                        label=r"theory $a^*(s)/\lambda_{\max}$ (quadratic)" if method == "naive"
                         else "mean-field GAC limit (a lower bound)")
-        ax.set(xscale="log", yscale="log", title=METHOD_LABEL[method], xlabel="staleness s",
-               ylabel="largest stable step size η")
+        ax.set(xscale="log", yscale="log", title=f"({'ab'[METHODS.index(method)]}) {METHOD_LABEL[method]}",
+               xlabel="staleness $s$", ylabel=r"largest stable step size $\eta$")
         ax.set_xticks(list(STALENESS), [str(s) for s in STALENESS])
         ax.minorticks_off()
         low, high = ax.get_ylim()
         ticks = [t for t in (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0) if low <= t <= high]
         ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
-        ax.legend(loc="lower left", fontsize=6)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6)  # below the panel, not on a line
     _plot_exponents(axes[2], fits)
     _plot_llm(axes[3], llm_table)
     paths += save_figure(fig, out_dir, NAME)
@@ -132,11 +133,11 @@ def _plot_llm(ax, rows: list[dict]) -> None:
     for edge in (low, high):
         ax.axhline(edge, color="black", lw=0.6, ls=":")
     seeds, steps = rows[0]["seeds"], rows[0]["steps"]
-    ax.set(xscale="log", yscale="log", xlabel="staleness s", ylabel="largest stable AdamW step size",
+    ax.set(xscale="log", yscale="log", xlabel="staleness $s$", ylabel="largest stable AdamW step size",
            title=f"(d) LLM testbed: {seeds} warm starts, {steps} steps\n(committed; dotted: the search range)")
     ax.set_xticks(list(STALENESS), [str(k) for k in STALENESS])
     ax.minorticks_off()
-    ax.legend(loc="lower left", fontsize=6)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6)
 
 
 def _plot_exponents(ax, fits: list[dict]) -> None:
@@ -145,6 +146,7 @@ def _plot_exponents(ax, fits: list[dict]) -> None:
     scales = [sc for sc in (*SCALES, "llm") if any(r["scale"] == sc for r in fits)]
     for i, (scale, criterion) in enumerate((sc, c) for sc in scales for c in CRITERIA):
         labels.append(f"{SCALE_LABEL[scale]}\n{criterion}")
+        censored = []
         for offset, method in zip((-0.15, 0.15), METHODS, strict=True):
             row = next((r for r in fits if (r["scale"], r["criterion"], r["method"]) == (scale, criterion, method)),
                        None)
@@ -157,15 +159,17 @@ def _plot_exponents(ax, fits: list[dict]) -> None:
                             marker="o", color=method_color(method), capsize=2, ls="none",
                             label=METHOD_LABEL[method] if i == 0 else None)
             else:
-                ax.text(0.5, y, "censored (boundary outside the range)", fontsize=6, va="center", ha="center",
-                        color=method_color(method))
+                censored.append(METHOD_LABEL[method])
+        if censored:  # one line per row, so two censored methods do not print over each other
+            ax.text(0.5, i, f"{' and '.join(censored)}: censored", fontsize=6, va="center", ha="center",
+                    color="#555555")
     s = list(STALENESS)
     for method, style in zip(METHODS, ("--", ":"), strict=True):
         ax.axvline(fit_exponent(s, theory_step(method, s)), color=method_color(method), ls=style, lw=1.0,
-                   label=f"theory fit, {method}")
+                   label=f"theory fit, {label_words(method)}")
     ax.axvline(1.0, color="grey", lw=0.8, ls="-", label="1/s (S·η law)")
     ax.set_yticks(range(len(labels)), labels, fontsize=6)
     ax.invert_yaxis()
-    ax.set(xlabel=r"fitted exponent $p$ ($\eta_{\max} \propto s^{-p}$)", title="exponent, 90 % seed bootstrap",
-           xlim=(-0.2, 1.2))
+    ax.set(xlabel=r"fitted exponent $p$ ($\eta_{\max} \propto s^{-p}$)", xlim=(-0.2, 1.2),
+           title="(c) exponent, 90 % seed bootstrap\n(censored: boundary outside the search range)")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2, fontsize=6)

@@ -20,12 +20,13 @@ import tyro
 
 from experiments import llm_figures
 from paper_figs import fig1_cosine, fig3_divergence
-from paper_figs.common import apply_style, save_figure
+from paper_figs.common import apply_style, panel_letters, save_figure
+from sim.schema import LEGACY_LLM_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS_CSV = ROOT / "docs" / "data" / "llm_figures_steps.csv"
 STEP_COLUMNS = ("figure", "arm", "warm_seed", "seed", "method", "gac_space", "staleness", "lr", "step", "accuracy",
-                "objective", "grad_norm", "cos_prev", "cos_halves", "cos_update", "kl_behaviour", "diverged",
+                "objective", "grad_norm", "cos_prev", "cos_halves", "cos_update", "kl_behaviour", "nonfinite",
                 "final_eval")
 """What the per-step CSV keeps of each record: what the two figures draw and the run table summarises."""
 
@@ -37,7 +38,7 @@ def step_table(results) -> pd.DataFrame:
             for run, result in results for row in llm_figures.step_rows([(run, result)], run.roles[0])]
     table = pd.DataFrame(rows).reindex(columns=list(STEP_COLUMNS))
     table["final_eval"] = table.final_eval.astype("boolean").fillna(False).astype(bool)
-    table["diverged"] = table.diverged.astype("boolean").fillna(False).astype(bool)
+    table["nonfinite"] = table.nonfinite.astype("boolean").fillna(False).astype(bool)
     return table
 
 
@@ -58,11 +59,12 @@ def draw(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     apply_style()
     paths = []
     fig1_rows = llm_figures.with_run_means([r for r in rows_of(table, "fig1") if not r["final_eval"]])
-    fig, ax = plt.subplots(figsize=(3.6, 2.9))
+    fig, ax = plt.subplots(figsize=(5.4, 2.9))  # room for the key beside the panel
     fig1_cosine.plot_llm(ax, fig1_rows)
     paths += save_figure(fig, out_dir, "fig1_cosine_llm_testbed")
-    fig, axes = plt.subplots(3, 1, figsize=(3.6, 7.2))
+    fig, axes = plt.subplots(3, 1, figsize=(3.6, 7.6))
     fig3_divergence.plot_llm(axes, rows_of(table, "fig3"))
+    panel_letters(axes)
     paths += save_figure(fig, out_dir, "fig3_divergence_llm_testbed")
     return paths
 
@@ -98,7 +100,7 @@ def main(cli: Cli) -> list[Path]:
         tmp.replace(data)
     elif not data.exists():
         raise SystemExit(f"error: {data} does not exist; make it with --compute (runs the testbed's runs)")
-    table = pd.read_csv(data)
+    table = pd.read_csv(data).rename(columns=LEGACY_LLM_COLUMNS)
     paths = draw(table, Path(cli.out))
     print("\n".join(str(p) for p in paths))
     return paths

@@ -35,6 +35,10 @@ EXTRAS: dict[str, str] = {
              "of one method apart (gac_cap_t0.5, naive_adam); equal to method when nothing else differs",
     "lr": "step size in force at step t",
     "diverged": "True from the run's first non-finite or exploding step on (a diverged run is kept, never dropped)",
+    "nonfinite": "True at the LLM step whose loss or gradient was NaN/inf (the run stops there; kept, never dropped); "
+                 "the LLM records' name for the toys' diverged, which it was called in older CSVs",
+    "tied_frac": "share of the step's drawn prompt groups whose rewards were all equal (zero advantage: no gradient)",
+    "samples_drawn": "samples generated for the step (more than P·G when --drop-tied-groups drew again)",
     "kl_behaviour": "KL(π_behaviour ‖ π_θ) on the step's samples: how far the learner has drifted from the data",
     "entropy": "mean policy entropy on the step's samples",
     "reward_gap": "J* − J(θ_t): distance of the expected reward from the optimum (bandits)",
@@ -67,14 +71,13 @@ SIM_EXTRAS: dict[str, tuple[str, ...]] = {
     "bandit_gaussian": _BANDIT,
     "bandit_softmax": _BANDIT,
     "bandit_contextual": _BANDIT,
-    "llm": ("label", "lr", "diverged", "kl_behaviour", "entropy", "accuracy", "train_accuracy", "response_length",
+    "llm": ("label", "lr", "nonfinite", "kl_behaviour", "entropy", "accuracy", "train_accuracy", "response_length",
             "clip_frac", "clip_low", "clip_high", "behaviour_version", "ratio_to", "step_norm", "objective_fn",
-            "direction_control", "step_control", "ess_ratio"),
+            "direction_control", "step_control", "ess_ratio", "tied_frac", "samples_drawn"),
 }
 """Exactly the extra columns of each simulator's rows, in order."""
 
 NO_REGIME = "n/a"
-_STRINGS = ("sim", "method", "regime", "label", "ratio_to", "objective_fn", "direction_control", "step_control")
 
 
 def columns(sim: str) -> tuple[str, ...]:
@@ -94,7 +97,7 @@ def make_row(sim: str, **values) -> dict:
     unknown = set(values) - set(names)
     if unknown:
         raise ValueError(f"columns {sorted(unknown)} are not in the {sim} schema (sim/schema.py)")
-    defaults = {"regime": NO_REGIME, "parallel_scale": 1.0, "diverged": False}
+    defaults = {"regime": NO_REGIME, "parallel_scale": 1.0, "diverged": False, "nonfinite": False}
     row = {}
     for name in names:
         value = values.get(name, defaults.get(name, math.nan))
@@ -105,4 +108,14 @@ def make_row(sim: str, **values) -> dict:
     return row
 
 
-__all__ = ["CORE", "EXTRAS", "SIM_EXTRAS", "NO_REGIME", "columns", "make_row"]
+LEGACY_LLM_COLUMNS = {"diverged": "nonfinite"}
+"""LLM columns renamed since CSVs were committed: old name → new (readers of committed LLM CSVs apply it)."""
+
+
+def nonfinite(row: dict) -> bool:
+    """Whether a record marks a non-finite failure: ``nonfinite`` (LLM) or ``diverged`` (the toys, and LLM CSVs
+    written before the LLM column was renamed)."""
+    return bool(row.get("nonfinite") or row.get("diverged"))
+
+
+__all__ = ["CORE", "EXTRAS", "SIM_EXTRAS", "NO_REGIME", "columns", "make_row", "nonfinite", "LEGACY_LLM_COLUMNS"]

@@ -151,7 +151,6 @@ class VCPOConfig:
 
 
 OBJECTIVE, DIRECTION, STEP = "objective", "direction", "step"
-AXES = (OBJECTIVE, DIRECTION, STEP)
 
 
 @dataclass(frozen=True)
@@ -290,35 +289,22 @@ def method_params(name: str, **overrides) -> dict:
     return defaults
 
 
-def method_config(name: str, **overrides):
-    """The method's frozen config (``gac``: its ``gac.GACConfig``); None for a method without parameters."""
-    if name == "gac":
-        return gac_config(**overrides)
-    config = get_stabilizer(name).config
-    params = method_params(name, **overrides)
-    return None if config is None else config(**params)
-
-
-GAC_RUN_KEYS = ("threshold_rule", "rule_margin", "rule_floor", "rule_ceiling", "space")
+GAC_RUN_KEYS = ("threshold_rule", "rule_margin", "rule_floor", "rule_ceiling")
 """Parameters of the ``gac`` entry that are not GACConfig fields: the adaptive-threshold rule
-(``threshold_rule="ema"`` → ``gac.EMAThreshold(margin, floor, ceiling)``) and where GAC acts
-(``space="gradient"``: the raw gradient; ``"update"``: the optimizer's proposed step, e.g. Adam's
-m̂/(√v̂+ε), with the reference built from past proposed steps; ``"momentum"``: the optimizer's first moment
-before the step, with the reference built from past uncontrolled first moments, the controlled one stored)."""
+(``threshold_rule="ema"`` → ``gac.EMAThreshold(margin, floor, ceiling)``). ``space`` is GACConfig's own: where GAC
+acts (``"gradient"``: the raw gradient; ``"update"``: the optimizer's proposed step, e.g. Adam's m̂/(√v̂+ε), with the
+reference built from past proposed steps; ``"momentum"``: the optimizer's first moment before the step, with the
+reference built from past uncontrolled first moments, the controlled one stored)."""
 GAC_SPACES = ("gradient", "update", "momentum")
 
 
 def gac_config(**overrides) -> gac.GACConfig:
     """The GACConfig of the ``gac`` method (registry defaults updated with ``overrides``)."""
     params = method_params("gac", **overrides)
-    if params["space"] not in GAC_SPACES:
-        raise ValueError(f"gac space must be one of {GAC_SPACES}, got {params['space']!r}")
     rule = params["threshold_rule"]
     if rule not in (None, "ema"):
         raise ValueError(f"gac threshold_rule must be None or 'ema', got {rule!r}")
     fields = {k: v for k, v in params.items() if k not in GAC_RUN_KEYS}
-    if "space" in gac.GACConfig.__dataclass_fields__:  # the library places GAC itself (gac.wrap)
-        fields["space"] = params["space"]
     if rule == "ema":
         fields["threshold"] = gac.EMAThreshold(margin=params["rule_margin"], floor=params["rule_floor"],
                                                ceiling=params["rule_ceiling"])
@@ -339,11 +325,6 @@ def kl_target_factor(kl: torch.Tensor | float, kl_target: float, kl_floor: float
     if not kl > 0:
         return 1.0
     return min(1.0, max(kl_floor, kl_target / kl))
-
-
-def lr_scale_factor(staleness: torch.Tensor | int) -> torch.Tensor | float:
-    """Staleness-aware step size factor 1 / (1 + s)."""
-    return 1.0 / (1.0 + staleness)
 
 
 # VCPO (Huang, Zhang, Hu, Yang, Han, "Stable Asynchrony: Variance-Controlled Off-Policy RL for LLMs",

@@ -29,7 +29,7 @@ def torch_threads(request) -> int:
 def tiny_checkpoint(tmp_path_factory, request):
     """The tiny (19k-parameter, 1-digit) warm start the LLM and integration tests start from: a copy of the
     committed one, perturbed with ``--perturb-weights``."""
-    from sim.llm.model import load_model
+    from sim.llm.model import load_model, save_model
 
     path = tmp_path_factory.mktemp("tiny_model") / "model"
     shutil.copytree(TINY_WARM_START, path)
@@ -42,7 +42,7 @@ def tiny_checkpoint(tmp_path_factory, request):
         with torch.no_grad():
             for p in model.parameters():
                 p.mul_(1 + eps * torch.randn(p.shape, generator=generator))
-        model.save_pretrained(path)
+        save_model(model, path)
     return path
 
 

@@ -9,7 +9,7 @@ kernels to ≤ 3e-13 of their scale (tests/sim/test_grid_golden.py, which measur
 is a mean, std, min or max over seeds or a window of those trajectories, or a closed-form theory value, which adds a
 few ulps, not an amplification, and a column of small stds (scale 1e-2 against trajectories of scale 1) turns 3e-13
 into 3e-11 of its own scale. 1e-9 leaves 30× over that; a change of the figure's numbers (a step size, a window,
-a statistic) moves them by far more (``tests/sim/test_figures_golden.py`` checks that a 1e-6 change is caught).
+a statistic) moves them by far more (fig7's smoke run at η × (1 + 1e-6) moved ``eta`` and ``measured_avg`` beyond it).
 
 Regenerate only for an intended change in the numbers: ``python -m tests.golden_csv`` (say why in CHANGELOG.md).
 """

@@ -15,8 +15,8 @@ from benchmarks import gac_overhead, llm_speed, sim_throughput
     (gac_overhead, ["--device", "tpu"], "--device must be cpu or cuda"),
     (gac_overhead, ["--baseline", "/nonexistent"], "no gac/ package"),
     (llm_speed, ["--rounds", "0"], "--rounds must be >= 1"),
-    (llm_speed, ["--batched", "-2"], "--batched must be >= 0"),
-    (llm_speed, ["--size", "huge"], "--size must be one of tiny, small, cpu, gpu, got 'huge'"),
+    (llm_speed, ["--configs", "huge"], "--configs: unknown huge"),
+    (llm_speed, ["--baseline", "/nonexistent"], "not a checkout of this package"),
     (sim_throughput, ["--seeds", "0"], "--seeds must be >= 1"),
 ])
 def test_bad_value_exits_2_before_any_work(module, argv, named, capsys, monkeypatch):
@@ -37,7 +37,6 @@ def test_help_lists_the_options(module, capsys):
 
 
 @pytest.mark.parametrize(("argv", "named"), [
-    (["--figures", "everything"], "--figures must be one of all, first-release, got 'everything'"),
     (["--keep", ""], "--keep is empty"),
     (["--keep", "A_FILE"], "is a file, not a folder"),
 ])
@@ -55,14 +54,11 @@ def test_pipeline_bad_value_is_one_line_before_any_work(argv, named, tmp_path, c
     assert named in err and len(err.splitlines()) == 1, err
 
 
-def test_pipeline_parses_names_figures_keep_and_plan(tmp_path):
+def test_pipeline_parses_names_keep_and_plan(tmp_path):
     from benchmarks.pipeline import PipelineArgs
     from sim.cli import parse
 
-    args = parse(PipelineArgs, ["fig7_bound", "fig4_stability_region", "--figures", "first-release", "--keep",
-                                str(tmp_path), "--plan"], prog="pipeline")
-    assert args == PipelineArgs(names=("fig7_bound", "fig4_stability_region"), figures="first-release",
-                                keep=tmp_path, plan=True)
-    assert parse(PipelineArgs, [], prog="pipeline") == PipelineArgs(names=(), figures="all", keep=None, plan=False)
-    with pytest.raises(ValueError, match="--figures must be one of"):
-        PipelineArgs(figures="most")  # the same check when built in Python
+    args = parse(PipelineArgs, ["fig7_bound", "fig4_stability_region", "--keep", str(tmp_path), "--plan"],
+                 prog="pipeline")
+    assert args == PipelineArgs(names=("fig7_bound", "fig4_stability_region"), keep=tmp_path, plan=True)
+    assert parse(PipelineArgs, [], prog="pipeline") == PipelineArgs(names=(), keep=None, plan=False)

@@ -178,15 +178,76 @@ def test_each_notebook_links_the_paper_and_the_claims_it_shows(path):
     assert {a for a in anchors if a} <= github, path.name
 
 
+def solution_sections() -> dict[str, str]:
+    """course/solutions.md's sections by exercise number ('1.2' -> its text)."""
+    text = (ROOT / "course" / "solutions.md").read_text()
+    parts = re.split(r"^## Exercise (\d+\.\d+)\n", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_each_notebook_has_two_exercises_one_predict_then_measure_each_with_a_tested_solution(path):
+def test_each_notebook_has_two_exercises_the_learner_solves_with_a_hidden_tested_solution(path):
+    """Each exercise: a stub the learner fills in (it raises NotImplementedError), a check cell comparing it with the
+    solution of the same name, a link to that exercise on the Solutions page, which shows the solution's code; no
+    solution code in the notebook; each solution tested above."""
     cells = nbformat.read(path, as_version=4).cells
-    exercises = [c.source for c in cells if c.cell_type == "markdown" and re.match(r"## Exercise", c.source)]
-    assert len(exercises) >= 2, path.name
-    assert any("predict, then measure" in e.lower() for e in exercises), path.name
-    shown = {name for c in cells if c.cell_type == "code" for name in re.findall(r"solutions\.show\(solutions\.(\w+)\)",
-                                                                                  c.source)}
-    assert len(shown) >= len(exercises), (path.name, shown)
-    tests = Path(__file__).read_text()
-    for name in shown:
-        assert re.search(rf"solutions\.{name}\(", tests.split("# --- the notebooks' shape")[0]), name
+    starts = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and re.match(r"## Exercise", c.source)]
+    assert len(starts) >= 2, path.name
+    assert any("predict, then measure" in cells[i].source.lower() for i in starts), path.name
+    sections = solution_sections()
+    tests = Path(__file__).read_text().split("# --- the notebooks' shape")[0]
+    for i in starts:
+        number = re.match(r"## Exercise (\d+\.\d+)", cells[i].source)[1]
+        stub, check, link = cells[i + 1], cells[i + 2], cells[i + 3]
+        (name,) = re.findall(r"^def (\w+)\(", stub.source, re.M)
+        assert "raise NotImplementedError" in stub.source, (path.name, number)
+        assert re.match(rf"exercises\.check\({name}, solutions\.{name},", check.source), (path.name, number)
+        assert f"(../course/solutions.md#exercise-{number.replace('.', '')})" in link.source, (path.name, number)
+        assert f"<!-- solution: {name} -->" in sections[number], (path.name, number)
+        assert re.search(rf"solutions\.{name}\(", tests), name
+    code = "\n".join(c.source for c in cells if c.cell_type == "code")
+    assert "solutions.show" not in code and "inspect.getsource" not in code  # no solution shown open
+
+
+def test_every_solution_section_names_a_solution_function():
+    from course.build import solutions_page
+
+    sections = solution_sections()
+    assert len(sections) == 12
+    page = solutions_page((ROOT / "course" / "solutions.md").read_text())
+    assert "<!-- solution:" not in page and page.count("```python") == 12
+    with pytest.raises(ValueError, match="no_such_function"):
+        solutions_page("<!-- solution: no_such_function -->")
+
+
+def test_check_passes_the_solution_fails_a_wrong_answer_and_waits_for_a_stub(capsys):
+    from course import exercises
+
+    cases = [(0.3,), (0.5,)]
+    assert exercises.check(solutions.smallest_diverging_staleness, solutions.smallest_diverging_staleness, cases)
+    assert "All cases agree" in capsys.readouterr().out
+
+    def off_by_one(a):
+        return solutions.smallest_diverging_staleness(a) + 1
+
+    assert exercises.check(off_by_one, solutions.smallest_diverging_staleness, cases) is False
+    assert "✗ off_by_one(0.3): yours 6, expected 5" in capsys.readouterr().out
+
+    def stub(a):
+        raise NotImplementedError
+
+    assert exercises.check(stub, solutions.smallest_diverging_staleness, cases) is None
+    assert "Not done yet: fill in `stub`" in capsys.readouterr().out
+
+
+def test_check_compares_tuples_tables_and_tensors_with_a_tolerance():
+    from course import exercises
+
+    assert exercises.close((0.1, 0.2), (0.1 + 1e-12, 0.2), 1e-6, 1e-9)
+    assert not exercises.close((0.1, 0.2), (0.1, 0.25), 1e-6, 1e-9)
+    table = pd.DataFrame({"cos_prev": [0.01, 0.02]}, index=[0, 16])
+    assert exercises.close(table.copy(), table, 1e-6, 1e-9) and not exercises.close(table * 2, table, 1e-6, 1e-9)
+    assert not exercises.close(table.iloc[:1], table, 1e-6, 1e-9)  # another shape
+    assert exercises.close(torch.tensor([0.5, 1.0]), torch.tensor([0.5, 1.0]), 1e-6, 1e-9)
+    assert exercises.close(0.42, 0.40, 0.0, 0.05) and not exercises.close(0.5, 0.40, 0.0, 0.05)
+    assert exercises.close(None, None, 0.0, 0.0) and not exercises.close(5, None, 0.0, 0.0)

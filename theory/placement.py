@@ -196,12 +196,6 @@ def check_slow_mode_gain(betas=(0.0, 0.5, 0.9), rhos=(0.0, 0.3, 0.6, 0.9), a: fl
     return float(worst)
 
 
-def equal_slow_step_ratio(staleness: int, beta: float, rho: float, placement: str) -> float:
-    """a*_P(s, β, ρ)·κ_P / a*_none(s, β): 1 if the placement's widening were just its slow-mode step cut."""
-    return (stability_boundary(staleness, beta, rho, placement) * slow_mode_gain(beta, rho, placement)
-            / stability_boundary(staleness, beta, 0.0, "none"))
-
-
 def stationary_moments(a: float, staleness: int, beta: float, rho: float, placement: str) -> dict:
     """Stationary second moments of one direction (units of σ²), from the Lyapunov solve P = M P Mᵀ + b bᵀ.
 

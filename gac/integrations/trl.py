@@ -9,7 +9,8 @@ state lives in the optimizer's state dict, the trainer's own checkpoints (``opti
 training begins, and the wrapper adopts GAC's part of it.
 
 The callback merges the ``METRICS`` — ``gac/cos_prev``, ``gac/regime``, ``gac/parallel_scale``,
-``gac/grad_norm``, ``gac/grad_norm_after`` (means since the last log) — into the trainer's own logs, so
+``gac/grad_norm``, ``gac/grad_norm_after`` (means since the last log; a NaN cosine, where nothing was measured, is
+left out of its mean) — into the trainer's own logs, so
 every reporter (TensorBoard, W&B, trackio, the console) gets them. The names are the package's record
 columns (``sim/schema.py``) under a ``gac/`` prefix; in update / momentum space the norms are those of the
 controlled vector (Δθ or the first moment). Clipping by global norm scales the whole gradient, so the cosine
@@ -19,6 +20,7 @@ clipped norms. Install with ``pip install 'gac-lab[trl]'``.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 try:
@@ -37,8 +39,8 @@ REGIME_CODES = {"keep": 0.0, "project": 1.0, "cap": 1.0, "skip": 2.0}
 
 PREFIX = "gac/"
 METRICS: dict[str, str] = {
-    "cos_prev": "cos(g_k, d_k): the raw gradient against GAC's reference (the previous raw gradient by "
-                "default; its EMA with reference='ema')",
+    "cos_prev": "cos(g_k, d_k): the raw gradient against GAC's reference (the last nonzero raw gradient by "
+                "default; its EMA with reference='ema'); NaN where either is zero",
     "regime": "GAC's decision as REGIME_CODES (the record column holds the name; a mean of codes is loggable)",
     "parallel_scale": "γ, the factor GAC left on the gradient's part along the reference (1 = untouched)",
     "grad_norm": "‖g_k‖ before GAC (after the trainer's gradient clipping, which runs first)",
@@ -112,8 +114,14 @@ class GACCallback(TrainerCallback):
             self._pending[name].append(value)
 
     def pop_metrics(self) -> dict[str, float]:
-        """Means of the reports since the last call (empty when no optimizer step happened)."""
-        metrics = {key: sum(values) / len(values) for key, values in self._pending.items() if values}
+        """Means of the reports since the last call (empty when no optimizer step happened). A NaN (the cosine of a
+        zero gradient or of the first step, which has no reference) is no measurement: it is left out of the mean,
+        which is NaN only when no step since the last call was measured."""
+        metrics = {}
+        for key, values in self._pending.items():
+            measured = [v for v in values if not math.isnan(v)]
+            if values:
+                metrics[key] = sum(measured) / len(measured) if measured else math.nan
         self._pending.clear()
         return metrics
 

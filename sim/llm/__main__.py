@@ -16,8 +16,8 @@ import gac
 try:
     from sim.llm.checkpoint import out_dir_lock, prepare_out_dir
     from sim.llm.train import Args, NonFiniteError, run_records
-except ModuleNotFoundError as missing_module:  # the model needs transformers, from the research extra
-    if __name__ != "__main__" or missing_module.name not in ("transformers", "tqdm", "tyro"):
+except ModuleNotFoundError as missing_module:  # the checkpoints need safetensors, from the research extra
+    if __name__ != "__main__" or missing_module.name not in ("safetensors", "tqdm", "tyro"):
         raise
     print(f"error: python -m sim.llm needs the research extra ({missing_module.name} not installed): "
           "pip install -e '.[research]' (or pip install 'gac-lab[research]')", file=sys.stderr)
@@ -55,7 +55,7 @@ def _cli_registry():
     return checked_registry(METHOD_CONFIGS, registry)
 
 
-METHOD_GROUPS = {"gac": ("--gac.", "--gac-reference", "--gac_reference", "--gac-space", "--gac_space"),
+METHOD_GROUPS = {"gac": ("--gac.", "--gac-space", "--gac_space"),
                  "tis": ("--tis.",), "m2po": ("--m2po.",), "bapo": ("--bapo.",), "braking": ("--braking.",),
                  "kl_target": ("--kl-target.", "--kl_target."), "vcpo": ("--vcpo.",)}
 """The flags that set one method's parameters: given with a --method without that part they would be ignored, so
@@ -74,7 +74,7 @@ def check_method_flags(argv: list[str], args: Args) -> None:
                              f"drop it or add {method} to --method")
 
 
-RESEARCH_MODULES = ("tyro", "tqdm", "transformers")
+RESEARCH_MODULES = ("tyro", "tqdm", "safetensors")
 """What the command line and the trainer import from the ``research`` extra (not a dependency of the library)."""
 
 
@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         args = tyro.cli(Args, args=argv, prog="python -m sim.llm", description=DESCRIPTION, registry=_cli_registry())
         check_method_flags(argv, args)
         args.validate()
+        args.check_command_line()
         out_dir = check_output_dir(args.out_dir, "--out-dir")
         with out_dir_lock(out_dir):
             prepare_out_dir(args)
@@ -126,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         reason = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[0]
         print(f"error: {err.filename or out_dir}: {reason}; {os_error_hint(err, out_dir)}", file=sys.stderr)
         return 4
-    print(f"[train] {args.run_method} s={args.staleness}: final held-out accuracy "
-          f"{result['summary']['final_accuracy']:.3f} -> {out_dir}/records.csv")
+    done = result["summary"]
+    failed = " (non-finite)" if done["nonfinite_at"] is not None else " (collapsed)" if done["collapsed"] else ""
+    print(f"[train] {args.run_method} s={args.staleness}: held-out accuracy {done['start_accuracy']:.3f} -> "
+          f"{done['final_accuracy']:.3f}{failed} on {done['eval_problems']} problems -> {out_dir}/records.csv")
     return 0
 
 

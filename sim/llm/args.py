@@ -6,6 +6,8 @@ stabilizer axes and its records' method from ``--method``.
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import torch
 
 from gac import GACConfig
 from sim.llm.model import SIZES, check_model_dir
+from sim.llm.task import AdditionTask
 from sim.llm.warmstart import WarmStartConfig
 from sim.record import check_output_dir
 from sim.stabilizers import (
@@ -31,7 +34,10 @@ from sim.stabilizers import (
 )
 from sim.staleness import KINDS, Staleness
 
-GAC_REFERENCES = ("update", "step")
+MAX_EVAL_PROBLEMS = 1_000_000
+"""Most held-out problems an evaluation may ask for (the 1-digit split holds 12, 2 digits about 1,000)."""
+MAX_SAMPLES_PER_STEP = 1 << 20
+"""Most samples one RL step may hold (prompts × group size): beyond it the rollout tensors alone outgrow memory."""
 
 
 def flag(name: str) -> str:
@@ -66,6 +72,15 @@ class Args:
     """G: samples per prompt (GRPO group)"""
     minibatches: int = 2
     """optimizer updates per RL step (the P prompt groups are split into this many, one pass)"""
+    micro_batch: int = 0
+    """samples per forward/backward: an update's gradient is accumulated over micro-batches of this many samples
+    (the same update as one big batch; memory bounded by the micro-batch); 0: the whole update at once"""
+    drop_tied_groups: bool = False
+    """dynamic sampling (DAPO): drop groups whose rewards are all equal (zero advantage, no gradient) and draw new
+    prompts until the step has P groups that carry a gradient (at most sample_attempts draws)"""
+    sample_attempts: int = 8
+    """with drop_tied_groups: most draws of P prompts per step; short of P untied groups after them, tied ones fill
+    the batch (the record's tied_frac says how many)"""
     clip_eps: float = 0.2
     """ε of the clipped ratio"""
     ratio_to: str = "behaviour"
@@ -78,11 +93,9 @@ class Args:
     """clip_grad_norm_ after GAC"""
     gac: GACConfig = field(default_factory=gac_config)
     """method gac: its parameters (--gac.threshold, --gac.mode, ...)"""
-    gac_reference: str = "update"
-    """GAC reference: update = the previous optimizer update's raw gradient; step = the previous RL step's sum"""
     gac_space: str = "gradient"
-    """where GAC acts: gradient (the raw gradient, before AdamW), update (AdamW's proposed step Δθ, after it; AdamW's
-    state untouched) or momentum (AdamW's first moment, before its step); references: the previous uncontrolled one"""
+    """where gac.wrap places GAC: gradient (the raw gradient, before AdamW), update (AdamW's proposed step Δθ, after
+    it; AdamW's state untouched) or momentum (AdamW's first moment, before its step)"""
     tis: TISConfig = field(default_factory=TISConfig)
     """method tis: its parameters"""
     m2po: M2POConfig = field(default_factory=M2POConfig)
@@ -126,7 +139,9 @@ class Args:
     allow_code_change: bool = False
     """with --resume: continue although the source (gac/, sim/) changed since the checkpoint was written"""
     device: str = "cpu"
-    """torch device: cpu or cuda"""
+    """torch device: cpu, cuda or cuda:N"""
+    bf16: bool = False
+    """CUDA only: forward and backward under bfloat16 autocast (weights, AdamW and GAC stay float32)"""
     threads: int = 1
     """torch CPU threads (keep 1 when other processes share the cores); part of the run's identity, since long
     sums (cosines, GAC's dot products) split across threads and their last bits depend on the count"""
@@ -141,44 +156,61 @@ class Args:
             parse_method(self.method, STALE_DATA)
         if self.method == "sync" and self.staleness != 0:
             raise ValueError(f"method sync means staleness 0, got --staleness {self.staleness}; use --method naive")
-        Staleness(self.staleness, self.staleness_kind)
         if self.staleness_kind not in KINDS:
-            raise ValueError(f"staleness_kind must be one of {KINDS}")
+            raise ValueError(f"--staleness-kind must be one of {', '.join(KINDS)}, got {self.staleness_kind!r}")
+        Staleness(self.staleness, self.staleness_kind)
         if self.size not in SIZES:
             raise ValueError(f"unknown size {self.size!r}; choose from {', '.join(SIZES)}")
         for name in ("steps", "prompts_per_step", "eval_every", "eval_problems", "digits", "snr_every", "threads",
-                     "warm_attempts"):
+                     "warm_attempts", "sample_attempts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{flag(name)} must be >= 1, got {getattr(self, name)}")
+        AdditionTask(digits=self.digits)
         if self.group_size < 2:
             raise ValueError(f"--group-size must be >= 2 (group-normalised advantages), got {self.group_size}")
+        if self.prompts_per_step * self.group_size > MAX_SAMPLES_PER_STEP:
+            raise ValueError(f"--prompts-per-step × --group-size = {self.prompts_per_step * self.group_size} samples "
+                             f"per step; at most {MAX_SAMPLES_PER_STEP} (use fewer, or --micro-batch for memory)")
+        if self.threads > (os.cpu_count() or 1):
+            raise ValueError(f"--threads {self.threads} but this machine has {os.cpu_count()} CPUs")
         if self.minibatches < 1 or self.prompts_per_step % self.minibatches:
             raise ValueError(f"--minibatches ({self.minibatches}) must divide --prompts-per-step "
                              f"({self.prompts_per_step})")
-        for name in ("lr", "clip_eps", "temperature", "max_grad_norm"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")
-        for name in ("kl_coef", "checkpoint_every"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{flag(name)} must be >= 0, got {getattr(self, name)}")
+        update = self.prompts_per_step // self.minibatches * self.group_size
+        if self.micro_batch < 0 or self.micro_batch > update or (self.micro_batch and update % self.micro_batch):
+            raise ValueError(f"--micro-batch {self.micro_batch} must divide an update's {update} samples "
+                             "(prompts-per-step / minibatches × group-size), or be 0 for the whole update")
+        if self.micro_batch and self.micro_batch < update and self.axes.objective in ("m2po", "bapo"):
+            raise ValueError(f"--method {self.method}: its mask or clip bounds are computed over the whole update's "
+                             "ratios, so it cannot accumulate micro-batches; use --micro-batch 0")
+        for name in ("lr", "clip_eps", "temperature"):
+            if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
+                raise ValueError(f"{flag(name)} must be a finite number > 0, got {getattr(self, name)}")
+        if not self.max_grad_norm > 0:
+            raise ValueError(f"--max-grad-norm must be > 0 (inf: no clipping), got {self.max_grad_norm}")
+        if not (self.kl_coef >= 0 and math.isfinite(self.kl_coef)):
+            raise ValueError(f"--kl-coef must be a finite number >= 0, got {self.kl_coef}")
+        if self.checkpoint_every < 0:
+            raise ValueError(f"--checkpoint-every must be >= 0, got {self.checkpoint_every}")
+        if self.eval_problems > MAX_EVAL_PROBLEMS:  # a smaller split is used whole: the summary says how many
+            raise ValueError(f"--eval-problems {self.eval_problems}: at most {MAX_EVAL_PROBLEMS} (a held-out split "
+                             "holds no more; summary.json records how many were evaluated)")
         # The method configs (gac, tis, m2po, bapo) checked their own values when they were built.
-        if self.gac_reference not in GAC_REFERENCES:
-            raise ValueError(f"gac_reference must be one of {GAC_REFERENCES}, got {self.gac_reference!r}")
         if self.gac_space not in GAC_SPACES:
-            raise ValueError(f"gac_space must be one of {GAC_SPACES}, got {self.gac_space!r}")
-        if self.gac_space != "gradient" and self.gac_reference != "update":
-            raise ValueError(f"--gac-space {self.gac_space} takes its reference from the previous update; "
-                             "--gac-reference step applies to the gradient space only")
+            raise ValueError(f"--gac-space must be one of {', '.join(GAC_SPACES)}, got {self.gac_space!r}")
         if getattr(self.gac, "space", "gradient") != "gradient":
             raise ValueError("the trainer places GAC with --gac-space, not --gac.space")
         if self.ratio_to not in ("behaviour", "proximal"):
-            raise ValueError(f"ratio_to must be behaviour or proximal, got {self.ratio_to!r}")
+            raise ValueError(f"--ratio-to must be behaviour or proximal, got {self.ratio_to!r}")
         if self.on_nonfinite not in ("raise", "mark"):
-            raise ValueError(f"on_nonfinite must be raise or mark, got {self.on_nonfinite!r}")
-        if self.device != "cpu" and not self.device.split(":")[0] == "cuda":
+            raise ValueError(f"--on-nonfinite must be raise or mark, got {self.on_nonfinite!r}")
+        if self.device != "cpu" and self.device.split(":")[0] != "cuda":
             raise ValueError(f"--device must be cpu, cuda or cuda:N, got {self.device!r}")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"--device {self.device} but torch sees no CUDA device")
+            raise ValueError(f"--device {self.device} but torch sees no CUDA device here (torch "
+                             f"{torch.__version__}); use --device cpu")
+        if self.bf16 and not self.device.startswith("cuda"):
+            raise ValueError("--bf16 needs --device cuda (bfloat16 autocast is for the GPU; the CPU runs float32)")
         if self.model is not None:
             check_model_dir(self.model)
         if self.model is None:
@@ -187,6 +219,13 @@ class Args:
             check_output_dir(self.out_dir, "--out-dir")
         if self.resume and not (Path(self.out_dir) / "checkpoint.pt").exists():
             raise ValueError(f"--resume but {self.out_dir}/checkpoint.pt does not exist")
+
+    def check_command_line(self) -> None:
+        """What the command line refuses besides ``validate``: a run whose every step would train on θ_0's data
+        (smoke runs of the sweeps may be that short, the command line's user means another run)."""
+        if self.staleness >= self.steps:
+            raise ValueError(f"--staleness {self.staleness} >= --steps {self.steps}: no step would use fresh data; "
+                             "raise --steps or lower --staleness")
 
     def warm_start(self) -> WarmStartConfig | None:
         """The warm start a run of these args begins from (None when ``--model`` names a checkpoint)."""

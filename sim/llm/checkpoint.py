@@ -1,8 +1,10 @@
 """Checkpoints of the GRPO trainer: save, load, the checks before ``--resume``, and the out-dir lock.
 
-A checkpoint is a plain ``torch.save`` file (``torch.load`` reads it), written to a temp file and renamed into
-place; its SHA-256 sits in a sidecar ``checkpoint.pt.sha256``, so a truncated or damaged file is refused in one
-line. It records the source hashes of the code that wrote it, and a resume with other code is refused.
+A checkpoint is a ``torch.save`` file of tensors and plain Python values only, read back with
+``torch.load(weights_only=True)``: a checkpoint received from someone else cannot run code (a pickled object is
+refused). It is written to a temp file and renamed into place; its SHA-256 sits in a sidecar
+``checkpoint.pt.sha256``, so a truncated or damaged file is refused in one line. It records the source hashes of
+the code that wrote it, and a resume with other code is refused.
 """
 
 from __future__ import annotations
@@ -12,14 +14,12 @@ import os
 import tempfile
 from dataclasses import asdict, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from gac.state import GACState
 from sim.fingerprint import changed_files, code_fingerprint, source_hashes
 from sim.llm.args import Args
-from sim.llm.rows import AdamWRows
-from sim.llm.state import BatchState, PrevRows
 from sim.record import atomic_write_bytes, current_umask, exclusive_lock
 
 CODE = ("gac", "sim")
@@ -30,18 +30,18 @@ OUTPUT_ONLY = ("progress", "resume", "out_dir", "checkpoint_every", "steps", "ov
 GAC's dot products) across threads, so their last bits, and GAC's trajectory, depend on it."""
 RUN_FILES = ("records.csv", "summary.json", "checkpoint.pt", "checkpoint.pt.sha256")
 
+if TYPE_CHECKING:
+    from sim.llm.train import Run
 
-def checkpoint_payload(state: BatchState) -> dict:
-    """Everything a resume needs: θ, AdamW's and GAC's state, each run's ring, generator and records, the probes'
+
+def checkpoint_payload(run: Run) -> dict:
+    """Everything a resume needs, as tensors and plain values: the policy, the optimizer's state (AdamW's and GAC's:
+    ``gac.wrap`` keeps its reference in it), the ring of stale policies, the generator, the records, the cosines'
     previous vectors, and the code and args that wrote it."""
-    gac_state = None if state.gac_state is None else tuple(state.gac_state)  # plain tuple: weights_only reads it
-    return {"theta": state.theta.detach(), "adam": state.adam.state_dict(), "gac": gac_state,
-            "space_gac": None if state.space_state is None else tuple(state.space_state),
-            "step_grad_reference": state.step_grad_reference,
-            "prev": {name: rows.state_dict() for name, rows in state.prev.items()},
-            "runs": [{"ring": run.ring.state_dict(), "generator": run.generator.get_state(), "records": run.records,
-                      "diverged_at": run.diverged_at} for run in state.runs],
-            "step": state.step, "args": asdict(state.args),
+    return {"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+            "ring": run.ring.state_dict(), "generator": run.generator.get_state(), "records": run.records,
+            "previous": {name: previous.vector for name, previous in run.previous.items()},
+            "nonfinite_at": run.nonfinite_at, "step": run.step, "args": asdict(run.args),
             "code": source_hashes(CODE), "code_fingerprint": code_fingerprint(CODE)}
 
 
@@ -94,10 +94,10 @@ def load_checkpoint(path: Path, device: str = "cpu") -> dict:
         raise ValueError(f"checkpoint {path} is corrupt or truncated (its SHA-256 is not the one in "
                          f"{sidecar(path).name}); delete both to start over, or give another --out-dir")
     try:
-        return torch.load(path, map_location=device, weights_only=False)
-    except Exception as err:  # a file that passed the checksum but cannot be unpickled (other torch version)
-        raise ValueError(f"checkpoint {path} cannot be loaded ({type(err).__name__}); delete it to start over"
-                         ) from None
+        return torch.load(path, map_location=device, weights_only=True)
+    except Exception as err:  # holds an object that is not plain data (it could run code), or another format
+        raise ValueError(f"checkpoint {path} cannot be loaded safely ({type(err).__name__}: it holds more than "
+                         "tensors and plain values, or comes from another version); delete it to start over") from None
 
 
 def checked_resume(args: Args) -> dict:
@@ -127,24 +127,18 @@ def existing_record_count(path: Path) -> int:
     return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
 
 
-def restore(state: BatchState, checkpoint: dict) -> None:
-    """Put a checkpoint's state into ``state`` (same numbers as an uninterrupted run from here on)."""
-    if len(checkpoint["runs"]) != len(state.runs) or checkpoint["theta"].shape != state.theta.shape:
-        raise ValueError("--resume: the checkpoint holds another model or number of runs")
-    with torch.no_grad():
-        state.theta.copy_(checkpoint["theta"])
-    state.adam = AdamWRows.from_state_dict(checkpoint["adam"])
-    saved_gac = checkpoint["gac"]  # a plain tuple, so that torch.load's weights_only default reads the file
-    state.gac_state = None if saved_gac is None else GACState(*saved_gac)
-    saved_space = checkpoint["space_gac"]
-    state.space_state = None if saved_space is None else GACState(*saved_space)
-    state.step_grad_reference = checkpoint["step_grad_reference"]
-    state.prev = {name: PrevRows.from_state_dict(rows) for name, rows in checkpoint["prev"].items()}
-    for run, saved in zip(state.runs, checkpoint["runs"], strict=True):
-        run.ring.load_state_dict(saved["ring"])
-        run.generator.set_state(saved["generator"].cpu())  # map_location moved it; generators live on the CPU
-        run.records, run.diverged_at = saved["records"], saved["diverged_at"]
-    state.step = checkpoint["step"]
+def restore(run: Run, checkpoint: dict) -> None:
+    """Put a checkpoint's state into ``run`` (same numbers as an uninterrupted run from here on)."""
+    try:
+        run.model.load_state_dict(checkpoint["model"])
+    except RuntimeError:
+        raise ValueError("--resume: the checkpoint holds another model") from None
+    run.optimizer.load_state_dict(checkpoint["optimizer"])
+    run.ring.load_state_dict(checkpoint["ring"])
+    run.generator.set_state(checkpoint["generator"].cpu())  # map_location moved it; generators live on the CPU
+    run.records, run.nonfinite_at, run.step = checkpoint["records"], checkpoint["nonfinite_at"], checkpoint["step"]
+    for name, vector in checkpoint["previous"].items():
+        run.previous[name].vector = vector
 
 
 def prepare_out_dir(args: Args) -> None:

@@ -20,6 +20,12 @@ TOKEN_ID = {ch: i for i, ch in enumerate(VOCAB)}
 DIGIT_IDS = torch.tensor([TOKEN_ID[str(d)] for d in range(10)])
 
 
+def digit_ids(numbers: torch.Tensor, width: int) -> torch.Tensor:
+    """Token ids (n, width) of ``numbers`` (n,) in decimal, zero-padded on the left."""
+    powers = 10 ** torch.arange(width - 1, -1, -1)
+    return DIGIT_IDS[numbers[:, None] // powers % 10]
+
+
 def encode(text: str) -> list[int]:
     """Character ids of ``text`` (characters must be digits, '+' or '=')."""
     try:
@@ -118,33 +124,39 @@ class AdditionTask:
         return pairs[torch.randperm(len(pairs), generator=torch.Generator().manual_seed(seed))[:n]]
 
     def prompts(self, operands: torch.Tensor) -> torch.Tensor:
-        """Token ids (n, prompt_len) of "<bos>a+b=" with zero-padded operands."""
-        rows = [[BOS, *encode(f"{a:0{self.digits}d}+{b:0{self.digits}d}=")] for a, b in operands.tolist()]
-        return torch.tensor(rows, dtype=torch.long)
+        """Token ids (n, prompt_len) of "<bos>a+b=" with zero-padded operands, computed as tensors."""
+        n = len(operands)
+        column = lambda token: torch.full((n, 1), TOKEN_ID[token], dtype=torch.long)
+        return torch.cat([torch.full((n, 1), BOS, dtype=torch.long), digit_ids(operands[:, 0], self.digits),
+                          column("+"), digit_ids(operands[:, 1], self.digits), column("=")], dim=1)
 
     def answers(self, operands: torch.Tensor) -> torch.Tensor:
-        """Target answer ids (n, answer_len): the sum's digits, EOS, then PAD."""
-        out = torch.full((len(operands), self.answer_len), PAD, dtype=torch.long)
-        for row, (a, b) in enumerate(operands.tolist()):
-            ids = [*encode(str(a + b)), EOS]
-            out[row, : len(ids)] = torch.tensor(ids)
-        return out
+        """Target answer ids (n, answer_len): the sum's digits (no leading zeros), EOS, then PAD."""
+        total = operands.sum(1)
+        width = self.digits + 1
+        length = (total.clamp_min(1).double().log10().floor().long() + 1).clamp_max(width)  # digits of the sum
+        padded = digit_ids(total, width)  # zero-padded to `width`; shift left by the leading zeros
+        position = torch.arange(self.answer_len)[None]
+        source = (position + width - length[:, None]).clamp_max(width - 1)
+        out = torch.where(position < length[:, None], padded.gather(1, source), PAD)
+        return torch.where(position == length[:, None], EOS, out)
 
     def verify(self, operands: torch.Tensor, responses: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(correct, well_formed) per response, as float tensors in {0, 1}.
 
-        correct: the text before the first EOS is exactly the decimal sum (no leading zeros, EOS
-        required). well_formed: the response is one or more digits followed by EOS.
+        correct: the tokens up to and including the first EOS are exactly the decimal sum and EOS. well_formed: the
+        response is one or more digits followed by EOS.
         """
-        correct, formed = [], []
-        for (a, b), ids in zip(operands.tolist(), responses.tolist(), strict=True):
-            has_eos = EOS in ids
-            body = ids[: ids.index(EOS)] if has_eos else ids
-            text = "".join(VOCAB[i] for i in body)
-            is_digits = len(body) > 0 and all(ch.isdigit() for ch in text)
-            formed.append(float(has_eos and is_digits))
-            correct.append(float(has_eos and text == str(a + b)))
-        return torch.tensor(correct), torch.tensor(formed)
+        responses = responses.cpu()
+        answers = self.answers(operands)
+        through_eos = torch.cumsum((answers == EOS).long(), dim=1) - (answers == EOS).long() == 0
+        correct = ((responses == answers) | ~(through_eos | (answers == EOS))).all(1)
+        is_eos = responses == EOS
+        first = torch.where(is_eos.any(1), is_eos.long().argmax(1), -1)
+        before = torch.arange(responses.shape[1])[None] < first[:, None]
+        is_digit = (responses >= DIGIT_IDS[0]) & (responses <= DIGIT_IDS[-1])
+        formed = (first >= 1) & (is_digit | ~before).all(1)
+        return correct.float(), formed.float()
 
     def reward(self, operands: torch.Tensor, responses: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(reward, correct, well_formed): reward = correct + format_weight · well_formed."""

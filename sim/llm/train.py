@@ -1,30 +1,39 @@
-"""GRPO on a small Qwen3 model with stale rollouts: `python -m sim.llm --method gac --staleness 8`.
+"""GRPO on a small Qwen3 model with stale rollouts, one loop: ``python -m sim.llm --method gac --staleness 8``.
 
-One RL step t: the behaviour policy θ_{t−s_t} (from a ring of snapshots) samples G responses for
-each of P prompts; rewards are exact-match correctness; advantages are group-normalised; the batch
-is split into ``minibatches`` updates (one pass), each: token-level clipped loss → backward → GAC
-(method ``gac``) → clip_grad_norm → AdamW step. Several updates per batch keep the clip active in the
-synchronous baseline too (its later minibatches are off-policy by the earlier updates).
+One RL step t (``rl_step``), read top to bottom:
 
-The trainer reads like CleanRL: ``setup(args)`` builds the run's state, ``rl_step(state)`` does one RL step and
-returns its record (columns of sim/schema.py), ``train(args)`` yields the records one by one (stop it early by
-breaking out), ``summary(state)`` gives the final held-out accuracy. The step is ``batched.py``'s, which trains K runs
-of one shape in lockstep: one run is its K = 1 case. Beside the loop: the configuration in args.py, the state types in
-state.py, the controls in controls.py, the probes in probes.py, checkpoints in checkpoint.py, the command line in
-__main__.py (``python -m sim.llm``).
+1. the behaviour policy θ_{t−s_t} samples G responses to each of P prompts. Stale policies are kept as state dicts,
+   a ring of s_max + 1 (not as the rollouts' log-probs: the sampler needs the weights themselves);
+2. rewards (exact match) and group-normalised advantages; with ``--drop-tied-groups`` groups whose rewards are all
+   equal (no gradient) are dropped and new prompts drawn until P groups carry a gradient (DAPO's dynamic sampling);
+3. the P groups are split into ``minibatches`` optimizer updates. One update: the token-level loss of its samples,
+   its gradient accumulated over micro-batches (``--micro-batch``) → the step control sets ``param_group["lr"]`` →
+   Adaptive Braking scales the gradient → clip → ``gac.wrap(torch.optim.AdamW)`` steps, with GAC in the gradient,
+   update or momentum space (the library's own code makes the numbers);
+4. the step's record (sim/schema.py's columns): cosines of consecutive raw gradients, applied gradients, parameter
+   updates and RL steps; the SNR probe (two halves of the batch at one θ); held-out accuracy every ``eval_every``.
+
+Cosines are NaN where a norm is 0, and a zero vector never becomes the next reference ("no gradient" is not
+"orthogonal"), the rule ``gac`` follows. A run has failed when it went ``nonfinite`` (a NaN/inf loss or gradient) or
+``collapsed`` (``COLLAPSE_FRACTION``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 
+import gac
+from gac.cosine64 import as_float64, cosine64
+from sim.advantages import group_advantages
+from sim.llm import grpo
 from sim.llm.args import Args
-from sim.llm.batched import heldout_accuracy, rl_step_batch, setup_batch
 from sim.llm.checkpoint import (
     checked_resume,
     checkpoint_payload,
@@ -34,13 +43,90 @@ from sim.llm.checkpoint import (
     save_checkpoint,
     trainer_fingerprint,
 )
-from sim.llm.state import BatchState, NonFiniteError
-from sim.llm.warmstart import WarmStartConfig, warm_start
+from sim.llm.model import Qwen3, load_model, sample, token_logprobs
+from sim.llm.task import AdditionTask
+from sim.llm.warmstart import WarmStartConfig, load_warm_start, warm_start
 from sim.record import RecordStream
-from sim.schema import columns
+from sim.schema import NO_REGIME, columns, make_row
+from sim.stabilizers import (
+    braking_scale,
+    effective_sample_size,
+    kl_target_factor,
+    logit_score_sq,
+    sequence_weights,
+    vcpo_baseline,
+    vcpo_step_factor,
+)
+from sim.staleness import Staleness, VersionRing
 
-__all__ = ["Args", "BatchState", "NonFiniteError", "setup", "rl_step", "train", "summary", "run_records",
-           "prepare_warm_start", "warm_start_config"]
+COLLAPSE_FRACTION = 0.5
+"""A run collapsed when its held-out accuracy falls below this fraction of the best of its evaluations so far (the
+start included): the failure AdamW with clipping actually shows (a non-finite run is counted apart)."""
+
+__all__ = ["Args", "NonFiniteError", "Run", "COLLAPSE_FRACTION", "collapse_step", "setup", "rl_step", "train",
+           "summary", "run_records", "prepare_warm_start", "warm_start_config"]
+
+
+class NonFiniteError(FloatingPointError):
+    """A non-finite loss or gradient; the message names the RL step."""
+
+
+def collapse_step(accuracies: list[tuple[int, float]]) -> int | None:
+    """The step of the first evaluation below COLLAPSE_FRACTION × the best one before it, or None."""
+    best = -math.inf
+    for step, accuracy in accuracies:
+        if best > 0 and accuracy < COLLAPSE_FRACTION * best:
+            return step
+        best = max(best, accuracy)
+    return None
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor | None) -> float:
+    """cos(a, b) as gac computes it (``gac.cosine64``: float64, scaled against overflow); NaN where either vector is
+    0 or there is no b."""
+    if b is None or not (bool(a.detach().abs().max() > 0) and bool(b.detach().abs().max() > 0)):
+        return math.nan
+    return float(cosine64(as_float64(a.detach()), as_float64(b.detach())))
+
+
+class Previous:
+    """The last non-zero vector of a series, for the cosine of the next one with it."""
+
+    def __init__(self, vector: torch.Tensor | None = None):
+        self.vector = vector
+
+    def cosine_and_keep(self, vector: torch.Tensor) -> float:
+        """cos(vector, previous); a non-zero ``vector`` becomes the previous one (a zero one leaves it)."""
+        value = cosine(vector, self.vector)
+        if bool(vector.detach().abs().max() > 0):
+            self.vector = vector.detach().double()
+        return value
+
+
+@dataclass
+class Run:
+    """Everything one run carries: its policy and optimizer, the stale policies, its randomness and records."""
+
+    args: Args
+    model: Qwen3
+    optimizer: torch.optim.Optimizer
+    task: AdditionTask
+    heldout: torch.Tensor
+    schedule: torch.Tensor
+    ring: VersionRing
+    generator: torch.Generator
+    warm_info: dict
+    behaviour: Qwen3 | None = None
+    reference: Qwen3 | None = None
+    records: list = field(default_factory=list)
+    previous: dict = field(default_factory=lambda: {k: Previous() for k in ("raw", "applied", "update", "step")})
+    step: int = 0
+    nonfinite_at: int | None = None
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]:
+        return list(self.model.parameters())
+
 
 def warm_start_config(args: Args) -> WarmStartConfig | None:
     """The warm start a run of ``args`` begins from (None when ``--model`` names a checkpoint)."""
@@ -48,63 +134,310 @@ def warm_start_config(args: Args) -> WarmStartConfig | None:
 
 
 def prepare_warm_start(args: Args, log=print) -> None:
-    """Train and cache the warm start of ``args`` unless it is cached, as its run's ``setup`` would (same
-    thread count and device), so that parallel runs only load it."""
+    """Train and cache the warm start of ``args`` unless it is cached (parallel runs then only load it)."""
     config = warm_start_config(args)
     if config is not None:
         torch.set_num_threads(args.threads)
-        warm_start(config, args.device, log)
+        warm_start(config, "cpu", log)
 
 
-def setup(args: Args, log=print) -> BatchState:
-    """Validate ``args``, build the run's state, and restore it from the checkpoint with ``--resume``."""
+def setup(args: Args, log=print) -> Run:
+    """Validate ``args``, build the run, and restore it from the checkpoint with ``--resume``."""
     args.validate()
     checkpoint = checked_resume(args) if args.resume else None  # refuse before the models are built
-    state = setup_batch([args], log)
+    torch.set_num_threads(args.threads)
+    if args.device.startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    model, info = ((load_model(args.model), {"source": args.model}) if args.model is not None
+                   else load_warm_start(args.warm_start(), "cpu", log))
+    model = model.to(args.device)
+    inner = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    optimizer = inner
+    if args.axes.direction == "gac":
+        optimizer = gac.wrap(inner, replace(args.gac, space=args.gac_space))
+        if args.gac_space == "gradient":  # clip g' (GAC acts on the raw gradient): inside the wrapped step
+            inner.register_step_pre_hook(lambda *_: clip(model, args.max_grad_norm))
+    task = AdditionTask(digits=args.digits)
+    run = Run(args=args, model=model, optimizer=optimizer, task=task, heldout=task.heldout_set(args.eval_problems),
+              schedule=Staleness(args.staleness, args.staleness_kind).sample(
+                  args.steps, generator=torch.Generator().manual_seed(args.seed + 7)),
+              ring=VersionRing(args.staleness + 1), generator=torch.Generator().manual_seed(args.seed),
+              warm_info=info, behaviour=copy_of(model) if args.staleness else None,
+              reference=copy_of(model) if args.kl_coef > 0 else None)
     if checkpoint is not None:
-        restore(state, checkpoint)
-        log(f"[train] resumed from {Path(args.out_dir) / 'checkpoint.pt'} at step {state.step}")
-    return state
+        restore(run, checkpoint)
+        log(f"[train] resumed from {Path(args.out_dir) / 'checkpoint.pt'} at step {run.step}")
+    return run
 
 
-def rl_step(state: BatchState, log=print) -> dict:
-    """One RL step: sample, reward, advantage, (SNR probe), minibatch updates, log. Returns its record (a
-    ``diverged`` one when a non-finite loss or gradient stopped the run under ``on_nonfinite=mark``)."""
-    return rl_step_batch(state, log)[0]
+def copy_of(model: Qwen3) -> Qwen3:
+    twin = Qwen3(model.config).to(model.model.embed_tokens.weight.device)
+    twin.load_state_dict(model.state_dict())
+    return twin.requires_grad_(False)
 
 
-def train(args: Args, state: BatchState | None = None, log=print) -> Iterator[dict]:
-    """Yield the record of each RL step from ``state.step`` (a fresh ``setup(args)`` if not given) to args.steps.
+def clip(model: Qwen3, max_norm: float) -> None:
+    if math.isfinite(max_norm):
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
-    A non-finite step raises NonFiniteError (``on_nonfinite=raise``) or yields a ``diverged`` record and
-    stops (``mark``). With ``checkpoint_every`` the out_dir is locked and checkpoints are written (a fresh run
-    into a folder with another run's outputs is refused unless ``overwrite``).
+
+def autocast(args: Args):
+    return torch.autocast("cuda", dtype=torch.bfloat16) if args.bf16 else contextlib.nullcontext()
+
+
+# -- one RL step ---------------------------------------------------------------------------------------------------
+def rl_step(run: Run, log=print) -> dict:
+    """One RL step: sample from the stale policy, reward, advantage, (SNR probe), updates, record."""
+    args, step = run.args, run.step
+    accuracy = evaluate(run) if step % args.eval_every == 0 else math.nan
+    version = max(0, step - int(run.schedule[step]))
+    if run.behaviour is not None:  # the ring holds θ of the last s_max + 1 steps
+        run.ring.push(step, {k: v.detach().clone() for k, v in run.model.state_dict().items()})
+        run.behaviour.load_state_dict(run.ring.get(version))
+    data = rollouts(run, run.behaviour if run.behaviour is not None else run.model)
+    cos_halves = snr_probe(run, data) if step % args.snr_every == 0 else math.nan
+    # Updates split the batch by prompt group, so consecutive updates share no samples.
+    order = torch.randperm(args.prompts_per_step, generator=run.generator)
+    updates, step_gradient = [], None
+    for groups in order.chunk(args.minibatches):
+        samples = (groups[:, None] * args.group_size + torch.arange(args.group_size)).reshape(-1)
+        numbers, raw = update(run, data, samples.to(args.device), f"step {step}")
+        if numbers is None:
+            return nonfinite_record(run)
+        updates.append(numbers)
+        step_gradient = raw if step_gradient is None else step_gradient + raw
+    mean = lambda key: nanmean([u[key] for u in updates])  # noqa: E731
+    record = make_row(
+        "llm", step=step, seed=args.seed, method=args.run_method, label=args.run_method, staleness=args.staleness,
+        objective=float(data["reward"].mean()), grad_norm=mean("grad_norm"), cos_prev=mean("cos_prev"),
+        cos_prev_step=run.previous["step"].cosine_and_keep(step_gradient), cos_update=mean("cos_update"),
+        cos_halves=cos_halves, snr_halves=cos_halves / (1 - cos_halves) if 0 < cos_halves < 1 else math.nan,
+        cos_applied=mean("cos_applied"), regime=Counter(u["regime"] for u in updates).most_common(1)[0][0],
+        parallel_scale=mean("parallel_scale"), lr=mean("lr"), step_norm=mean("step_norm"),
+        kl_behaviour=updates[0]["kl_behaviour"], entropy=updates[0]["entropy"], ess_ratio=mean("ess_ratio"),
+        accuracy=accuracy, train_accuracy=float(data["correct"].mean()),
+        response_length=float(data["mask"].sum(1).float().mean()), clip_frac=mean("clip_frac"),
+        clip_low=mean("clip_low"), clip_high=mean("clip_high"), behaviour_version=version, ratio_to=args.ratio_to,
+        objective_fn=args.axes.objective, direction_control=args.axes.direction, step_control=args.axes.step,
+        tied_frac=data["tied_frac"], samples_drawn=data["samples_drawn"])
+    run.records.append(record)
+    run.step += 1
+    return record
+
+
+@torch.no_grad()
+def rollouts(run: Run, policy: Qwen3) -> dict:
+    """P groups of G samples from ``policy``: prompts, responses, their behaviour log-probs and mask, rewards,
+    advantages; the step-start log-probs where the objective needs them; the tied fraction and samples drawn."""
+    args, task, group = run.args, run.task, run.args.group_size
+    draws = []
+    for _ in range(args.sample_attempts if args.drop_tied_groups else 1):
+        operands = task.sample_operands(args.prompts_per_step, run.generator).repeat_interleave(group, 0)
+        prompts = task.prompts(operands)
+        with autocast(args):
+            responses, logp, mask = sample(policy, prompts, task.answer_len, run.generator, args.temperature,
+                                           group=group)
+        reward, correct, _ = task.reward(operands, responses)
+        tied = (reward.view(-1, group) == reward.view(-1, group)[:, :1]).all(1)
+        draws.append({"prompts": prompts.to(args.device), "responses": responses, "behaviour_logp": logp,
+                      "mask": mask, "reward": reward, "correct": correct, "tied": tied})
+        if sum(int((~d["tied"]).sum()) for d in draws) >= args.prompts_per_step:
+            break
+    tied = torch.cat([d["tied"] for d in draws])
+    # Dynamic sampling keeps the untied groups first; short of P of them, tied ones fill the batch.
+    order = torch.argsort(tied.to(torch.int8), stable=True) if args.drop_tied_groups else torch.arange(len(tied))
+    chosen = order[:args.prompts_per_step]
+
+    def batch(name: str) -> torch.Tensor:
+        grouped = torch.cat([d[name].view(-1, group, *d[name].shape[1:]) for d in draws])
+        return grouped[chosen.to(grouped.device)].flatten(0, 1)
+
+    data = {name: batch(name) for name in ("prompts", "responses", "behaviour_logp", "mask", "reward", "correct")}
+    data |= {"tied_frac": float(tied.float().mean()), "samples_drawn": len(tied) * group,
+             "advantages": group_advantages(data["reward"].view(-1, group)).view(-1).to(args.device)}
+    prompts, responses = data["prompts"], data["responses"]
+    if args.axes.objective == "tis" or args.ratio_to == "proximal" or args.axes.step == "vcpo":
+        with autocast(args):
+            data["prox_logp"] = torch.cat([token_logprobs(run.model, prompts[c], responses[c], args.temperature)[0]
+                                           for c in micro_batches(run, torch.arange(len(prompts), device=args.device))])
+    if args.axes.step == "vcpo" and args.vcpo.vcpo_baseline:
+        data["advantages"] = vcpo_advantages(run, data)
+    # The clip's denominator: π_b, or with ratio_to=proximal π_θ at the step's start (stale data used as if fresh).
+    proximal = args.ratio_to == "proximal" and args.axes.objective == "none"
+    data["old_logp"] = data["prox_logp"] if proximal else data["behaviour_logp"]
+    return data
+
+
+def vcpo_advantages(run: Run, data: dict) -> torch.Tensor:
+    """VCPO's advantages: (R − b)/(std + ε) per group with b its off-policy minimum-variance baseline
+    (``sim.stabilizers.vcpo_baseline``; weights π_θ/π_b at the step's start, score norms in logit space)."""
+    args, group = run.args, run.args.group_size
+    weights, norms = [], []
+    for c in micro_batches(run, torch.arange(len(data["prompts"]), device=args.device)):
+        logp, _, logp_all = token_logprobs(run.model, data["prompts"][c], data["responses"][c], args.temperature, True)
+        valid = data["mask"][c].float()
+        weights.append((logp - data["behaviour_logp"][c]) * valid)
+        norms.append(logit_score_sq(logp_all, logp, valid))
+    weights = sequence_weights(torch.cat(weights), data["mask"].float()).view(-1, group)
+    rewards = data["reward"].to(weights.device, weights.dtype).view(-1, group)
+    baseline = vcpo_baseline(rewards, weights, torch.cat(norms).view(-1, group))
+    return group_advantages(rewards, baseline=baseline).view(-1).float()
+
+
+def micro_batches(run: Run, samples: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return samples.split(run.args.micro_batch or len(samples))
+
+
+def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
+    """Backward of the loss of ``samples``, micro-batch by micro-batch (each micro-batch's token sum divided by the
+    whole update's token count, so the gradient is the one of the whole batch); its statistics."""
+    args, valid = run.args, data["mask"][samples].float()
+    tokens = valid.sum().clamp_min(1)
+    totals, log_ratios = Counter(), []
+    for chunk in micro_batches(run, samples):
+        pick = {k: data[k][chunk] for k in ("prompts", "responses", "behaviour_logp", "mask", "advantages",
+                                            "old_logp", "prox_logp") if k in data}
+        with autocast(args):
+            logp, entropy = token_logprobs(run.model, pick["prompts"], pick["responses"], args.temperature)
+        mask = pick["mask"]
+        share = mask.sum() / tokens  # the micro-batch's share of the update's tokens
+        loss, stats = grpo.policy_loss(args.axes.objective, logp, pick["old_logp"], pick["advantages"], mask,
+                                       args.clip_eps, args.method_params(), pick.get("prox_logp"))
+        if args.kl_coef > 0:
+            with torch.no_grad(), autocast(args):
+                ref_logp, _ = token_logprobs(run.reference, pick["prompts"], pick["responses"], args.temperature)
+            loss = loss + args.kl_coef * grpo.kl_k3(logp, ref_logp, mask)
+        (loss * share).backward()
+        totals.update(loss=float(loss.detach() * share), clip_frac=stats["clip_frac"] * float(share),
+                      kl_behaviour=grpo.behaviour_kl(logp, pick["behaviour_logp"], mask) * float(share),
+                      entropy=float(grpo.masked_mean(entropy.detach(), mask.float()) * share))
+        log_ratios.append(((logp.detach() - pick["behaviour_logp"]) * mask).double())
+    weights = sequence_weights(torch.cat(log_ratios), valid.double())
+    return {**totals, "clip_low": stats["clip_low"], "clip_high": stats["clip_high"],
+            "ess_ratio": float(effective_sample_size(weights)[1])}
+
+
+def update(run: Run, data: dict, samples: torch.Tensor, where: str) -> tuple[dict | None, torch.Tensor | None]:
+    """One optimizer update on ``samples``: gradient → step size → braking → clip → (GAC-)AdamW. Its numbers and
+    the raw gradient (as one vector), or (None, None) when a non-finite loss or gradient stopped the run."""
+    args, optimizer, params = run.args, run.optimizer, run.params
+    optimizer.zero_grad(set_to_none=True)
+    stats = accumulate_gradient(run, data, samples)
+    raw = torch.cat([p.grad.reshape(-1) for p in params])
+    if not (math.isfinite(stats["loss"]) and bool(torch.isfinite(raw).all())):
+        if args.on_nonfinite == "raise":
+            raise NonFiniteError(f"non-finite {'loss' if not math.isfinite(stats['loss']) else 'gradient'} at {where}")
+        run.nonfinite_at = run.step
+        return None, None
+    lr = args.lr / (1 + int(run.schedule[run.step])) if args.axes.step == "lr_scale" else args.lr
+    if args.axes.step == "kl_target":
+        lr *= kl_target_factor(stats["kl_behaviour"], args.kl_target.kl_target, args.kl_target.kl_floor)
+    if args.axes.step == "vcpo":
+        lr *= vcpo_step_factor(stats["ess_ratio"], args.vcpo.vcpo_reference_ratio, args.vcpo.vcpo_power)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    scale, regime = 1.0, NO_REGIME
+    if args.axes.direction == "braking":  # g ← (1 − α·cos(g, m)) g, m AdamW's first moment (none before step 1)
+        moments = [optimizer.state[p].get("exp_avg") for p in params]
+        if all(m is not None for m in moments):
+            scale = float(braking_scale(cosine(raw, torch.cat([m.reshape(-1) for m in moments])),
+                                        args.braking.braking_alpha))
+            torch._foreach_mul_([p.grad for p in params], scale)
+    if not (args.axes.direction == "gac" and args.gac_space == "gradient"):
+        clip(run.model, args.max_grad_norm)  # GAC in the gradient space clips g' inside its step (setup)
+    before = torch.cat([p.detach().reshape(-1) for p in params])
+    optimizer.step()
+    moved = torch.cat([p.detach().reshape(-1) for p in params]) - before
+    applied = torch.cat([p.grad.reshape(-1) for p in params]) if args.axes.direction != "none" else raw
+    report = getattr(optimizer, "last_report", None)
+    if report is not None:
+        regime, scale = report.regime, report.parallel_scale
+        if report.regime == "skip" and args.gac_space == "gradient":
+            applied = torch.zeros_like(raw)
+    numbers = {"grad_norm": float(raw.norm()), "cos_prev": run.previous["raw"].cosine_and_keep(raw),
+               "cos_applied": run.previous["applied"].cosine_and_keep(applied),
+               "cos_update": run.previous["update"].cosine_and_keep(moved), "step_norm": float(moved.norm()),
+               "regime": regime, "parallel_scale": scale, "lr": lr, **stats}
+    return numbers, raw
+
+
+def snr_probe(run: Run, data: dict) -> float:
+    """cos of the raw gradients of two disjoint halves of the step's prompt groups at the current θ (E ≈ SNR/(1 +
+    SNR) of a half); NaN where a half has no gradient. Leaves no gradient behind and draws no random numbers."""
+    args = run.args
+    halves = torch.arange(args.prompts_per_step).chunk(2)
+    if len(halves) < 2:
+        return math.nan
+    gradients = []
+    for half in halves:
+        run.optimizer.zero_grad(set_to_none=True)
+        samples = (half[:, None] * args.group_size + torch.arange(args.group_size)).reshape(-1).to(args.device)
+        accumulate_gradient(run, data, samples)
+        gradients.append(torch.cat([p.grad.reshape(-1) for p in run.params]))
+    run.optimizer.zero_grad(set_to_none=True)
+    return cosine(*gradients)
+
+
+@torch.no_grad()
+def evaluate(run: Run) -> float:
+    """Greedy exact-match accuracy on the fixed held-out problems."""
+    with autocast(run.args):
+        responses, _, _ = sample(run.model, run.task.prompts(run.heldout), run.task.answer_len, greedy=True)
+    return float(run.task.verify(run.heldout, responses)[0].mean())
+
+
+def nonfinite_record(run: Run) -> dict:
+    args = run.args
+    record = make_row("llm", step=run.step, seed=args.seed, method=args.run_method, label=args.run_method,
+                      staleness=args.staleness, nonfinite=True)
+    run.records.append(record)
+    return record
+
+
+def nanmean(values: list[float]) -> float:
+    values = [v for v in values if not math.isnan(v)]
+    return sum(values) / len(values) if values else math.nan
+
+
+# -- the loop ------------------------------------------------------------------------------------------------------
+def train(args: Args, run: Run | None = None, log=print) -> Iterator[dict]:
+    """Yield the record of each RL step from ``run.step`` (a fresh ``setup(args)`` if not given) to args.steps.
+
+    A non-finite step raises NonFiniteError (``on_nonfinite=raise``) or yields a ``nonfinite`` record and stops
+    (``mark``). With ``checkpoint_every`` the out_dir is locked and checkpoints are written (a fresh run into a
+    folder with another run's outputs is refused unless ``overwrite``).
     """
-    state = setup(args, log) if state is None else state
+    run = setup(args, log) if run is None else run
     with out_dir_lock(args.out_dir) if args.checkpoint_every else contextlib.nullcontext():
-        if args.checkpoint_every and state.step == 0:
-            prepare_out_dir(args)  # a fresh run: refuse (or, with --overwrite, clear) another run's outputs
+        if args.checkpoint_every and run.step == 0:
+            prepare_out_dir(args)
         from tqdm.auto import tqdm
-        bar = tqdm(range(state.step, args.steps), disable=not args.progress, initial=state.step, total=args.steps,
+        bar = tqdm(range(run.step, args.steps), disable=not args.progress, initial=run.step, total=args.steps,
                    desc=f"{args.run_method} s={args.staleness}", leave=False)
         for _ in bar:
-            record = rl_step(state, log)
-            if record["diverged"]:
-                yield record
+            record = rl_step(run, log)
+            yield record
+            if record["nonfinite"]:
                 break
             bar.set_postfix(reward=f"{record['objective']:.2f}", cos=f"{record['cos_prev']:.2f}")
-            if args.checkpoint_every and state.step % args.checkpoint_every == 0 and state.step < args.steps:
-                save_checkpoint(Path(args.out_dir) / "checkpoint.pt", checkpoint_payload(state))
-            yield record
+            if args.checkpoint_every and run.step % args.checkpoint_every == 0 and run.step < args.steps:
+                save_checkpoint(Path(args.out_dir) / "checkpoint.pt", checkpoint_payload(run))
         bar.close()
 
 
-def summary(state: BatchState) -> dict:
-    """The run's summary: its args, label, warm start, final held-out accuracy, first diverged step, and the
-    fingerprint of the code that ran it (gac/, sim/)."""
-    run = state.runs[0]
+def summary(run: Run) -> dict:
+    """The run's summary: args, method, warm start, start and final held-out accuracy (on how many problems), the
+    step it went non-finite or collapsed at (None if not), and the fingerprint of the code that ran it."""
+    final = evaluate(run) if run.nonfinite_at is None else math.nan
+    accuracies = [(r["step"], r["accuracy"]) for r in run.records if not math.isnan(r["accuracy"])]
+    start = accuracies[0][1] if accuracies and accuracies[0][0] == 0 else math.nan
+    if run.nonfinite_at is None:
+        accuracies.append((run.step, final))
+    collapsed_at = collapse_step(accuracies)
     return {"args": asdict(run.args), "method": run.args.run_method, "warm_start": run.warm_info,
-            "final_accuracy": heldout_accuracy(state)[0], "diverged_at": run.diverged_at,
+            "start_accuracy": start, "final_accuracy": final, "eval_problems": len(run.heldout),
+            "nonfinite_at": run.nonfinite_at, "collapsed_at": collapsed_at,
+            "collapsed": collapsed_at is not None or run.nonfinite_at is not None,
             "code_fingerprint": trainer_fingerprint()}
 
 
@@ -112,13 +445,12 @@ def run_records(args: Args, log=print, records_path: Path | str | None = None) -
     """Train to the end; ``{"records": every record (a resumed run's earlier ones too), "summary": ...}``.
 
     ``records_path``: each record is also appended to this CSV as it is made (a resumed run's earlier ones first),
-    flushed, so a run killed at any step leaves the records of the steps it made.
+    so a run killed at any step leaves the records of the steps it made.
     """
-    state = setup(args, log)
-    stream = RecordStream(records_path, columns("llm"), list(state.runs[0].records)) if records_path else None
+    run = setup(args, log)
+    stream = RecordStream(records_path, columns("llm"), list(run.records)) if records_path else None
     with stream or contextlib.nullcontext():
-        for record in train(args, state, log):
+        for record in train(args, run, log):
             if stream is not None:
                 stream.append(record)
-    return {"records": state.runs[0].records, "summary": summary(state)}
-
+    return {"records": run.records, "summary": summary(run)}

@@ -14,7 +14,8 @@ warm start below target used. The ceiling exists because the plateau has a cliff
 (2-digit sums, the 0.6M model, seed 0: 512 problems plateau at 0.20, 768 at 0.83, 2048 at 0.86-0.98), so a seed
 could land past it, where RL has little left to learn.
 
-The result is saved with ``save_pretrained`` under ``runs/warmstart/<hash of its config and of the warm-start
+The result is saved (``model.save_model``, Hugging Face's layout) under ``runs/warmstart/<hash of its config and of
+the warm-start
 code>/`` (``sim.paths``) and reused by every run with the same config and code (``GAC_LAB_RUNS`` moves the
 folder). One process trains a missing warm start while the others wait on its lock; a staging folder left by a
 killed trainer is removed by the next one. ``python -m sim.llm.warmstart --out DIR`` makes one into a folder of
@@ -36,7 +37,7 @@ import torch
 
 from sim import paths
 from sim.fingerprint import code_fingerprint
-from sim.llm.model import SIZES, build_model, load_model, sample
+from sim.llm.model import SIZES, build_model, load_model, sample, save_model
 from sim.llm.task import EOS, AdditionTask
 from sim.record import current_umask, exclusive_lock
 
@@ -128,7 +129,7 @@ def supervised_loss(model, task: AdditionTask, operands: torch.Tensor) -> torch.
     device = next(model.parameters()).device
     prompts, answers = task.prompts(operands).to(device), task.answers(operands).to(device)
     ids = torch.cat([prompts, answers], dim=1)
-    logits = model(input_ids=ids).logits[:, prompts.shape[1] - 1 : -1]
+    logits = model(ids)[:, prompts.shape[1] - 1 : -1]
     # Answer tokens through the first EOS count; the PAD after it does not.
     valid = torch.cumsum((answers == EOS).long(), dim=1) - (answers == EOS).long() == 0
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), answers.reshape(-1),
@@ -217,7 +218,7 @@ def save_warm_start(model, cfg: WarmStartConfig, info: dict, path: Path, command
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.staging"))
     try:
-        model.to("cpu").save_pretrained(staging)
+        save_model(model.to("cpu"), staging)
         meta = {"config": asdict(cfg), "info": info, "code_fingerprint": code_fingerprint(WARM_START_CODE),
                 **({"command": command} if command else {})}
         (staging / "warmstart.json").write_text(json.dumps(meta, indent=1))
@@ -260,7 +261,7 @@ class MakeWarmStart:
     """Train one warm start into a folder: ``python -m sim.llm.warmstart --out DIR [--config.size tiny ...]``."""
 
     out: str
-    """folder to write the checkpoint into (save_pretrained format, plus warmstart.json)"""
+    """folder to write the checkpoint into (config.json + model.safetensors, plus warmstart.json)"""
     config: WarmStartConfig = WarmStartConfig()
     """the warm start"""
     threads: int = 1

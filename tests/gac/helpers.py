@@ -1,5 +1,7 @@
 """Small models and data shared by the gac tests."""
 
+import math
+
 import torch
 
 
@@ -58,3 +60,13 @@ def count_all_reduce():
         dist.all_reduce = real
 
     return calls, restore
+
+
+def same(a, b) -> bool:
+    """a == b for numbers, strings and (nested) lists or tuples of them, with NaN equal to NaN: the cosine of a zero
+    vector (the first step's reference is zero) is NaN on both sides of a comparison."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b

@@ -13,7 +13,8 @@ from gac import alignment
 from gac.cosine64 import as_float64, cosine64
 from gac.tracker import CHUNK_NUMEL
 from sim.grid import GridUpdater, setting
-from sim.llm import probes
+from sim.llm.train import cosine as trainer_cosine
+from tests.gac.helpers import same
 
 
 def vector_pairs(dtype=torch.float32):
@@ -35,8 +36,9 @@ def test_cosine64_has_the_bits_of_gac_alignment_on_float64_inputs(dtype):
     for a, b in vector_pairs(dtype):
         got = cosine64(as_float64(a), as_float64(b))
         assert got.dtype == torch.float64
-        assert torch.equal(got, alignment(a.double(), b.double())), (a.abs().max(), b.abs().max())
-        assert got.to(alignment(a, b).dtype) == alignment(a, b)  # and alignment's own dtype, rounded once
+        bits = {"rtol": 0, "atol": 0, "equal_nan": True}  # equal bits; NaN (a zero vector) on both sides
+        torch.testing.assert_close(got, alignment(a.double(), b.double()), **bits)
+        torch.testing.assert_close(got.to(alignment(a, b).dtype), alignment(a, b), **bits)  # alignment's dtype
 
 
 def test_trainer_probe_grid_and_alignment_agree_bit_for_bit():
@@ -49,10 +51,11 @@ def test_trainer_probe_grid_and_alignment_agree_bit_for_bit():
     _, info = updater.update(torch.zeros_like(current), current, torch.zeros_like(current), torch.zeros(len(pairs)),
                              torch.ones(len(pairs), dtype=torch.bool))
     expected = alignment(current, previous)
-    assert torch.equal(info["cos_prev"], expected)
-    trainer = [probes.cosine(as_float64(a), as_float64(b)) for a, b in pairs]
-    assert trainer == expected.tolist()
-    assert math.isnan(probes.cosine(as_float64(current[0]), None))
+    torch.testing.assert_close(info["cos_prev"], expected, rtol=0, atol=0, equal_nan=True)
+    assert torch.isnan(expected).sum() == 3  # the zero pairs: NaN everywhere, not 0
+    trainer = [trainer_cosine(a, b) for a, b in pairs]
+    assert same(trainer, expected.tolist())
+    assert math.isnan(trainer_cosine(current[0], None))
 
 
 def test_a_known_operand_is_reused_only_for_the_same_tensor():
@@ -87,13 +90,13 @@ def test_tracker_trainer_and_grid_cosines_agree_bit_for_bit():
     the tracker's report, the trainer's probe and the toy grid's cos_prev: one set of bits. The tracker works on the
     float32 tensor itself, the probe and the grid on the float64 vector (a float32 product is exact in float64)."""
     pairs = [(a, b) for a, b in vector_pairs(torch.float32) if a.numel() == 5]
-    trainer = [probes.cosine(as_float64(a), as_float64(b)) for a, b in pairs]
+    trainer = [trainer_cosine(a, b) for a, b in pairs]
     previous, current = torch.stack([b for _, b in pairs]).double(), torch.stack([a for a, _ in pairs]).double()
     updater = GridUpdater([setting("naive", 0, 0.1)], seeds=len(pairs), dim=5)
     for grad in (previous, current):
         _, info = updater.update(torch.zeros_like(grad), grad, torch.zeros_like(grad), torch.zeros(len(pairs)),
                                  torch.ones(len(pairs), dtype=torch.bool))
-    assert [tracker_cosine(a, b) for a, b in pairs] == trainer == info["cos_prev"].tolist()
+    assert same([tracker_cosine(a, b) for a, b in pairs], trainer) and same(trainer, info["cos_prev"].tolist())
     assert len(set(trainer)) > 5  # distinct cosines, not one value
 
 
@@ -101,8 +104,8 @@ def test_tracker_and_trainer_agree_on_one_tensor_of_one_chunk():
     """Longer vectors (one tensor, one chunk of the tracker): the tracker's cosine is the trainer probe's, bit for
     bit; at 3·CHUNK_NUMEL the chunked float64 sums agree to float64 rounding."""
     for a, b in vector_pairs(torch.float32):
-        assert tracker_cosine(a, b) == probes.cosine(as_float64(a), as_float64(b)), (a.numel(), a.abs().max())
+        assert same(tracker_cosine(a, b), trainer_cosine(a, b)), (a.numel(), a.abs().max())
     gen = torch.Generator().manual_seed(3)
     a, b = torch.randn(2, 3 * CHUNK_NUMEL, generator=gen)
-    assert tracker_cosine(a, b + 0.5 * a) == pytest.approx(probes.cosine(as_float64(a), as_float64(b + 0.5 * a)),
+    assert tracker_cosine(a, b + 0.5 * a) == pytest.approx(trainer_cosine(a, b + 0.5 * a),
                                                            rel=1e-14)

@@ -82,7 +82,8 @@ def distance(cfg: GACConfig) -> tuple[float, list[str], list[str]]:
 CONFIGS = [GACConfig(space=space, threshold=0.0) for space in ("gradient", "momentum", "update")] + [
     GACConfig(space=space, mode="cap", threshold=0.3) for space in ("gradient", "momentum", "update")] + [
     GACConfig(space="update", threshold=0.0, skip_threshold=0.5),
-    GACConfig(space="gradient", threshold=0.0, skip_threshold=0.5)]
+    GACConfig(space="gradient", threshold=0.0, skip_threshold=0.5),
+    GACConfig(space="momentum", threshold=0.0, skip_threshold=0.5)]
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.space}-{c.mode}-skip{c.skip_threshold}")
@@ -120,10 +121,15 @@ def test_comparison_catches_a_placement_that_forgets_to_write_back(monkeypatch, 
 
 def skips_after_first(restart: bool, monkeypatch) -> tuple[int, int]:
     """Update space with AdamW and skip_threshold 0.9 on aligned gradients: (skips after the first skip, steps after
-    it). ``restart=False`` patches out the reference restart (the lock-in of issue 35.1)."""
+    it). ``restart=False`` patches out the reference restart after a skip (the lock-in of issue 35.1): the skipped
+    vector becomes the reference, as before the fix."""
     if not restart:
-        monkeypatch.setattr(placement, "control_step", lambda proposed, state, cfg, threshold=None: placement.Placed(
-            *gac.update(proposed, gac.init(proposed, cfg) if state is None else state, cfg, threshold)))
+        def no_restart(vector, state, cfg, threshold=None):
+            new, after, report = gac.update(vector, state, cfg, threshold)
+            skipped = (report.regime == gac.SKIP).unsqueeze(-1)
+            return new, after._replace(reference=torch.where(skipped, vector, after.reference)), report
+
+        monkeypatch.setattr(placement, "update", no_restart)
     cfg = GACConfig(space="update", threshold=0.0, skip_threshold=0.9)
     gen = torch.Generator().manual_seed(3)
     flat = torch.nn.Parameter(torch.randn(40, generator=gen))

@@ -41,7 +41,7 @@ def test_dcp_state_dict_api_resumes_bit_identically(space):
     resumed = gac.wrap(torch.optim.AdamW(resumed_model.parameters(), lr=0.05), cfg)
     resumed_model.load_state_dict(saved_model)
     set_optimizer_state_dict(resumed_model, resumed, saved_optimizer)
-    assert resumed.gac.step == 4 and int(resumed.gac.threshold_stats[1]) == 4
+    assert resumed.gac.step == 4 and int(resumed.gac.threshold_stats[1]) == 3  # step 1's cosine is NaN
     train(resumed_model, resumed, data[4:])
     assert resumed.gac.step == straight.gac.step == 8
     assert all(torch.equal(a, b) for a, b in zip(straight_model.parameters(), resumed_model.parameters(), strict=True))
@@ -86,7 +86,7 @@ def test_fp16_gradients_with_a_large_finite_norm_are_controlled_not_rejected(non
         report = opt.last_report
         expected, state, pure = gac.update(g, state if state.reference.dtype == g.dtype else gac.init(g, cfg), cfg)
         assert not report.nonfinite and report.regime != "skip"
-        assert report.cosine == pytest.approx(float(pure.cosine), abs=1e-6)
+        assert report.cosine == pytest.approx(float(pure.cosine), abs=1e-6, nan_ok=True)
         assert report.regime == gac.regime_name(int(pure.regime), cfg.mode)
         assert report.grad_norm_before == pytest.approx(float(pure.grad_norm_before), rel=1e-6)
     assert report.regime == "project"  # the gradients are aligned: GAC acted on the fp16 input
@@ -105,7 +105,7 @@ def test_pure_update_keeps_the_requested_reference_dtype_and_matches_the_tracker
         assert state.reference.dtype == torch.bfloat16
         param.grad = g.clone()
         report = tracker.apply()
-        assert report.cosine == pytest.approx(float(pure.cosine), abs=1e-6)
+        assert report.cosine == pytest.approx(float(pure.cosine), abs=1e-6, nan_ok=True)
 
 
 # -- overrides and configs ------------------------------------------------------------------------------
@@ -220,7 +220,7 @@ def test_wrapped_state_loaded_into_the_plain_optimizer_is_adopted_by_wrap():
     inner = torch.optim.AdamW(tiny_model().parameters(), lr=0.05)
     inner.load_state_dict(opt.state_dict())
     adopted = gac.wrap(inner, RULE_CFG)
-    assert adopted.gac.step == 3 and int(adopted.gac.threshold_stats[1]) == 3
+    assert adopted.gac.step == 3 and int(adopted.gac.threshold_stats[1]) == 2  # step 1's cosine is NaN
     assert float(adopted.gac.threshold_stats[0]) == float(opt.gac.threshold_stats[0])  # exact: saved as a float
     assert all(torch.equal(a, b) for a, b in zip(adopted.gac.reference, opt.gac.reference, strict=True))
     assert all("gac_counters" not in s for s in inner.state.values())

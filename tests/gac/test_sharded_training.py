@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import gac
-from tests.gac.helpers import batches, loss_fn, spawn_gloo, tiny_model
+from tests.gac.helpers import batches, loss_fn, same, spawn_gloo, tiny_model
 
 WORLD, STEPS = 2, 6
 CFG = gac.GACConfig(threshold=0.05, mode="cap")
@@ -76,8 +76,8 @@ def test_sharded_training_matches_single_process(kind):
     assert any(regime != "keep" for _, regime in single_reports)
     for reports, params in ranks:
         assert [r for _, r in reports] == [r for _, r in single_reports]
-        assert [c for c, _ in reports] == pytest.approx([c for c, _ in single_reports], abs=1e-5)
+        assert [c for c, _ in reports] == pytest.approx([c for c, _ in single_reports], abs=1e-5, nan_ok=True)
         for p, q in zip(params, single_params, strict=True):
             assert torch.allclose(p, q, atol=1e-5)
     # Every rank took the same decision with the same cosine, bit for bit.
-    assert ranks[0][0] == ranks[1][0]
+    assert same(ranks[0][0], ranks[1][0])

@@ -85,7 +85,9 @@ def run_by_hand(space, optimizer, cfg):
         if space == "gradient":
             g, regime = control_by_hand(g, d, cfg)
             d = next_reference(d, gradient(theta, step), cfg)
-            if regime != "skip":
+            if regime == "skip":  # a skip restarts the reference (as at init), in every space
+                d = torch.zeros_like(d)
+            else:
                 g_eff = g + coupled * theta
                 theta, m, v, buf, t = apply_step(theta, first_moment(g_eff), g_eff, t)
         elif space == "update":
@@ -93,7 +95,7 @@ def run_by_hand(space, optimizer, cfg):
             proposed, m, v, buf, t = apply_step(theta, first_moment(g_eff), g_eff, t)
             delta, regime = control_by_hand(proposed - theta, d, cfg)
             d = next_reference(d, proposed - theta, cfg)
-            if regime == "skip":  # a skip is a zero step: the reference restarts (as at init)
+            if regime == "skip":
                 d = torch.zeros_like(d)
             theta = theta + delta
         else:
@@ -102,7 +104,9 @@ def run_by_hand(space, optimizer, cfg):
             has_moment = buf is not None if optimizer == "sgd" else t > 0
             controlled, regime = control_by_hand(moment, d, cfg) if has_moment else (moment, "keep")
             d = next_reference(d, moment, cfg)
-            if regime != "skip":
+            if regime == "skip":
+                d = torch.zeros_like(d)
+            else:
                 theta, m, v, buf, t = apply_step(theta, controlled, g_eff, t)
         regimes.append(regime)
     return theta, regimes

@@ -54,4 +54,5 @@ def test_sharded_spaces_equal_the_single_process_run(space, optimizer):
     for rank, (lo, hi) in enumerate([(0, CUT), (CUT, DIM)]):
         assert results[rank]["regimes"] == expected_regimes
         torch.testing.assert_close(results[rank]["theta"], expected[lo:hi], rtol=1e-10, atol=1e-12)
-        assert results[rank]["calls"] == [5] * STEPS  # one all_reduce per step
+        # one all_reduce per step (2 flags and 4 sums per parameter tensor), and once the ranks' parameter counts
+        assert results[rank]["calls"] == [3] + [2 + 4 * 2] * STEPS

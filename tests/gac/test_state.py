@@ -26,11 +26,15 @@ def correlated_gradients(steps: int, rows: int, dim: int, seed: int = 0) -> list
 
 
 def scalar_ema_thresholds(cosines: list[float], rule: gac.EMAThreshold) -> list[float]:
-    """τ sequence written out independently with Python floats (the rule's formula)."""
-    taus, mean = [], 0.0
-    for count, c in enumerate(cosines):
+    """τ sequence written out independently with Python floats (the rule's formula; a NaN cosine, measured against
+    no reference, is not an observation)."""
+    taus, mean, count = [], 0.0, 0
+    for c in cosines:
         taus.append(rule.ceiling if count < rule.warmup else min(max(mean + rule.margin, rule.floor), rule.ceiling))
+        if math.isnan(c):
+            continue
         mean = c if count == 0 else rule.decay * mean + (1 - rule.decay) * c
+        count += 1
     return taus
 
 
@@ -136,7 +140,7 @@ def test_nonfinite_skip_in_update_skips_only_that_row_and_keeps_its_state():
     assert torch.equal(new[1], torch.zeros(2, dtype=torch.float64)) and torch.isfinite(new).all()
     assert torch.equal(after.reference[1], state.reference[1]) and torch.equal(after.reference[0], g[0])
     mean, count = after.threshold_stats
-    assert count.tolist() == [2, 1] and torch.equal(mean[1], state.threshold_stats[0][1])
+    assert count.tolist() == [1, 0] and torch.equal(mean[1], state.threshold_stats[0][1])  # step 1: no reference
 
 
 def test_empty_last_dimension_is_a_clear_error():

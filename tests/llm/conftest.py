@@ -1,5 +1,5 @@
 """Fixtures of the LLM tests: fast run arguments from the committed tiny warm start (``tiny_checkpoint``,
-tests/conftest.py), and hooks around the trainer's AdamW step."""
+tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def tiny_testbed(tiny_checkpoint, monkeypatch, torch_threads):
     monkeypatch.setitem(llm_figures.PROFILES, "test", dict(
         warm_seeds=(1, 2), seeds=(0,), steps=4,
         base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, prompts_per_step=4, group_size=4,
-                  eval_every=2, eval_problems=8, snr_every=2, temperature=0.5, lr=3e-3,
+                  eval_every=2, eval_problems=8, snr_every=2, temperature=2.0, lr=3e-3,
                   threads=torch_threads)))
     return llm_figures.PROFILES["test"]
 
@@ -34,28 +34,3 @@ def tiny_args(tiny_checkpoint, tmp_path, torch_threads):
         return Args(**base)
 
     return make
-
-
-@pytest.fixture
-def adamw_hooks(monkeypatch):
-    """Callbacks around the trainer's AdamW step, seen from outside it: ``pre(theta, grad, adam, lr)`` just before
-    and ``post(theta, adam)`` just after each step (θ, the gradient AdamW receives and its state as (K, P) rows, the
-    runs' step sizes). Returns ``register(pre=None, post=None)``."""
-    from sim.llm import batched
-
-    pre, post, real = [], [], batched.adamw_step
-
-    def step(theta, grad, adam, lr, rows):
-        for hook in pre:
-            hook(theta, grad, adam, lr)
-        real(theta, grad, adam, lr, rows)
-        for hook in post:
-            hook(theta, adam)
-
-    monkeypatch.setattr(batched, "adamw_step", step)
-
-    def register(pre_hook=None, post_hook=None):
-        pre.extend([pre_hook] if pre_hook else [])
-        post.extend([post_hook] if post_hook else [])
-
-    return register

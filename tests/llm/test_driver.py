@@ -23,7 +23,6 @@ def test_the_graph_holds_each_shared_unit_once_and_waits_for_warm_starts(tmp_pat
     cached, tasks = llm.unit_tasks([u for units in declared.values() for u in units], tmp_path / "cache")
     computed = [u.name for t in tasks for u in llm.units_of(t)]
     assert cached == {} and sorted(computed) == sorted(set(names))  # each unit in one task
-    assert any(isinstance(t.spec, llm.Batch) for t in tasks)  # a dry run's tiny runs are batched
     by_name = {t.name: t for t in tasks}
     for task in tasks:
         waits = {w for u in llm.units_of(task) for w in u.after}
@@ -37,9 +36,8 @@ def test_each_run_is_read_once_per_command_and_the_plots_read_no_cache(tiny_test
     reads, computed = [], []
     read = cache._read
     monkeypatch.setattr(cache, "_read", lambda path: reads.append(path.name) or read(path))
-    compute_run, train_batch = llm.compute_run, llm.train_batch
+    compute_run = llm.compute_run
     monkeypatch.setattr(llm, "compute_run", lambda args: computed.append(args) or compute_run(args))
-    monkeypatch.setattr(llm, "train_batch", lambda runs, log: computed.extend(runs) or train_batch(runs, log))
     args = FigureArgs(names=("fig1_cosine", "fig3_divergence"), profile="test", out=tmp_path / "out")
     fig1 = {llm.run_name(r.args) for r in llm_figures.runs("test") if "fig1" in r.roles}
     fig3 = {llm.run_name(r.args) for r in llm_figures.runs("test") if "fig3" in r.roles}

@@ -18,7 +18,12 @@ def test_sweep_feeds_fig5(tiny_checkpoint, tmp_path, monkeypatch):
     assert {r["sim"] for _, res in results for r in res["records"]} == {"llm"}
     cached_files = sorted((tmp_path / "cache").glob("llm_grpo-*.json"))
     assert len(cached_files) == len(runs)
+    from paper_figs import fig5_llm_grpo
+    from tests.figure_reader import assert_a_reader_understands, capture
+
+    figures = capture(fig5_llm_grpo, monkeypatch)
     driver.make_figure("fig5_llm_grpo", "test", tmp_path / "out")  # reads the cache
+    assert figures and all(assert_a_reader_understands(fig, "fig5") is None for fig in figures)
     assert sorted((tmp_path / "cache").glob("llm_grpo-*.json")) == cached_files
     for ext in ("png", "pdf", "csv"):
         assert (tmp_path / "out" / f"fig5_llm_grpo.{ext}").exists()
@@ -33,13 +38,13 @@ def test_results_of_trains_each_warm_start_once_before_its_runs(tmp_path, monkey
     monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
     events = []
     monkeypatch.setattr(llm, "prepare_warm_start", lambda args, log: events.append(("warm", args.digits)))
-    monkeypatch.setattr(llm, "train_batch", lambda runs, log: [events.append(("run", a.digits)) or
-                                                               {"summary": {"final_accuracy": 0.0}} for a in runs])
+    monkeypatch.setattr(llm, "run_records", lambda args, log: events.append(("run", args.digits)) or
+                        {"records": [], "summary": {"final_accuracy": 0.0}})
     # Costs that would put every run before a warm start, were it not for the wait.
     monkeypatch.setitem(llm.WARM_START_SECONDS, "tiny", 0.001)
     monkeypatch.setattr(llm, "estimated_seconds", lambda args: 100.0)
     runs = [llm.Run(Args(size="tiny", digits=d, seed=s), ("r",)) for d, s in [(2, 0), (3, 0), (2, 1), (3, 1)]]
-    llm.results_of(runs, jobs=1, log=lambda *a: None)  # two batches of two tiny runs, one per number of digits
+    llm.results_of(runs, jobs=1, log=lambda *a: None)
     assert sorted(events) == [("run", 2), ("run", 2), ("run", 3), ("run", 3), ("warm", 2), ("warm", 3)]
     assert all(("warm", d) in events[:i] for i, (kind, d) in enumerate(events) if kind == "run")
 

@@ -59,14 +59,14 @@ def test_resume_after_a_source_edit_is_refused_naming_the_file_unless_allowed(ru
 def test_a_fresh_run_into_a_used_out_dir_is_refused_unless_resume_or_overwrite(run_dir, capsys):
     argv, out = run_dir
     before = {name: (out / name).read_bytes() for name in ("records.csv", "summary.json", "checkpoint.pt")}
-    fresh = [*argv[:-4], "--steps", "1", "--out-dir", str(out)]  # no checkpoints, fewer steps: another run
+    fresh = [*argv[:-4], "--steps", "3", "--out-dir", str(out)]  # no checkpoints, fewer steps: another run
     assert cli.main(fresh) == 2
     err = one_line(capsys)
     assert f"--out-dir {out} already holds a run" in err and "--resume" in err and "--overwrite" in err
     assert {name: (out / name).read_bytes() for name in before} == before  # nothing lost or half-written
     assert cli.main([*fresh, "--overwrite"]) == 0
     assert not (out / "checkpoint.pt").exists() and not (out / "checkpoint.pt.sha256").exists()  # no stale one
-    assert len((out / "records.csv").read_text().splitlines()) == 2
+    assert len((out / "records.csv").read_text().splitlines()) == 4  # header and the 3 steps of the new run
 
 
 def test_library_train_with_checkpoints_refuses_a_used_out_dir(tiny_args, tmp_path):
@@ -152,19 +152,18 @@ def test_model_folder_with_missing_or_truncated_weights_is_one_line(tiny_checkpo
         weights.unlink()
     else:
         weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    assert cli.main([*QUICK, "--model", str(model), "--steps", "1", "--out-dir", str(tmp_path / "out")]) == 2
+    assert cli.main([*QUICK, "--model", str(model), "--steps", "2", "--out-dir", str(tmp_path / "out")]) == 2
     err = one_line(capsys)
-    assert f"--model {model}" in err and "save_pretrained" in err
-    assert ("no weights there" if damage == "missing" else "weights cannot be loaded") in err
+    assert f"--model {model}" in err and "weights cannot be loaded" in err
 
 
-@pytest.mark.parametrize("flags,method", [(["--gac.threshold", "0.3"], "naive"), (["--gac-reference", "step"], "tis"),
+@pytest.mark.parametrize("flags,method", [(["--gac.threshold", "0.3"], "naive"), (["--gac-space", "update"], "tis"),
                                           (["--tis.tis-cap=4"], "gac"), (["--bapo.rho-0", "0.5"], "sync"),
                                           (["--vcpo.vcpo-power", "1"], "naive")])
 def test_a_methods_flags_given_with_another_method_are_refused(tmp_path, capsys, monkeypatch, flags, method):
     from sim.llm import train
 
-    monkeypatch.setattr(train, "setup_batch", lambda *a: pytest.fail("work started"))
+    monkeypatch.setattr(train, "load_warm_start", lambda *a: pytest.fail("work started"))
     argv = ["--size", "tiny", "--method", method, *flags, "--out-dir", str(tmp_path / "out")]
     assert cli.main(argv) == 2
     err = one_line(capsys)
@@ -235,12 +234,12 @@ def test_without_the_research_extra_the_cli_is_one_line_naming_it(tmp_path, caps
     assert cli.main(["--size", "tiny", "--out-dir", str(tmp_path / "out")]) == 2
     err = one_line(capsys)
     assert "tyro" in err and "pip install -e '.[research]'" in err
-    without_transformers = ("import sys, runpy; sys.modules['transformers'] = None; "
-                            "runpy.run_module('sim.llm', run_name='__main__')")
-    done = subprocess.run([sys.executable, "-c", without_transformers], capture_output=True, text=True,
+    without_safetensors = ("import sys, runpy; sys.modules['safetensors'] = None; "
+                           "runpy.run_module('sim.llm', run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", without_safetensors], capture_output=True, text=True,
                           cwd=Path(cli.__file__).resolve().parents[2])
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "transformers" in done.stderr and "pip install -e '.[research]'" in done.stderr
+    assert "safetensors" in done.stderr and "pip install -e '.[research]'" in done.stderr
 
 
 @pytest.mark.parametrize("flags,named", [(["--steps", "-5"], "--steps"), (["--eval-every", "0"], "--eval-every"),
@@ -249,7 +248,7 @@ def test_without_the_research_extra_the_cli_is_one_line_naming_it(tmp_path, caps
 def test_a_bad_number_is_one_line_naming_its_flag(tmp_path, capsys, monkeypatch, flags, named):
     from sim.llm import train
 
-    monkeypatch.setattr(train, "setup_batch", lambda *a: pytest.fail("work started"))
+    monkeypatch.setattr(train, "load_warm_start", lambda *a: pytest.fail("work started"))
     assert cli.main([*QUICK, *flags, "--out-dir", str(tmp_path / "out")]) == 2
     err = one_line(capsys)
     assert err.startswith(f"error: {named} must be") and flags[1] in err
@@ -277,5 +276,5 @@ def test_records_are_streamed_so_a_killed_run_keeps_its_steps_with_their_types(r
     whole = (finished / "records.csv").read_text().splitlines()
     assert (out / "records.csv").read_text().splitlines() == whole[:3]  # header + the first two steps, as uninterrupted
     rows = read_records(out / "records.csv")
-    assert [r["step"] for r in rows] == [0, 1] and all(r["diverged"] is False for r in rows)
+    assert [r["step"] for r in rows] == [0, 1] and all(r["nonfinite"] is False for r in rows)
     assert all(isinstance(r["objective"], float) and isinstance(r["regime"], str) for r in rows)

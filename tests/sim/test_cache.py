@@ -48,39 +48,21 @@ def test_compute_unit_stores_in_the_folder_it_is_given(tmp_path):
     assert item.lookup(tmp_path / "elsewhere") == 3 and item.lookup() is None  # not the default folder
 
 
-def test_profile_unit_key_includes_code_fingerprint(monkeypatch):
-    assert len(cache.code_fingerprint()) == 16
-    calls = []
-    cache.result(cache.profile_unit("unit", "quick", "cpu", lambda: calls.append(1) or 1))
-    cache.result(cache.profile_unit("unit", "quick", "cpu", lambda: calls.append(1) or 1))
-    assert len(calls) == 1
-    monkeypatch.setattr(cache, "code_fingerprint", lambda: "edited-source")
-    cache.result(cache.profile_unit("unit", "quick", "cpu", lambda: calls.append(1) or 1))
-    assert len(calls) == 2
+def test_an_argument_json_cannot_hold_is_keyed_by_its_repr():
+    """A ``Setting`` argument keys the unit by every field (its repr): another step size is another unit."""
+    from sim.grid import setting
+
+    a, b = cache.unit("unit", len, [setting("gac", 2, 0.1)]), cache.unit("unit", len, [setting("gac", 2, 0.2)])
+    assert a.key["args"] == [[repr(setting("gac", 2, 0.1))]] and a.name != b.name
+    assert cache.unit("unit", len, (1, 2.5, None)).key["args"] == [[1, 2.5, None]]  # JSON keys as before
+    json.dumps(a.key)  # storable
 
 
-def test_the_command_lines_cached_tables_keep_their_keys(monkeypatch):
-    """The units that replaced ``cached_runs`` and ``llm.run_cached`` are stored under the files those wrote (a changed
-    key would recompute everyone's cached tables and runs)."""
-    from experiments import llm, staleness_lr, tuning, verdict_toys
+def test_an_llm_run_is_keyed_by_its_arguments_less_the_excluded_ones(monkeypatch):
+    from experiments import llm
     from sim.llm.train import Args
 
     monkeypatch.setattr(cache, "code_fingerprint", lambda *a, **k: "fp")
-    unit = staleness_lr.scale_unit("quadratic", "quick", "progress")
-    assert unit.kind == "staleness_lr_quadratic_progress"
-    assert unit.key == {"profile": "quick", "device": "cpu", "code": "fp"}
-    seen = []
-    monkeypatch.setattr(tuning, "result", lambda u: seen.append(u) or [])
-    monkeypatch.setattr(verdict_toys, "result", lambda u: seen.append(u) or [])
-    grid = tuning.toy_grid("bandit_gaussian", "smoke")
-    tuning.toy_table("bandit_gaussian", "smoke", grid=grid)
-    verdict_toys._summaries("bandit", "gaussian", "smoke", [], "alone")
-    assert (seen[0].kind, seen[0].key) == ("tuning_bandit_gaussian", {"profile": "smoke", "device": "cpu", "code": "fp",
-                                                                      "grid": dataclasses.asdict(grid)})
-    p = verdict_toys.profile_of("smoke")
-    config = {"sim": "bandit", "structure": "gaussian", "settings": [], "seeds": p.tuning_seeds + p.reporting_seeds}
-    assert (seen[1].kind, seen[1].key) == ("verdict_toys_bandit_gaussian_alone",
-                                           {"profile": "smoke", "device": "cpu", "code": "fp", "config": config})
     args = Args(size="tiny", steps=1)
     run = llm.run_unit(llm.Run(args, ()))
     key = {**{k: v for k, v in dataclasses.asdict(args).items() if k not in llm.KEY_EXCLUDE}, "code": "fp"}
@@ -174,15 +156,6 @@ def test_an_entry_altered_into_other_valid_json_warns_with_its_path_and_is_recom
     assert cache.lookup("unit-altered", {"a": 1}) == {"accuracy": 0.25, "steps": [1, 2]}  # rewritten, verified
 
 
-def test_an_entry_without_a_checksum_is_recomputed_with_a_warning():
-    path = cache.cache_path("unit-old", {"a": 1})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"kind": "unit-old", "config": {"a": 1}, "result": [9]}))  # the old format
-    with pytest.warns(RuntimeWarning, match=f"{path}.*no checksum"):
-        assert cached("unit-old", {"a": 1}, lambda: [1]) == [1]
-    assert "sha256" in json.loads(path.read_text())
-
-
 def test_a_checksum_survives_nan_and_nested_values():
     result = {"x": [float("nan"), 1e-300, -0.0, 3], "y": {"z": "s", "t": True}}
     cache.store("unit-nan", {"a": 1}, result)
@@ -207,3 +180,17 @@ def test_a_full_disk_warns_with_the_path_and_keeps_the_computed_result(monkeypat
     with pytest.warns(RuntimeWarning, match=str(tmp_path / "folder")):
         assert cache.compute_unit(item, tmp_path / "folder") == 3  # a worker hands its result back all the same
     assert not path.exists()
+
+
+def test_one_thread_restores_thread_count():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # not 1, so that a count left at 1 is seen
+    try:
+        with pytest.raises(RuntimeError), cache.one_thread():
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("restored even on error")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -1,10 +1,10 @@
-"""The before/after CSV comparison: equal within float reordering, documented renames, nothing else."""
+"""The before/after CSV comparison: equal within float reordering and documented added columns, nothing else."""
 
 from experiments.compare_csv import compare, main
 from sim.record import write_records
 
-BASE = [{"step": 0, "kl": 0.1, "objective": 1.0 / 3.0, "regime": "keep"},
-        {"step": 1, "kl": 0.2, "objective": float("nan"), "regime": "skip"}]
+BASE = [{"step": 0, "kl_behaviour": 0.1, "objective": 1.0 / 3.0, "regime": "keep"},
+        {"step": 1, "kl_behaviour": 0.2, "objective": float("nan"), "regime": "skip"}]
 
 
 def _pair(tmp_path, new_rows):
@@ -13,28 +13,23 @@ def _pair(tmp_path, new_rows):
     return compare(tmp_path / "old.csv", tmp_path / "new.csv")
 
 
-def _renamed(row, **changes):
-    row = {("kl_behaviour" if k == "kl" else k): v for k, v in row.items()}
-    return {**row, **changes}
-
-
-def test_rename_reorder_and_nan_columns_are_equal(tmp_path):
-    new = [dict(_renamed(r), cos_halves=float("nan")) for r in BASE]
+def test_float_reordering_and_nan_columns_are_equal(tmp_path):
+    new = [dict(r, cos_halves=float("nan")) for r in BASE]
     new[0]["objective"] *= 1 + 1e-15  # float reordering
     result = _pair(tmp_path, new)
     assert result.equal, result.notes
-    assert any("renamed" in n for n in result.notes) and any("cos_halves" in n for n in result.notes)
+    assert any("cos_halves" in n for n in result.notes)
 
 
 def test_a_changed_value_a_filled_new_column_or_a_lost_row_differ(tmp_path):
-    assert not _pair(tmp_path, [_renamed(BASE[0], objective=1.0 / 3.0 + 1e-9), _renamed(BASE[1])]).equal
-    assert not _pair(tmp_path, [_renamed(r, extra=1.0) for r in BASE]).equal
-    assert not _pair(tmp_path, [_renamed(BASE[0])]).equal
-    assert not _pair(tmp_path, [_renamed(BASE[0], regime="project"), _renamed(BASE[1])]).equal
+    assert not _pair(tmp_path, [dict(BASE[0], objective=1.0 / 3.0 + 1e-9), dict(BASE[1])]).equal
+    assert not _pair(tmp_path, [dict(r, extra=1.0) for r in BASE]).equal
+    assert not _pair(tmp_path, [dict(BASE[0])]).equal
+    assert not _pair(tmp_path, [dict(BASE[0], regime="project"), dict(BASE[1])]).equal
 
 
 def test_a_filled_new_column_passes_only_when_allowed(tmp_path):
-    new = [_renamed(r, entropy=0.5) for r in BASE]
+    new = [dict(r, entropy=0.5) for r in BASE]
     write_records(BASE, tmp_path / "old.csv")
     write_records(new, tmp_path / "new.csv")
     assert not compare(tmp_path / "old.csv", tmp_path / "new.csv").equal
@@ -45,9 +40,9 @@ def test_cli_exit_code(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     write_records(BASE, tmp_path / "a" / "fig.csv")
-    write_records([_renamed(r) for r in BASE], tmp_path / "b" / "fig.csv")
+    write_records([dict(r) for r in BASE], tmp_path / "b" / "fig.csv")
     assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 0
-    write_records([_renamed(BASE[0])], tmp_path / "b" / "fig.csv")
+    write_records([dict(BASE[0])], tmp_path / "b" / "fig.csv")
     assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 1
 
 
@@ -67,7 +62,7 @@ def test_cli_prints_one_verdict_per_csv_and_names_the_difference(tmp_path, capsy
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     write_records(BASE, tmp_path / "a" / "fig.csv")
-    write_records([_renamed(BASE[0], regime="project"), _renamed(BASE[1])], tmp_path / "b" / "fig.csv")
+    write_records([dict(BASE[0], regime="project"), dict(BASE[1])], tmp_path / "b" / "fig.csv")
     assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 1
     out = capsys.readouterr().out
     assert out.startswith("fig.csv: DIFFERENT") and "regime" in out

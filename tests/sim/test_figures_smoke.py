@@ -15,6 +15,7 @@ from paper_figs import (
 )
 from paper_figs.__main__ import FIGURES, parse_args
 from paper_figs.driver import make_figure
+from tests.figure_reader import assert_a_reader_understands, capture
 from tests.golden_csv import FIGURES as GOLDEN_FIGURES
 from tests.golden_csv import GOLDEN_DIR, golden_mismatches
 
@@ -31,11 +32,13 @@ def _rows(path) -> list[dict]:
 
 @pytest.mark.parametrize("module", [fig1_cosine, fig3_divergence, fig4_stability_region, fig6_ablation,
                                     figs1_bandit_snr, figs3_staleness_lr])
-def test_figure_smoke(module, tmp_path):
+def test_figure_smoke(module, tmp_path, monkeypatch):
     # the LLM panels of fig1 and fig3 have their own test (tests/llm/test_llm_panels.py)
     units = module.toy_units("smoke") if hasattr(module, "toy_units") else None
+    figures = capture(module, monkeypatch)
     make_figure(module.NAME, "smoke", tmp_path, units=units)
     name = module.NAME
+    assert figures and all(assert_a_reader_understands(fig, name) is None for fig in figures)
     assert (tmp_path / f"{name}.csv").stat().st_size > 0
     assert (tmp_path / f"{name}.png").stat().st_size > 0
     assert name in FIGURES
@@ -48,11 +51,13 @@ def test_cli_rejects_unknown_figure():
         parse_args(["fig99"])
 
 
-def test_fig2_cosine_vs_staleness_smoke(tmp_path):
+def test_fig2_cosine_vs_staleness_smoke(tmp_path, monkeypatch):
     """Tiny run; the transient window and the theory column are filled whatever the profile."""
     from paper_figs import fig2_cosine_vs_staleness
 
+    figures = capture(fig2_cosine_vs_staleness, monkeypatch)
     make_figure(fig2_cosine_vs_staleness.NAME, "smoke", tmp_path)
+    assert figures and all(assert_a_reader_understands(fig, "fig2") is None for fig in figures)
     rows = _rows(tmp_path / f"{fig2_cosine_vs_staleness.NAME}.csv")
     for ext in ("csv", "png", "pdf"):
         assert (tmp_path / f"{fig2_cosine_vs_staleness.NAME}.{ext}").stat().st_size > 0
@@ -65,11 +70,13 @@ def test_fig2_cosine_vs_staleness_smoke(tmp_path):
     assert_matches_golden(fig2_cosine_vs_staleness.NAME, tmp_path)
 
 
-def test_fig7_bound_smoke(tmp_path):
+def test_fig7_bound_smoke(tmp_path, monkeypatch):
     from experiments import bound
     from paper_figs import fig7_bound
 
+    figures = capture(fig7_bound, monkeypatch)
     make_figure(fig7_bound.NAME, "smoke", tmp_path)
+    assert figures and all(assert_a_reader_understands(fig, "fig7") is None for fig in figures)
     rows = [{k: float(v) if k.startswith(("measured", "bound")) else v for k, v in r.items()}
             for r in _rows(tmp_path / f"{fig7_bound.NAME}.csv")]
     for ext in ("csv", "png", "pdf"):
@@ -86,15 +93,3 @@ def test_figures_registry_order():
                        "fig5_llm_grpo",
                        "fig6_ablation", "fig7_bound", "fig8_tuned", "fig9_early_warning", "fig10_verdict",
                        "figs1_bandit_snr", "figs2_llm_signature", "figs3_staleness_lr"]
-
-
-def test_single_thread_restores_thread_count():
-    import torch
-
-    from paper_figs.common import single_thread
-
-    before = torch.get_num_threads()
-    with pytest.raises(RuntimeError), single_thread():
-        assert torch.get_num_threads() == 1
-        raise RuntimeError("restored even on error")
-    assert torch.get_num_threads() == before

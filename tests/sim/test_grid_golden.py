@@ -13,12 +13,11 @@ over the steps; a summary field's over the rows), so near-zero entries do not bl
 CPU's kernels (e.g. ``ATEN_CPU_CAPABILITY=default`` vs ``avx2``) round differently, about one ulp (1.1e-16) per
 reduction; the grids amplify a relative change of every step size by 1e-15 to 1.1e-12 of scale (measured),
 so ~1e3×, and the observed cross-kernel differences are ≤ 3e-13. 1e-10 leaves 300× margin over that, and a
-relative change of 1e-12 in the step sizes already moves the trajectories by 9e-10 (caught, see the mutation test).
+relative change of 1e-12 in the step sizes already moves the trajectories by 9e-10.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -110,16 +109,6 @@ def test_grids_reproduce_saved_trajectories_within_cross_machine_tolerance(fresh
     saved = np.load(GOLDEN)
     assert sorted(fresh_grids) == sorted(saved.files), "recorded fields changed: regenerate only if intended"
     assert golden_mismatches(saved, fresh_grids) == []
-
-
-def test_golden_comparison_catches_a_1e_9_change_of_the_step_sizes(fresh_grids, monkeypatch):
-    """Mutation: every step size × (1 + 1e-9) must fail the tolerance (a kernel change is ~1e-16 per op)."""
-    for name in ("QUADRATIC", "BANDIT"):
-        monkeypatch.setitem(globals(), name, [dataclasses.replace(s, lr=s.lr * (1 + 1e-9)) for s in globals()[name]])
-    mutated = flatten(golden_results())
-    bad = golden_mismatches(np.load(GOLDEN), mutated)
-    assert any("traces/objective" in line for line in bad), bad
-    assert golden_mismatches(np.load(GOLDEN), mutated, rtol=1e-4) == []  # ... a change of that size, not noise
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ def test_trainer_refuses_bad_out_dir_before_any_work(tmp_path, monkeypatch, caps
     from sim.llm import train
     from sim.llm.__main__ import main
 
-    monkeypatch.setattr(train, "setup_batch", lambda *a: pytest.fail("work started"))
+    monkeypatch.setattr(train, "load_warm_start", lambda *a: pytest.fail("work started"))
     for out, needle in [*_bad_outs(tmp_path), ("", "--out-dir is empty")]:
         assert main(["--size", "tiny", "--steps", "1", "--out-dir", out]) == 2
         err = capsys.readouterr().err.strip()

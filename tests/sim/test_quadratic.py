@@ -5,6 +5,7 @@ import torch
 import gac
 from sim.grid import setting
 from sim.quadratic import DIVERGENCE_FACTOR, NoiseStream, QuadraticProblem, run_quadratic
+from sim.record import same_records
 
 PROBLEM = QuadraticProblem(dim=6, condition_number=10.0, noise=0.3)
 GRID = [setting("naive", 0, 0.3), setting("naive", 3, 0.3), setting("lr_scale", 3, 0.3),
@@ -17,7 +18,7 @@ def test_same_seed_same_records_other_seed_differs():
     a = run_quadratic(PROBLEM, GRID, 30, seeds=2, seed=7).records()
     b = run_quadratic(PROBLEM, GRID, 30, seeds=2, seed=7).records()
     c = run_quadratic(PROBLEM, GRID, 30, seeds=2, seed=8).records()
-    assert a == b
+    assert same_records(a, b)  # NaN (a cosine against a zero vector) equal to NaN
     assert [r["objective"] for r in a] != [r["objective"] for r in c]
 
 
@@ -26,7 +27,8 @@ def test_grid_equals_each_setting_alone():
     for i, s in enumerate(GRID):
         alone = run_quadratic(PROBLEM, [s], 40, seeds=3, seed=1)
         for name in ("objective", "cos_prev", "cos_applied", "parallel_scale", "regime"):
-            assert torch.equal(grid.traces[name][:, grid.rows_of(i)], alone.traces[name]), (s, name)
+            torch.testing.assert_close(grid.traces[name][:, grid.rows_of(i)], alone.traces[name], rtol=0, atol=0,
+                                       equal_nan=True, msg=f"{s} {name}")
 
 
 def _loop_run(problem, staleness, lr, method, steps, seeds, seed, dc_lambda=0.04):
@@ -77,11 +79,14 @@ def test_divergence_is_marked_and_frozen():
 
 
 def test_gac_skip_leaves_params_and_adam_state():
-    # Noise-free, s large: consecutive gradients identical ⇒ cos = 1 > τ_skip ⇒ every step after the first skips.
+    # Noise-free, s large: consecutive gradients identical ⇒ cos = 1 > τ_skip ⇒ the step after a kept one skips; a
+    # skip restarts the reference (gac.update), so the step after it is kept: skip and keep alternate.
     problem = QuadraticProblem(dim=3, noise=0.0)
     result = run_quadratic(problem, [setting("gac", 5, 0.1, threshold=0.5, skip_threshold=0.9)], 10, seeds=1)
-    assert result.traces["regime"][1:, 0].eq(gac.SKIP).all()
-    assert torch.allclose(result.traces["objective"][1:, 0], result.traces["objective"][0, 0].expand(9))
+    regimes, objective = result.traces["regime"][:, 0], result.traces["objective"][:, 0]
+    assert regimes[1::2].eq(gac.SKIP).all() and regimes[0::2].eq(gac.KEEP).all()
+    assert torch.equal(objective[1::2], objective[0::2])  # the objective after a skipped step: θ left as it was
+    assert (objective[2::2] < objective[1:-1:2]).all()  # ... a kept one moves it
 
 
 def test_run_started_at_the_optimum_is_not_marked_diverged():

@@ -1,6 +1,5 @@
 """Every simulator's rows have exactly the columns ``sim.schema.columns(sim)`` declares, in order."""
 
-import inspect
 import math
 
 import pytest
@@ -8,7 +7,7 @@ import pytest
 from sim import schema
 from sim.bandit import GaussianBandit, SoftmaxBandit, run_bandit, sim_name
 from sim.grid import setting
-from sim.llm import batched, train
+from sim.llm import train
 from sim.quadratic import QuadraticProblem, run_quadratic
 
 GRID = [setting("naive", 0, 0.1), setting("gac", 2, 0.1), setting("tis", 2, 0.1)]
@@ -42,11 +41,6 @@ def test_bandit_sim_names_are_schema_names():
     assert [sim_name(p) for p in BANDITS] == ["bandit_gaussian", "bandit_softmax", "bandit_contextual"]
 
 
-TRAINER_USES_SCHEMA = hasattr(train, "run_records") and "make_row(" in inspect.getsource(batched)  # its step
-
-
-@pytest.mark.skipif(not TRAINER_USES_SCHEMA, reason="sim/llm/train.py does not build its rows through "
-                    "sim.schema.make_row (and expose run_records) yet; the trainer refactor adds both")
 def test_llm_rows_have_exactly_the_schema_columns(tiny_checkpoint, tmp_path):
     args = train.Args(size="tiny", model=str(tiny_checkpoint), digits=1, steps=2, prompts_per_step=4, group_size=4,
                       minibatches=2, eval_every=1, eval_problems=8, temperature=0.5, progress=False,

@@ -49,8 +49,7 @@ def test_tensor_buffer_rows_read_their_own_version():
     assert buf.data.shape[0] == 3  # memory for s_max + 1 versions only
 
 
-def test_lr_scale_and_dc_by_hand():
-    assert stabilizers.lr_scale_factor(3) == 0.25
+def test_dc_by_hand():
     g, now, stale = torch.tensor([2.0, -1.0]), torch.tensor([1.0, 1.0]), torch.tensor([0.5, 2.0])
     # g + λ g⊙g⊙(θ_t − θ_{t−s}) with λ = 0.5: [2 + .5·4·.5, −1 + .5·1·(−1)] = [3, −1.5]
     assert stabilizers.delay_compensated_gradient(g, now, stale, 0.5).tolist() == [3.0, -1.5]

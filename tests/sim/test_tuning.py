@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import experiments.cache
 from experiments import toy, tuning
 from sim.bandit import run_bandit
 from sim.grid import setting
@@ -118,7 +117,7 @@ GOOD = dict(model=STALE_DATA, methods=("naive", "bapo"), staleness=(4,), lrs=(0.
 def test_bad_grid_fails_with_one_line_before_any_run(change, message, monkeypatch):
     monkeypatch.setattr(tuning, "run_bandit", lambda *a, **k: pytest.fail("a run started"))
     with pytest.raises(ValueError, match=message) as error:
-        tuning.toy_table("bandit_gaussian", "smoke", grid=tuning.TuningGrid(**{**GOOD, **change}))
+        tuning.toy_rows("bandit_gaussian", "smoke", grid=tuning.TuningGrid(**{**GOOD, **change}))
     assert len(str(error.value).splitlines()) == 1
 
 
@@ -130,10 +129,9 @@ def test_log_grid_and_default_grids():
     assert set(quad.tuning).isdisjoint(quad.reporting)
 
 
-def test_toy_table_gap_equals_a_run_of_that_setting_alone(tmp_path, monkeypatch):
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path)
+def test_toy_rows_gap_equals_a_run_of_that_setting_alone():
     grid = tuning.TuningGrid(**{**GOOD, "lrs": (0.05, 0.1, 0.2, 50.0)})
-    table = tuning.toy_table("bandit_gaussian", "smoke", grid=grid)
+    table = pd.DataFrame(tuning.toy_rows("bandit_gaussian", "smoke", grid=grid))
     assert len(table) == (4 + 2 * 4) * 2 and set(table["method"]) == {"sync", "naive", "bapo"}
     assert set(table[table["method"] == "sync"]["staleness"]) == {0}
     steps = toy.profile_of("smoke").bandit_steps

@@ -1,7 +1,8 @@
 """The committed summaries in docs/data/ recomputed from their committed run tables through today's code
 (experiments.stats and its callers): byte for byte, since each summary is a deterministic function of its runs (the
-bootstraps draw from a seeded numpy Generator), and the LLM testbed's paired numbers quoted in README.md to their
-printed digits. docs/data/verdict_toys.csv has no committed runs (they live in the run cache), so it is not here.
+bootstraps draw from a seeded numpy Generator; the provenance columns, code and command, set aside), and the LLM
+testbed's paired numbers quoted in RESULTS.md to their printed digits. docs/data/verdict_toys.csv has no committed
+runs (they live in the run cache), so it is not here.
 
 A summary that differs here means its code changed what it reports: regenerate the file from its runs (the command
 in its module) and say in CHANGELOG.md what moved and why.
@@ -15,10 +16,11 @@ import pandas as pd
 import pytest
 
 from experiments import llm_figures, signature, stats, verdict
+from experiments.results_tables import without_provenance
 from paper_figs import figs2_llm_signature
 from sim.record import write_records
 
-DATA = Path(__file__).resolve().parents[1] / "docs" / "data"
+DATA = Path(__file__).resolve().parents[2] / "docs" / "data"
 
 
 def run_rows(name: str) -> list[dict]:
@@ -38,7 +40,7 @@ def csv_text(rows: list[dict]) -> str:
 
 def assert_reproduces(name: str, rows: list[dict], tmp_path) -> None:
     written = write_records(rows, tmp_path / name).read_text()
-    committed = (DATA / name).read_text()
+    committed = without_provenance((DATA / name).read_text())
     if written != committed:
         old, new = pd.read_csv(DATA / name), pd.read_csv(io.StringIO(written))
         moved = [c for c in old.columns if c not in new or not old[c].equals(new[c])]
@@ -57,9 +59,9 @@ def test_verdict_table_and_controls_reproduce(verdict_runs, tmp_path):
 
 
 def test_verdict_v2_table_reproduces_from_its_runs(tmp_path):
-    runs, tuning = run_rows("verdict_llm_v2_runs.csv"), run_rows("verdict_llm_v2_tuning.csv")
-    assert_reproduces("verdict_llm_v2.csv", verdict.verdict_table(runs, tuning), tmp_path)
-    sync = next(r for r in verdict.verdict_table(runs, tuning) if r["arm"] == "sync")
+    table = verdict.verdict_table(run_rows("verdict_llm_v2_runs.csv"), run_rows("verdict_llm_v2_tuning.csv"))
+    assert_reproduces("verdict_llm_v2.csv", table, tmp_path)
+    sync = next(r for r in table if r["arm"] == "sync")
     assert sync["minus_naive_high"] - sync["minus_naive_low"] <= 0.04  # issue 33: resolved to +-0.02
 
 
@@ -86,15 +88,15 @@ def test_signature_map_summaries_reproduce(tmp_path):
     assert_reproduces("figs2_llm_signature_gaps.csv", figs2_llm_signature.gaps(rows), tmp_path)
 
 
-def test_llm_testbed_numbers_quoted_in_the_readme():
-    """README.md: sync RL gains +0.186 [0.100, 0.272]; staleness costs s = 16 −0.097 [−0.137, −0.056] (paired)."""
+def test_llm_testbed_numbers_quoted_in_results():
+    """RESULTS.md: sync RL gains +0.186 [0.100, 0.272]; staleness costs s = 16 −0.097 [−0.137, −0.056] (paired)."""
     summary = llm_figures.paired_summary(pd.read_csv(DATA / "llm_figures_runs.csv")).set_index("arm").round(3)
     assert tuple(summary.loc["sync", ["gain", "gain_low", "gain_high"]]) == (0.186, 0.100, 0.272)
     assert tuple(summary.loc["naive s=16", ["minus_sync", "minus_sync_low", "minus_sync_high"]]) == (
         -0.097, -0.137, -0.056)
     assert summary.loc["naive s=8", "minus_sync"] == -0.066
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert "+0.186 [0.100, 0.272]" in readme and "−0.097 [−0.137, −0.056]" in readme
+    results = (Path(__file__).resolve().parents[2] / "RESULTS.md").read_text()
+    assert "+0.186 [0.100, 0.272]" in results and "−0.097 [−0.137, −0.056]" in results
 
 
 def test_the_check_fails_when_a_statistic_changes(monkeypatch, tmp_path):

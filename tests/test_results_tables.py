@@ -1,0 +1,84 @@
+"""RESULTS.md's tables are the committed CSVs rendered by ``experiments.results_tables``: regenerated here, they must
+equal what RESULTS.md holds; a changed number in a CSV changes its table; a CSV without provenance is refused."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from experiments import results_tables as rt
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def rendered():
+    """RESULTS.md as it is, and as regenerated from docs/data/ (one render of every table)."""
+    text = (ROOT / "RESULTS.md").read_text()
+    return text, rt.regenerate(text)
+
+
+def test_results_tables_match_the_committed_csvs(rendered):
+    text, (new, changed) = rendered
+    assert not changed, f"RESULTS.md's tables differ from docs/data/ ({changed}): python -m experiments.results_tables"
+    assert new == text
+
+
+def test_every_table_is_in_results_and_quotes_its_csv_and_command(rendered):
+    text, _ = rendered
+    blocks = {m["name"]: m["body"] for m in rt.BLOCK.finditer(text)}
+    assert set(blocks) == set(rt.TABLES)
+    for name, body in blocks.items():
+        assert body.count("\n|") >= 2 and "Data: `docs/data/" in body and "code " in body, name
+
+
+def test_a_changed_number_in_a_csv_changes_its_table(rendered, tmp_path):
+    text, _ = rendered
+    data = tmp_path / "data"
+    shutil.copytree(ROOT / "docs" / "data", data)
+    csv = (data / "llm_snr_batch.csv").read_text().splitlines()
+    header, first = csv[0].split(","), csv[1].split(",")
+    first[header.index("samples")] = "65"  # 8 x 8 = 64 samples, written as 65
+    (data / "llm_snr_batch.csv").write_text("\n".join([csv[0], ",".join(first), *csv[2:]]) + "\n")
+    new, changed = rt.regenerate(text, data)
+    assert changed == ["snr-batch"] and "| 8 × 8 | 65 |" in new
+
+
+def test_a_csv_without_provenance_is_refused(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "llm_snr_batch.csv").write_text(rt.without_provenance((ROOT / "docs/data/llm_snr_batch.csv").read_text()))
+    with pytest.raises(rt.ProvenanceMissing, match="stamp docs/data/llm_snr_batch.csv"):
+        rt.snr_batch_table(data)
+
+
+def test_stamp_adds_provenance_and_keeps_every_other_cell(tmp_path):
+    original = 'a,b,note\n1,0.30000000000000004,"x, y"\n2,,\n'
+    path = tmp_path / "t.csv"
+    path.write_text(original)
+    rt.stamp(path, "python -m x --out t.csv", "74818e2")
+    assert path.read_text().splitlines()[0] == "a,b,note,code,command"
+    assert rt.without_provenance(path.read_text()) == original
+    rt.stamp(path, "python -m y", "abc1234")  # stamping again replaces, never duplicates
+    frame = rt.read("t.csv", tmp_path)
+    assert list(frame.columns) == ["a", "b", "note", "code", "command"]
+    assert set(frame.code) == {"abc1234"}  # read as text: 74818e2 would otherwise parse as a float
+
+
+def test_numbers_read_as_the_docs_write_them():
+    assert rt.interval(0.1861, 0.0999, 0.2724) == "+0.186 [0.100, 0.272]"
+    assert rt.interval(-0.0971, -0.1372, -0.0561) == "−0.097 [−0.137, −0.056]"
+    assert rt.number(-0.0004) == "0.000" and rt.number(float("nan")) == "–"
+    assert rt.step(0.00015) == "1.5e-4" and rt.step(0.0003) == "3e-4"
+    assert rt.arm_label("gac gradient s=16") == "GAC gradient s = 16"
+    assert rt.arm_label("kl_target+gac") == "KL-target + GAC"
+
+
+def test_check_exits_1_when_a_table_differs(monkeypatch, tmp_path, capsys):
+    stale = tmp_path / "RESULTS.md"
+    text = (ROOT / "RESULTS.md").read_text()
+    stale.write_text(text.replace("| 8 × 8 | 64 |", "| 8 × 8 | 63 |"))
+    monkeypatch.setattr(rt, "RESULTS", stale)
+    assert rt.main(["--check"]) == 1
+    assert "snr-batch" in capsys.readouterr().err
+    assert stale.read_text() != text  # --check changed nothing
