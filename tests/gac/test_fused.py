@@ -108,6 +108,32 @@ def test_fused_path_matches_the_general_path(space, optimizer, config, fresh):
     torch.testing.assert_close(fused_theta, general_theta, rtol=theta_tol, atol=theta_tol / 10)
 
 
+@pytest.mark.parametrize("space", ["gradient", "update", "momentum"])
+def test_parameters_without_a_gradient_take_no_part_on_both_paths(space):
+    """A tensor whose gradient is all zeros at some steps (and one with entries too small for float32 squares) takes
+    no part on the general path (main's rule); the fused path must count the same tensors."""
+    cfg = gac.GACConfig(threshold=0.3, mode="cap", space=space)
+    out = {}
+    for fused in (True, False):
+        params, opt = make("adamw", cfg, fused)
+        reports = []
+        for step in range(STEPS):
+            grads = gradients(step)
+            if step % 3 == 2:
+                grads[2] = torch.zeros_like(grads[2])
+            if step % 4 == 1:
+                grads[1] = grads[1] * 1e-25  # float32 squares underflow to 0: a gradient all the same
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g
+            opt.step()
+            reports.append((opt.last_report.regime, opt.last_report.cosine))
+        out[fused] = reports, torch.cat([p.detach().reshape(-1) for p in params])
+    assert [r for r, _ in out[True][0]] == [r for r, _ in out[False][0]]
+    torch.testing.assert_close(torch.tensor([c for _, c in out[True][0]]), torch.tensor([c for _, c in out[False][0]]),
+                               rtol=0, atol=1e-6, equal_nan=True)
+    torch.testing.assert_close(out[True][1], out[False][1], rtol=1e-5, atol=1e-6)
+
+
 def test_every_regime_is_compared_somewhere():
     seen = set()
     for space in ("gradient", "update", "momentum"):
