@@ -23,7 +23,7 @@ from experiments import verdict as verdict_mod
 from experiments import verdict_toys
 from experiments.cache import Unit, unit
 from experiments.llm import Run, dry_run_args, run_unit
-from paper_figs.common import Results, apply_style, method_color, save_figure
+from paper_figs.common import Results, apply_style, label_words, method_color, save_figure
 from sim.record import write_records
 from sim.stabilizers import NO_CONTROL
 
@@ -88,7 +88,7 @@ def plot_gap(ax, table: list[dict]) -> None:
         if np.isfinite(r["minus_naive_low"]):
             ax.errorbar(diff, i, xerr=[[diff - r["minus_naive_low"]], [r["minus_naive_high"] - diff]], color="black",
                         capsize=2, lw=0.8)
-    ax.set_yticks(range(len(rows)), [f"{r['arm']} (lr {r['lr']:.2g})" for r in rows], fontsize=6.5)
+    ax.set_yticks(range(len(rows)), [f"{label_words(r['arm'])} (step {r['lr']:.2g})" for r in rows], fontsize=6.5)
     ax.invert_yaxis()
     ax.axvline(0, color="#d62728", lw=0.8, label="naive async")
     ax.set(xlabel="final accuracy − naive async's (paired)\n(bar: mean; whisker: 90 % hierarchical interval)",
@@ -112,7 +112,7 @@ def plot_drift(ax, runs: list[dict]) -> None:
 def plot_alignment(ax, table: list[dict]) -> None:
     rows = [r for r in table if r["role"] == "report"]
     ax.bar(range(len(rows)), [r["cos_update"] for r in rows], color=[arm_color(r) for r in rows])
-    ax.set_xticks(range(len(rows)), [r["arm"] for r in rows], rotation=60, ha="right", fontsize=6.5)
+    ax.set_xticks(range(len(rows)), [label_words(r["arm"]) for r in rows], rotation=60, ha="right", fontsize=6.5)
     ax.set(ylabel=r"mean $\cos(\Delta\theta_t, \Delta\theta_{t-1})$", ylim=(-0.1, 1.0),
            title="(c) alignment of the applied update")
 
@@ -124,7 +124,7 @@ def plot_tuning_or_runs(ax, tuning: list[dict], runs: list[dict]) -> None:
             mine = sorted((r for r in tuning if r["arm"] == arm), key=lambda r: r["lr"])
             color = arm_color(mine[0])
             k = in_family[color] = in_family.get(color, -1) + 1
-            ax.plot([r["lr"] for r in mine], [r["score"] for r in mine], color=color, label=arm,
+            ax.plot([r["lr"] for r in mine], [r["score"] for r in mine], color=color, label=label_words(arm),
                     linestyle=LINESTYLES[k % len(LINESTYLES)], marker=MARKERS[k % len(MARKERS)], ms=3)
         ax.set_xscale("log")
         ax.set(xlabel="AdamW step size", ylabel="late held-out accuracy\n(tuning warm start)",
@@ -136,7 +136,7 @@ def plot_tuning_or_runs(ax, tuning: list[dict], runs: list[dict]) -> None:
     for i, arm in enumerate(arms):
         mine = [r for r in report if r["arm"] == arm]
         ax.scatter([i] * len(mine), [r["final_accuracy"] for r in mine], color=arm_color(mine[0]), s=12)
-    ax.set_xticks(range(len(arms)), arms, rotation=60, ha="right", fontsize=6.5)
+    ax.set_xticks(range(len(arms)), [label_words(a) for a in arms], rotation=60, ha="right", fontsize=6.5)
     ax.set(ylabel="final held-out accuracy\n(one dot per warm start × seed)",
            title="(d) per run (one fixed step size, no tuning)")
 
@@ -163,9 +163,9 @@ def plot_toys(ax_final, ax_cos, fig, toys: list[dict], staleness: int = 16) -> N
     labels = ["\n".join(short.get(part, part) for part in c) for c in columns]
     for ax, values, cmap, vmin, vmax, title, key in (
             (ax_final, ratio, "Reds", 0, 2, f"(e) toys, s = {staleness}: final objective relative to sync, each arm "
-             "at its own step size", "log10(final / sync's final)\n(0: as sync, 1: 10× worse)"),
+             "at its own step size", "$\\log_{10}$(final ÷ sync's final)\n(0: as sync, 1: 10× worse)"),
             (ax_cos, cos, "PuOr_r", -1, 1, f"(f) toys, s = {staleness}: alignment of the applied update",
-             "mean cos(Δθ_t, Δθ_{t−1})")):
+             r"mean $\cos(\Delta\theta_t, \Delta\theta_{t-1})$")):
         image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
         ax.grid(False)  # the style's grid lines would cross the cells
         for i in range(len(arms)):
@@ -173,7 +173,7 @@ def plot_toys(ax_final, ax_cos, fig, toys: list[dict], staleness: int = 16) -> N
                 ax.text(j, i, "—" if np.isnan(values[i, j]) else f"{values[i, j]:.2f}", ha="center", va="center",
                         fontsize=6.5, color=text_color(image, values[i, j]))
         ax.set_xticks(range(len(columns)), labels, fontsize=6.5)
-        ax.set_yticks(range(len(arms)), arms, fontsize=6.5)
+        ax.set_yticks(range(len(arms)), [label_words(a) for a in arms], fontsize=6.5)
         ax.set_title(title, fontsize=8)
         fig.colorbar(image, ax=ax, fraction=0.04, label=key)
 

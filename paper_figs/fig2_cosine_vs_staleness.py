@@ -11,6 +11,7 @@ The runs and the theory curves are computed in ``experiments.cosine_vs_staleness
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -33,13 +34,23 @@ NAME = "fig2_cosine_vs_staleness"
 FRACTION_COLORS = {0.3: "#9ecae1", 0.6: "#4292c6", 0.9: "#08306b", "fixed": "#e6550d"}
 
 
+
+
+def in_words(series: str) -> str:
+    """A series name of ``experiments.cosine_vs_staleness`` ('η·λ_max = 0.3·a*(s)', 'GRPO B=4, G=16, η=0.2') with
+    its symbols in mathtext."""
+    series = series.replace("η·λ_max", r"$\eta\lambda_{\max}$").replace("a*(s)", "$a^*(s)$")
+    return re.sub(r"\s*=\s*", " = ", series)
+
+
 def _plot_points(ax, rows: list[dict], panel: str, offset_step: float = 0.0) -> None:
     keys = list(dict.fromkeys(r["color_key"] for r in rows if r["panel"] == panel))
     for k, key in enumerate(keys):
         sel = [r for r in rows if r["panel"] == panel and r["color_key"] == key]
         xs = np.array([r["staleness"] for r in sel], dtype=float) * (1.0 + offset_step * (k - (len(keys) - 1) / 2))
         ax.errorbar(xs, [r["sim_mean"] for r in sel], yerr=[r["sim_std"] for r in sel], fmt="o", ms=3, capsize=2,
-                    color=FRACTION_COLORS.get(_as_key(key), "#2ca02c"), label=f"simulation, {sel[0]['series']}")
+                    color=FRACTION_COLORS.get(_as_key(key), "#2ca02c"),
+                    label=f"simulation, {in_words(sel[0]['series'])}")
 
 
 def _as_key(key: str):
@@ -72,7 +83,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     ax.plot(boundary_s, fixed_series_curve(boundary_s),
             color=FRACTION_COLORS["fixed"], lw=0.9, ls="-.", label=r"series $a/2 + (s-1)a^2/2$ (fixed $\eta$)")
     _plot_points(ax, rows, "stationary", offset_step=0.04)
-    ax.set(title="(a) stationary, noisy quadratic\n(lines: Lyapunov prediction at integer s)", xlabel="staleness $s$",
+    ax.set(title="(a) stationary, noisy quadratic\n(lines: Lyapunov prediction at integer $s$)", xlabel="staleness $s$",
            ylabel=r"mean $\cos(g_t, g_{t-1})$", ylim=(-1.05, 1.05), **symlog)
     ax.legend(fontsize=5.5, loc="lower right")
     ax = axes[1]

@@ -15,7 +15,7 @@ import pandas as pd
 from experiments import tuning
 from experiments.cache import Unit, unit
 from experiments.llm import run_unit
-from paper_figs.common import Results, apply_style, method_color, save_figure
+from paper_figs.common import SIM_TITLES, Results, apply_style, label_words, method_color, save_figure
 from sim.record import write_records
 
 NAME = "fig8_tuned"
@@ -69,12 +69,12 @@ def _plot(ax, sim: str, reported: pd.DataFrame) -> None:
         mean, low, high = value(ok["mean"]), value(ok["low"]), value(ok["high"])
         shift = 1.04 ** (k - (len(groups) - 1) / 2)  # methods side by side at each s (log axis)
         ax.errorbar(ok["staleness"] * shift, mean, yerr=[np.abs(mean - low), np.abs(high - mean)],
-                    color=method_color(method), marker="o", ms=3, capsize=2, label=method)
+                    color=method_color(method), marker="o", ms=3, capsize=2, label=label_words(method))
         dead = rows[~np.isfinite(rows["mean"])]
         ax.scatter(dead["staleness"], [0.0 if accuracy else 2 * top] * len(dead), marker="x",
                    color=method_color(method))
-    ax.set(xscale="log", xlabel="staleness s (log)", ylabel=YLABEL[sim], yscale="linear" if accuracy else "log",
-           title=f"{sim} (band: sync ± interval)")
+    ax.set(xscale="log", xlabel="staleness $s$ (log)", ylabel=YLABEL[sim], yscale="linear" if accuracy else "log",
+           title=f"{SIM_TITLES.get(sim, sim)} (band: sync ± interval)")
     ax.set_xticks(sorted(reported["staleness"][reported["staleness"] > 0].unique()))
     ax.get_xaxis().set_major_formatter(plt.ScalarFormatter())
     ax.get_xaxis().set_minor_formatter(plt.NullFormatter())  # a one-s panel would label its minor ticks

@@ -17,12 +17,16 @@ from experiments.cache import Unit
 from experiments.early_warning import HORIZONS, SIGNALS, check_request, evaluate, llm_rows
 from experiments.llm import run_unit, sweep
 from paper_figs import fig1_cosine, fig3_divergence
-from paper_figs.common import Results, apply_style, save_figure
+from paper_figs.common import SIM_TITLES, Results, apply_style, save_figure
 from sim.record import write_records
 
 NAME = "fig9_early_warning"
 TOY_FIGURES = (fig1_cosine, fig3_divergence)
 HORIZON_COLORS = ("#9ecae1", "#4292c6", "#08306b")
+SIGNAL_WORDS = {"cos_prev": "gradient cosine", "cos_update": "update cosine", "cos_excess": "cosine above SNR/(1+SNR)",
+                "kl_behaviour": r"KL to $\pi_b$", "grad_norm": "gradient norm", "clip_frac": "clipped share",
+                "entropy": "entropy", "staleness": "staleness", "ess_drop": "ESS drop"}
+"""The candidate signals of ``experiments.early_warning.SIGNALS`` in words, for the ticks."""
 
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
@@ -55,8 +59,8 @@ def plot_sim(axes, table: list[dict], sim: str, signals, horizons) -> None:
     first = next(iter(mine.values()))
     ax_auc.axhline(0.5, color="grey", ls="--", lw=0.8)
     ax_auc.set(ylim=(0, 1), ylabel="ROC AUC (higher value = warning)",
-               title=f"{sim}: {first['collapses']} collapses in {first['runs']} runs")
-    ax_auc.set_xticks(x, signals, rotation=45, ha="right")
+               title=f"{SIM_TITLES.get(sim, sim)}: {first['collapses']} collapses in {first['runs']} runs")
+    ax_auc.set_xticks(x, [SIGNAL_WORDS.get(s, s) for s in signals], rotation=45, ha="right")
     longest = max(horizons)
     lead = [mine[(s, longest)]["median_lead"] for s in signals]
     ax_lead.bar(x, lead, color="#4292c6")
@@ -66,7 +70,7 @@ def plot_sim(axes, table: list[dict], sim: str, signals, horizons) -> None:
             ax_lead.text(i, (lead[i] if not math.isnan(lead[i]) else 0) + 0.3, f"{detected:.0%}", ha="center",
                          fontsize=6)
     ax_lead.set(ylim=(0, longest * 1.15), ylabel=f"median lead (steps), k = {longest}\n(label: collapses detected)")
-    ax_lead.set_xticks(x, signals, rotation=45, ha="right")
+    ax_lead.set_xticks(x, [SIGNAL_WORDS.get(s, s) for s in signals], rotation=45, ha="right")
 
 
 def markdown(table: list[dict]) -> str:

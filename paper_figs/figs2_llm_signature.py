@@ -97,7 +97,7 @@ def plot_vs_staleness(ax, table: list[dict], key: str, colors: dict) -> None:
         ax.errorbar(s, mean, yerr=np.nan_to_num(err), color=color, marker="o", ms=3, capsize=2,
                     label=config_label(config))
     ax.axhline(0, color="grey", lw=0.6)
-    ax.set(xlabel="staleness s", ylabel=YLABELS[key], title=TITLES[key])
+    ax.set(xlabel="staleness $s$", ylabel=YLABELS[key], title=TITLES[key])
 
 
 def plot_snr(ax, table: list[dict], colors: dict) -> None:
@@ -107,8 +107,8 @@ def plot_snr(ax, table: list[dict], colors: dict) -> None:
                    else "^", s=10 + 2 * r["staleness"], alpha=0.8)
     snr = np.linspace(0, max([0.5] + [r["snr_halves"] for r in table if r["snr_halves"] == r["snr_halves"]]), 100)
     ax.plot(snr, [signature.snr_reference(x) for x in snr], color="black", ls="--",
-            label="signal only: 2·SNR_h/(1+2·SNR_h)")
-    ax.set(xlabel="per-half SNR_h, measured from the half-batch cosine",
+            label=r"signal only: $2\,\mathrm{SNR}_h/(1+2\,\mathrm{SNR}_h)$")
+    ax.set(xlabel=r"per-half $\mathrm{SNR}_h$, measured from the half-batch cosine",
            ylabel="mean cosine of consecutive\nRL steps' summed gradients",
            title="(e) RL-step cosine vs SNR (○ sync, ▲ async; size: s)")
     ax.legend(loc="upper left")

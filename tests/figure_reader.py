@@ -14,7 +14,7 @@ from matplotlib.text import Text
 from paper_figs import common
 
 CODE = [re.compile(p) for p in (
-    r"\b[A-Za-z]+_[A-Za-z0-9_.]*[A-Za-z0-9]\b",  # snake_case identifiers: gac_cap_t0.5_ema_ref, predicted_cosine
+    r"\b[^\W\d_]+_[\w.]*\w\b",  # snake_case identifiers and raw subscripts: gac_cap_t0.5_ema_ref, λ_max
     r"\b(theory|sim|experiments|gac)\.[a-z_]+",  # module paths: theory.convergence
     r"\bv\d\b",  # versions of code: v2
     r"[_^]\{",  # raw TeX outside $...$

@@ -16,6 +16,7 @@ from tests.figure_reader import assert_a_reader_understands, reader_problems  # 
 def test_the_word_list_catches_code_and_passes_words():
     assert reader_problems("gac_cap_t0.5_ema_ref") and reader_problems("a-priori bound (theory.convergence v2)")
     assert reader_problems("mean cos(g_t, g_{t-1})") and reader_problems("(lines: predicted_cosine)")
+    assert reader_problems("η·λ_max = 0.3")
     assert not reader_problems(r"mean $\cos(g_t, g_{t-1})$") and not reader_problems("GAC cap τ = 0.5, s = 16")
 
 
