@@ -43,7 +43,8 @@ without GAC), and its reference keeps its value for its next gradient. A gradien
 alike: GAC acts on the parameters that received a gradient. Complex
 parameters are measured and projected in their real view (``torch.view_as_real``; see ``gac.control.real_view``).
 Refused in one line: a ``cfg`` that is not a ``GACConfig`` (TypeError), parameters on the meta device (named), sparse
-gradients, LBFGS, wrapping twice.
+gradients, LBFGS, ``ZeroRedundancyOptimizer`` (its sharded state would drop GAC's reference from checkpoints), wrapping
+twice.
 
 ``torch.compile(opt.step)`` (or a compiled function that calls it) is refused in one line at the first compiled call:
 the decision is data-dependent (one host sync per step), so a compiled step breaks its graph at every step and gains
@@ -108,6 +109,11 @@ class GACOptimizer(torch.optim.Optimizer):
         if isinstance(optimizer, torch.optim.LBFGS):
             raise ValueError("wrap(): LBFGS re-evaluates its closure several times within one step, so GAC has no "
                              "single gradient to control; use GAC with a first-order optimizer")
+        if any(cls.__name__ == "ZeroRedundancyOptimizer" and cls.__module__.startswith("torch.distributed")
+               for cls in type(optimizer).__mro__):
+            raise ValueError("wrap(): ZeroRedundancyOptimizer shards the optimizer state and saves only its own, so "
+                             "GAC's reference would be lost from checkpoints; wrap the plain optimizer under DDP, or "
+                             "shard with FSDP (fully_shard), which GAC supports")
         cfg = check_config(cfg, "wrap()")
         self._moment_kind = first_moment_kind(optimizer) if cfg.space == "momentum" else None
         self._wrapped = False
