@@ -43,7 +43,13 @@ without GAC), and its reference keeps its value for its next gradient. A gradien
 alike: GAC acts on the parameters that received a gradient. Complex
 parameters are measured and projected in their real view (``torch.view_as_real``; see ``gac.control.real_view``).
 Refused in one line: a ``cfg`` that is not a ``GACConfig`` (TypeError), parameters on the meta device (named), sparse
-gradients, LBFGS, wrapping twice.
+gradients, LBFGS, ``ZeroRedundancyOptimizer`` (its sharded state would drop GAC's reference from checkpoints), wrapping
+twice.
+
+``torch.compile(opt.step)`` (or a compiled function that calls it) is refused in one line at the first compiled call:
+the decision is data-dependent (one host sync per step), so a compiled step breaks its graph at every step and gains
+little, and a compiled update-space step was reported to drift (1.3e-3) after a compiled gradient-space one. Compile
+the model; step the optimizer uncompiled.
 
 Copies: ``copy.deepcopy``, ``pickle`` and ``torch.save`` of the wrapper keep GAC's state (reference, counts, threshold
 statistics), and the copy steps exactly as the original would; one wrapped with a ``process_group`` is refused at
@@ -104,6 +110,11 @@ class GACOptimizer(torch.optim.Optimizer):
         if isinstance(optimizer, torch.optim.LBFGS):
             raise ValueError("wrap(): LBFGS re-evaluates its closure several times within one step, so GAC has no "
                              "single gradient to control; use GAC with a first-order optimizer")
+        if any(cls.__name__ == "ZeroRedundancyOptimizer" and cls.__module__.startswith("torch.distributed")
+               for cls in type(optimizer).__mro__):
+            raise ValueError("wrap(): ZeroRedundancyOptimizer shards the optimizer state and saves only its own, so "
+                             "GAC's reference would be lost from checkpoints; wrap the plain optimizer under DDP, or "
+                             "shard with FSDP (fully_shard), which GAC supports")
         cfg = check_config(cfg, "wrap()")
         self._moment_kind = first_moment_kind(optimizer) if cfg.space == "momentum" else None
         self._wrapped = False
@@ -143,6 +154,8 @@ class GACOptimizer(torch.optim.Optimizer):
 
     # -- the step ---------------------------------------------------------------------------------
     def step(self, closure=None):
+        if torch.compiler.is_compiling():
+            refuse_compiled_step()
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -395,6 +408,15 @@ class GACOptimizer(torch.optim.Optimizer):
 
     def __repr__(self) -> str:
         return f"GACOptimizer({self.gac.cfg}, {self.optimizer!r})"
+
+
+@torch.compiler.disable
+def refuse_compiled_step() -> None:
+    """The one-line refusal of ``torch.compile(opt.step)``. Called while dynamo traces ``step``; disabled for dynamo,
+    so it runs, and raises, for real instead of sending dynamo back to an eager rerun of the frame."""
+    raise ValueError("GAC: torch.compile of a gac.wrap optimizer's step is not supported (its decision is "
+                     "data-dependent, one host sync per step, and a compiled update-space step was seen to drift); "
+                     "compile the model and call opt.step() uncompiled")
 
 
 def look_at_gradients(params: list[torch.Tensor]) -> tuple[bool, list[bool]]:
