@@ -20,7 +20,10 @@ from benchmarks import gac_overhead, llm_speed, sim_throughput
     (sim_throughput, ["--seeds", "0"], "--seeds must be >= 1"),
 ])
 def test_bad_value_exits_2_before_any_work(module, argv, named, capsys, monkeypatch):
-    monkeypatch.setattr(module.torch, "set_num_threads", lambda n: pytest.fail("work started"))
+    if module is llm_speed:  # its work is the child processes that train
+        monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: pytest.fail("work started"))
+    else:
+        monkeypatch.setattr(module.torch, "set_num_threads", lambda n: pytest.fail("work started"))
     with pytest.raises(SystemExit) as exit_info:
         module.main(argv)
     assert exit_info.value.code == 2

@@ -28,6 +28,15 @@ def hf_tokenizer():
                                    eos_token=VOCAB[EOS])
 
 
+def hf_model(path):
+    """The checkpoint at ``path`` (``sim.llm.model.save_model``'s folder: Hugging Face's layout) as a
+    ``transformers`` Qwen3ForCausalLM, for trainers that need a ``PreTrainedModel``."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    return Qwen3ForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+
+
 def grpo_dataset(task: AdditionTask, n: int, seed: int = 0):
     """``n`` training-split problems as a ``datasets.Dataset`` with columns prompt ("ab+cd=") and answer."""
     from datasets import Dataset

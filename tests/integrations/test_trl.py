@@ -12,8 +12,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 import gac  # noqa: E402
 from gac.integrations.trl import add_gac  # noqa: E402
-from sim.llm.hf import exact_match_reward, grpo_dataset, hf_tokenizer  # noqa: E402
-from sim.llm.model import load_model  # noqa: E402
+from sim.llm.hf import exact_match_reward, grpo_dataset, hf_model, hf_tokenizer  # noqa: E402
 from sim.llm.task import AdditionTask  # noqa: E402
 
 
@@ -30,7 +29,7 @@ def test_grpo_trainer_with_gac_logs_finite_metrics(tmp_path, tiny_checkpoint):
     torch.manual_seed(0)
     # 0.75 of its train-split samples at T = 1 are right: with 4 prompts × 8 samples at T = 1.5 a step whose every
     # group has equal rewards (a zero gradient) is unlikely, and both steps having one far more so
-    model = load_model(tiny_checkpoint)
+    model = hf_model(tiny_checkpoint)
     args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=32, num_generations=8,
                       max_completion_length=3, max_steps=2, logging_steps=1, report_to=[], bf16=False,
                       save_strategy="no", seed=0, learning_rate=1e-3, temperature=1.5)
