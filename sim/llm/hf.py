@@ -28,13 +28,19 @@ def hf_tokenizer():
                                    eos_token=VOCAB[EOS])
 
 
-def hf_model(path):
-    """The checkpoint at ``path`` (``sim.llm.model.save_model``'s folder: Hugging Face's layout) as a
-    ``transformers`` Qwen3ForCausalLM, for trainers that need a ``PreTrainedModel``."""
+def hf_model(source):
+    """``sim.llm.model``'s Qwen3 — a model, or a checkpoint folder ``save_model`` wrote (Hugging Face's layout) — as
+    a ``transformers`` Qwen3ForCausalLM with the same weights, for trainers that need a ``PreTrainedModel``."""
     import torch
-    from transformers import Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    return Qwen3ForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    if not isinstance(source, torch.nn.Module):
+        return Qwen3ForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch.float32)
+    config = Qwen3Config(**{k: v for k, v in source.config.items() if k not in ("architectures", "torch_dtype")})
+    model = Qwen3ForCausalLM(config).float()
+    model.load_state_dict(source.state_dict(), strict=False)  # the head is tied to the embedding
+    model.tie_weights()
+    return model
 
 
 def grpo_dataset(task: AdditionTask, n: int, seed: int = 0):

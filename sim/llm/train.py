@@ -155,7 +155,8 @@ def setup(args: Args, log=print) -> Run:
     optimizer = inner
     if args.axes.direction == "gac":
         optimizer = gac.wrap(inner, replace(args.gac, space=args.gac_space))
-        if args.gac_space == "gradient":  # clip g' (GAC acts on the raw gradient): inside the wrapped step
+        if args.gac_space == "gradient":  # clip g' (GAC acts on the raw gradient): inside the wrapped step, in place,
+            optimizer.swap_grads = False  # so .grad must not be the tensor GAC keeps as its reference
             inner.register_step_pre_hook(lambda *_: clip(model, args.max_grad_norm))
     task = AdditionTask(digits=args.digits)
     run = Run(args=args, model=model, optimizer=optimizer, task=task, heldout=task.heldout_set(args.eval_problems),

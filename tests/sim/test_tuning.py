@@ -157,7 +157,7 @@ def test_llm_table_maps_accuracy_and_divergence(monkeypatch):
     grid = tuning.llm_grid("quick")
     assert len(runs) == len(grid.cells()) * 3 and {r.args.size for r in runs} == {"tiny"}
     assert all(r.args.ratio_to == "proximal" and r.args.on_nonfinite == "mark" for r in runs)
-    fake = [(run, {"summary": {"final_accuracy": 0.25 + 0.01 * k, "diverged_at": 3 if k == 1 else None}})
+    fake = [(run, {"summary": {"final_accuracy": 0.25 + 0.01 * k, "nonfinite_at": 3 if k == 1 else None}})
             for k, run in enumerate(runs)]
     monkeypatch.setattr(tuning, "results_of", lambda *a, **k: fake)
     table = tuning.llm_table("quick")
