@@ -33,6 +33,7 @@ import tyro
 from experiments import stats
 from experiments.llm import Run, dry_run_args, results_of
 from experiments.signature import config_args
+from sim.cli import check_device
 from sim.llm.args import Args
 from sim.stabilizers import gac_config, parse_method
 
@@ -483,6 +484,7 @@ def main(argv=None) -> int:
     args = tyro.cli(VerdictArgs, args=argv, prog="python -m experiments.verdict")
     out = default_out(args.profile) if args.out is None else args.out
     try:  # before any work: a run of hours that cannot write its table is refused now
+        check_device(args.device)
         check_output_files(out, [out.with_name(out.stem + s + ".csv") for s in OUTPUT_SUFFIXES],
                            "full" if args.profile in COMMITTED_PROFILES else args.profile, args.force)
         if args.profile == "gpu" and not args.device.startswith("cuda"):

@@ -11,12 +11,10 @@ import contextlib
 import sys
 from dataclasses import replace
 
-import torch
-
 from experiments import cache, cluster
 from experiments.llm import default_jobs, largest_size
 from paper_figs.driver import DRY_RUN_DIR, FIGURES, TALK_DIR, FigureArgs, declare, make_figures, plan
-from sim.cli import fail, parse
+from sim.cli import check_device, fail, parse
 from sim.record import check_output_dir, one_line_os_error
 
 PROG = "python -m paper_figs"
@@ -40,11 +38,10 @@ def parse_args(argv=None) -> FigureArgs:
     args = replace(args, out=out / TALK_DIR if args.style == "talk" else out)
     if args.dry_run:
         return replace(args, names=names, device="cpu")
-    if args.device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            _fail(f"--device {args.device} requested but torch sees no CUDA device on this machine")
-    elif args.device != "cpu":
-        _fail(f"--device must be cpu or cuda[:N], got {args.device!r}")
+    try:
+        check_device(args.device)
+    except ValueError as err:
+        _fail(str(err))
     return replace(args, names=names)
 
 

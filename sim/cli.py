@@ -5,6 +5,7 @@ tyro draws a ValueError raised while it builds the dataclass, and a value outsid
 multi-line box. ``parse`` carries the dataclass's own ValueError past tyro (as ``Refused``, which tyro does not catch)
 and prints it as ``prog: error: message``; ``choice`` and ``folder`` are field rules that refuse a bad choice or an
 empty folder the same way (tyro reads ``--out ""`` as ``Path("")``, the current folder, so a field check comes late).
+``check_device`` is the one rule for a ``--device`` value, checked before any work.
 """
 
 from __future__ import annotations
@@ -48,6 +49,17 @@ def folder(flag: str):
     return PrimitiveConstructorSpec(nargs=1, metavar="PATH", instance_from_str=read,
                                     is_instance=lambda value: isinstance(value, Path),
                                     str_from_instance=lambda value: [str(value)])
+
+
+def check_device(device: str) -> None:
+    """One-line ValueError unless ``device`` is cpu, or cuda / cuda:N on a machine where torch sees a CUDA device."""
+    import torch
+
+    kind, _, index = device.partition(":")
+    if device != "cpu" and not (kind == "cuda" and (index == "" or index.isdigit())):
+        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device} requested but torch sees no CUDA device on this machine; use --device cpu")
 
 
 def checked_registry(types: tuple[type, ...], registry=None):

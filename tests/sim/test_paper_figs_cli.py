@@ -113,6 +113,7 @@ def test_ctrl_c_in_paper_figs_is_one_line(tmp_path, monkeypatch, capsys):
     (["all", "--profile", "gpu", "--dry-run"], "--profile gpu applies to the LLM figures only"),
     (["fig5_llm_grpo", "--profile", "gpu"], "--profile gpu needs --device cuda"),
     (["fig7_bound", "--address", "auto"], "--address names a Ray cluster"),
+    (["fig7_bound", "--device", "tpu"], "--device must be cpu, cuda or cuda:N, got 'tpu'"),
 ])
 def test_figure_args_checks_are_one_line_before_any_work(argv, named, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(figs_cli, "declare", lambda *a, **k: pytest.fail("runs were declared"))
@@ -131,3 +132,13 @@ def test_figure_args_built_in_python_are_checked_the_same_way():
     with pytest.raises(ValueError, match="--profile gpu needs --device cuda"):
         driver.FigureArgs(names=("fig5_llm_grpo",), profile="gpu")
     assert driver.FigureArgs(names=("fig5_llm_grpo",), profile="gpu", dry_run=True).profile == "gpu"
+
+
+def test_cuda_without_a_cuda_device_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr(figs_cli, "declare", lambda *a, **k: pytest.fail("runs were declared"))
+    with pytest.raises(SystemExit) as exit_info:
+        figs_cli.main(["fig7_bound", "--device", "cuda", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "--device cuda requested but torch sees no CUDA device" in err and len(err.splitlines()) == 1
