@@ -15,6 +15,7 @@ from experiments import cache, cluster
 from experiments.llm import default_jobs, largest_size
 from paper_figs.driver import DRY_RUN_DIR, FIGURES, TALK_DIR, FigureArgs, declare, make_figures, plan
 from sim.cli import check_device, fail, parse
+from sim.paths import force_recompute
 from sim.record import check_output_dir, one_line_os_error
 
 PROG = "python -m paper_figs"
@@ -33,6 +34,8 @@ def parse_args(argv=None) -> FigureArgs:
     except ValueError as err:
         _fail(str(err))
     names = tuple(FIGURES) if "all" in args.names else args.names
+    if force_recompute():  # GAC_LAB_FORCE=1, as documented (sim.paths): the same as --force
+        args = replace(args, force=True)
     # a dry run's figures are smoke tests and slides are not the paper's: each goes beside the real ones, never over
     out = args.out / DRY_RUN_DIR if args.dry_run else args.out
     args = replace(args, out=out / TALK_DIR if args.style == "talk" else out)

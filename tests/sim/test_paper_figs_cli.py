@@ -113,6 +113,10 @@ def test_ctrl_c_in_paper_figs_is_one_line(tmp_path, monkeypatch, capsys):
     (["all", "--profile", "gpu", "--dry-run"], "--profile gpu applies to the LLM figures only"),
     (["fig5_llm_grpo", "--profile", "gpu"], "--profile gpu needs --device cuda"),
     (["fig7_bound", "--address", "auto"], "--address names a Ray cluster"),
+    (["nonsense"], "a figure name must be one of fig1_cosine, "),  # the value and the choices, not a framed box
+    (["fig7_bound", "--profile", "bad"], "--profile must be one of quick, full, gpu, got 'bad'"),
+    (["fig7_bound", "--jobs", "1.5"], "--jobs must be a whole number of worker processes >= 1, got '1.5'"),
+    (["fig7_bound", "--executor", "x"], "--executor must be one of local, ray, got 'x'"),
     (["fig7_bound", "--device", "tpu"], "--device must be cpu, cuda or cuda:N, got 'tpu'"),
 ])
 def test_figure_args_checks_are_one_line_before_any_work(argv, named, tmp_path, monkeypatch, capsys):
@@ -142,3 +146,10 @@ def test_cuda_without_a_cuda_device_is_one_line_before_any_work(tmp_path, monkey
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "--device cuda requested but torch sees no CUDA device" in err and len(err.splitlines()) == 1
+
+
+def test_gac_lab_force_recomputes_as_documented(tmp_path, monkeypatch):
+    """sim.paths documents GAC_LAB_FORCE=1 as "recompute cached results"; paper_figs used to ignore it."""
+    assert not figs_cli.parse_args(["fig7_bound", "--out", str(tmp_path)]).force
+    monkeypatch.setenv("GAC_LAB_FORCE", "1")
+    assert figs_cli.parse_args(["fig7_bound", "--out", str(tmp_path)]).force
