@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
@@ -29,6 +29,7 @@ import tyro
 from experiments import stats
 from experiments.aggregate import measured
 from experiments.llm import Run, results_of
+from sim.cli import choice, folder, parse, whole
 from sim.llm.train import Args
 from sim.llm.warmstart import WarmStartRejected
 from sim.schema import nonfinite
@@ -253,13 +254,13 @@ def snr_rows(results: list[tuple[Run, dict]]) -> pd.DataFrame:
 class Cli:
     """Compute the LLM figures' runs (cached) and write their table; --snr writes the SNR-vs-batch table instead."""
 
-    out: tyro.conf.Positional[str]
+    out: tyro.conf.Positional[Annotated[Path, folder("OUT", "give the CSV path, e.g. docs/data/llm_figures_runs.csv")]]
     """CSV to write (docs/data/llm_figures_runs.csv; with --snr docs/data/llm_snr_batch.csv)"""
-    profile: Literal["quick", "full"] = "full"
+    profile: Annotated[Literal["quick", "full"], choice("--profile", ("quick", "full"))] = "full"
     """which runs: quick (2 warm starts × 1 seed) or full (8 × 2)"""
     snr: bool = False
     """measure the SNR against the batch size instead (sync, at the tuning warm start)"""
-    jobs: int | None = None
+    jobs: Annotated[int | None, whole("--jobs", 1, "worker processes")] = None
     """worker processes (default: one per core, memory permitting)"""
 
 
@@ -281,4 +282,4 @@ def main(cli: Cli) -> pd.DataFrame:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Cli))
+    main(parse(Cli, None, prog="python -m experiments.llm_figures"))

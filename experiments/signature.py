@@ -12,7 +12,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import tyro
@@ -21,6 +21,8 @@ from scipy.stats import spearmanr
 from experiments import stats
 from experiments.aggregate import measured
 from experiments.llm import Run, dry_run_args, results_of, run_unit
+from experiments.outputs import check_output_files
+from sim.cli import choice, folder, parse
 from sim.llm.train import Args
 from sim.schema import nonfinite
 from sim.stabilizers import gac_config
@@ -241,8 +243,8 @@ def cached_only(runs: list[Run]) -> list[tuple[Run, dict]]:
 class GacTableArgs:
     """Run the GAC table (cached) and write it, its runs beside it."""
 
-    command: tyro.conf.Positional[Literal["gac-table"]]
-    out: tyro.conf.Positional[Path]
+    command: tyro.conf.Positional[Annotated[Literal["gac-table"], choice("the command", ("gac-table",))]]
+    out: tyro.conf.Positional[Annotated[Path, folder("OUT", "give the table's CSV path, e.g. out/gac_table.csv")]]
     """table CSV (OUT_runs.csv beside it)"""
     arms: tuple[str, ...] = ()
     """arms of ``GAC_ARMS`` to run (default: all)"""
@@ -256,7 +258,12 @@ def main(argv=None) -> int:
     """``python -m experiments.signature gac-table OUT.csv [--arms ARM ...] [--seeds N ...] [--cached]``."""
     from sim.record import write_records
 
-    args = tyro.cli(GacTableArgs, args=argv, prog="python -m experiments.signature")
+    args = parse(GacTableArgs, argv, prog="python -m experiments.signature")
+    try:  # before any run: a table that cannot be written is refused now, not after hours of runs
+        check_output_files(args.out, [args.out, args.out.with_name(args.out.stem + "_runs.csv")], "full", True, "OUT")
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     arms = args.arms or tuple(GAC_ARMS)
     unknown = [a for a in arms if a not in GAC_ARMS]
     if unknown:

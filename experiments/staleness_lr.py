@@ -39,14 +39,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
-import tyro
 
 from experiments import toy
 from experiments.cache import one_thread, result, unit
 from sim.bandit import run_bandit
+from sim.cli import choice, fail, folder, parse
 from sim.grid import setting
 from sim.quadratic import QuadraticProblem, run_quadratic
 from sim.schema import nonfinite
@@ -462,13 +462,13 @@ def fit_path(out: Path) -> Path:
 class StalenessLRArgs:
     """The staleness × step-size law at the toy scales: writes the max-stable-step table and the exponent fits."""
 
-    out: Path
+    out: Annotated[Path, folder("--out", "give the table's CSV path, e.g. --out out/law.csv")]
     """CSV of the table (atomically); the fits go beside it as NAME_fit.csv"""
-    profile: Literal["quick", "full"] = "quick"
+    profile: Annotated[Literal["quick", "full"], choice("--profile", ("quick", "full"))] = "quick"
     """run sizes (``PROFILES``)"""
     force: bool = False
     """overwrite committed (git-tracked) CSVs with the quick profile"""
-    scales: tuple[Literal["quadratic", "bandit_gaussian", "bandit_gaussian_mean", "llm"], ...] = SCALES
+    scales: tuple[Annotated[Literal[ALL_SCALES], choice("--scales", ALL_SCALES)], ...] = SCALES
     """the scales to search (llm: the 0.6M testbed, hours of CPU on the full profile)"""
 
 
@@ -477,12 +477,11 @@ def main(argv=None) -> int:
     from experiments.outputs import check_output_files
     from sim.record import write_records
 
-    args = tyro.cli(StalenessLRArgs, args=argv, prog="python -m experiments.staleness_lr")
+    args = parse(StalenessLRArgs, argv, prog="python -m experiments.staleness_lr")
     try:
         check_output_files(args.out, [args.out, fit_path(args.out)], args.profile, args.force)
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+        fail("python -m experiments.staleness_lr", str(err))
     with one_thread():  # the grid's tensors are small: a second thread only spins on a shared machine
         tables = law_tables(args.profile, args.scales, log=print)
     write_records(tables["table"], args.out, COLUMNS)

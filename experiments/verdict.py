@@ -25,14 +25,14 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
-import tyro
 
 from experiments import stats
 from experiments.llm import Run, dry_run_args, results_of
 from experiments.signature import config_args
+from sim.cli import check_device, choice, folder, parse, whole
 from sim.llm.args import Args
 from sim.schema import nonfinite
 from sim.stabilizers import gac_config, parse_method
@@ -418,22 +418,24 @@ def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: 
 class VerdictArgs:
     """The LLM verdict: every arm at its own step size over warm starts; writes the table, runs and tuning."""
 
-    profile: Literal["quick", "full", "v2", "gpu"] = "quick"
+    profile: Annotated[Literal["quick", "full", "v2", "gpu"], choice("--profile", ("quick", "full", "v2", "gpu"))] = \
+        "quick"
     """the run sizes (``PROFILES``)"""
-    out: Path | None = None
+    out: Annotated[Path | None, folder("--out", "give the table's CSV path, e.g. --out out/verdict.csv")] = None
     """table CSV (runs, tuning and controls beside it); default: docs/data/verdict_llm.csv for the full profile and
     docs/data/verdict_llm_v2.csv for v2 (the committed tables), paper_figs/out/verdict_llm_PROFILE.csv for the
     others"""
-    stage: Literal["tuning", "reporting", "controls", "all"] = "all"
+    stage: Annotated[Literal["tuning", "reporting", "controls", "all"],
+                     choice("--stage", ("tuning", "reporting", "controls", "all"))] = "all"
     """stop after this stage (tuning, reporting, the controls, or all incl. the milder one)"""
     device: str = "cpu"
     """cpu, cuda or cuda:N"""
     force: bool = False
     """overwrite committed (git-tracked) CSVs with a profile other than full or v2"""
-    jobs: int | None = None
+    jobs: Annotated[int | None, whole("--jobs", 1, "runs at once")] = None
     """runs at once (default: experiments.llm.default_jobs, from the cores and the memory; with --executor ray, the
     cluster's CPUs)"""
-    executor: Literal["local", "ray"] = "local"
+    executor: Annotated[Literal["local", "ray"], choice("--executor", ("local", "ray"))] = "local"
     """where the runs are computed: local worker processes, or a Ray cluster (pip install -e '.[cluster]')"""
     address: str | None = None
     """with --executor ray: the cluster to join (host:port, or auto); default: a local cluster for this command"""
@@ -480,9 +482,10 @@ def main(argv=None) -> int:
     from experiments.outputs import check_output_files
     from sim.record import one_line_os_error, write_records
 
-    args = tyro.cli(VerdictArgs, args=argv, prog="python -m experiments.verdict")
+    args = parse(VerdictArgs, argv, prog="python -m experiments.verdict")
     out = default_out(args.profile) if args.out is None else args.out
     try:  # before any work: a run of hours that cannot write its table is refused now
+        check_device(args.device)
         check_output_files(out, [out.with_name(out.stem + s + ".csv") for s in OUTPUT_SUFFIXES],
                            "full" if args.profile in COMMITTED_PROFILES else args.profile, args.force)
         if args.profile == "gpu" and not args.device.startswith("cuda"):

@@ -11,14 +11,14 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import pandas as pd
-import tyro
 
 from experiments import stats, toy, tuning
 from experiments.cache import result, unit
 from sim.bandit import run_bandit
+from sim.cli import choice, fail, folder, parse
 from sim.grid import setting
 from sim.quadratic import run_quadratic
 from sim.stabilizers import parse_method
@@ -218,9 +218,9 @@ def toy_verdict_rows(profile: str = "quick") -> list[dict]:
 class VerdictToysArgs:
     """The toys' verdict: every arm at its own step size; writes the table."""
 
-    out: Path
+    out: Annotated[Path, folder("--out", "give the table's CSV path, e.g. --out out/verdict_toys.csv")]
     """CSV to write (atomically), in an existing folder"""
-    profile: Literal["quick", "full"] = "quick"
+    profile: Annotated[Literal["quick", "full"], choice("--profile", ("quick", "full"))] = "quick"
     """the run sizes (``PROFILES``)"""
     force: bool = False
     """overwrite a committed (git-tracked) CSV with the quick profile"""
@@ -231,15 +231,14 @@ def main(argv=None) -> int:
     from experiments.outputs import check_output_files
     from sim.record import write_records
 
-    args = tyro.cli(VerdictToysArgs, args=argv, prog="python -m experiments.verdict_toys")
+    prog = "python -m experiments.verdict_toys"
+    args = parse(VerdictToysArgs, argv, prog=prog)
     if args.out.suffix != ".csv" or not args.out.parent.is_dir():
-        print(f"error: --out must be a .csv in an existing folder, got {args.out}", file=sys.stderr)
-        raise SystemExit(2)
+        fail(prog, f"--out must be a .csv in an existing folder, got {args.out}")
     try:
         check_output_files(args.out, [args.out], args.profile, args.force)
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+        fail(prog, str(err))
     rows = toy_verdict_rows(args.profile)
     write_records(rows, args.out, COLUMNS)
     edges = [f"{r['sim']}/{r['optimizer']}/{r['structure']}/s={r['staleness']}/{r['arm']}" for r in rows

@@ -16,11 +16,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import pandas as pd
 import torch
 import tyro
 
+from sim.cli import folder, parse
 from sim.llm.args import Args
 from sim.llm.warmstart import WarmStartConfig, WarmStartRejected, train_warm_start, warm_start
 from sim.record import check_output_dir
@@ -71,7 +73,7 @@ def warm_start_row(config: WarmStartConfig, threads: int) -> dict:
 class Cli:
     """Train the LLM figures' warm starts and write their table (one row per seed and thread count)."""
 
-    out: tyro.conf.Positional[str]
+    out: tyro.conf.Positional[Annotated[Path, folder("OUT", "give the CSV path, e.g. docs/data/warm_starts.csv")]]
     """CSV to write (e.g. docs/data/warm_starts.csv)"""
     seeds: list[int] = field(default_factory=lambda: list(range(10)))
     """warm seeds, trained with one thread"""
@@ -141,4 +143,4 @@ def summary(table: pd.DataFrame) -> str:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Cli))
+    main(parse(Cli, None, prog="python -m experiments.warm_starts"))

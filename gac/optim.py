@@ -257,7 +257,7 @@ class GACOptimizer(torch.optim.Optimizer):
             for param, (buffer, factor) in buffers.items():
                 reference = self.gac._reference_of(index_of[param])
                 if buffer is not None and reference is not None and index_of[param] in taking_part:
-                    buffer.sub_(reference.to(buffer.dtype), alpha=coef * factor)
+                    real_parts(buffer).sub_(real_parts(reference.to(buffer.dtype)), alpha=coef * factor)
 
         complete = all(buffer is not None for buffer, _ in buffers.values())
         # m_t is formed in a buffer kept between steps, and with reference "prev" becomes the reference itself
@@ -286,8 +286,11 @@ class GACOptimizer(torch.optim.Optimizer):
                     buffer = state.get("exp_avg")
                     buffer = None if buffer is None else local_tensor(buffer)
                     out = self.gac.take_spare(index_of[p], grad)
-                    moments[p] = (torch.mul(grad, 1.0 - beta1, out=out) if buffer is None
-                                  else torch.lerp(buffer, grad, 1.0 - beta1, out=out))
+                    if buffer is None:
+                        torch.mul(real_parts(grad), 1.0 - beta1, out=real_parts(out))
+                    else:  # in the real view, as torch's Adam forms a complex parameter's moment (the same bits)
+                        torch.lerp(real_parts(buffer), real_parts(grad), 1.0 - beta1, out=real_parts(out))
+                    moments[p] = out
                     factor = 1.0 / beta1
                 else:
                     momentum, dampening = float(group["momentum"]), float(group["dampening"])

@@ -12,7 +12,8 @@ import sys
 from dataclasses import replace
 
 from paper_figs.args import DRY_RUN_DIR, FIGURES, FigureArgs
-from sim.cli import fail, parse
+from sim.cli import check_device, fail, parse
+from sim.paths import force_recompute
 from sim.record import check_output_dir, one_line_os_error
 
 # torch, the simulators and the run graph are imported where a command runs them (--help answers without them)
@@ -47,17 +48,16 @@ def parse_args(argv=None) -> FigureArgs:
     except ValueError as err:
         _fail(str(err))
     names = tuple(FIGURES) if "all" in args.names else args.names
+    if force_recompute():  # GAC_LAB_FORCE=1, as documented (sim.paths): the same as --force
+        args = replace(args, force=True)
     # a dry run's figures are smoke tests: they go beside the real ones, never over them
     args = replace(args, out=args.out / DRY_RUN_DIR if args.dry_run else args.out)
     if args.dry_run:
         return replace(args, names=names, device="cpu")
-    if args.device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            _fail(f"--device {args.device} requested but torch sees no CUDA device on this machine")
-    elif args.device != "cpu":
-        _fail(f"--device must be cpu or cuda[:N], got {args.device!r}")
+    try:
+        check_device(args.device)
+    except ValueError as err:
+        _fail(str(err))
     return replace(args, names=names)
 
 

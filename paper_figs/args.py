@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 import tyro
 
 from sim import paths
-from sim.cli import folder
+from sim.cli import choice, folder, whole
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = listing order for "all".
 FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region", "fig5_llm_grpo",
@@ -27,23 +27,23 @@ DRY_RUN_DIR = "dry_run"
 class FigureArgs:
     """Regenerate the paper's figures (PNG, PDF and the CSV each figure plots)."""
 
-    names: tyro.conf.Positional[tuple[FigureName, ...]]
+    names: tyro.conf.Positional[tuple[Annotated[FigureName, choice("a figure name", (*FIGURES, "all"))], ...]]
     """figure names, or 'all' for every figure in order"""
-    profile: Literal["quick", "full", "gpu"] = "quick"
+    profile: Annotated[Literal["quick", "full", "gpu"], choice("--profile", ("quick", "full", "gpu"))] = "quick"
     """run lengths and seeds: quick (minutes), full (paper scale, hours on CPU) or gpu (LLM figures, --device cuda)"""
     device: str = "cpu"
     """torch device for the runs (cpu or cuda[:N])"""
     out: Annotated[Path, folder("--out")] = paths.figures_dir()
     """output folder"""
     force: bool = False
-    """recompute every run the figures read, even when cached results exist"""
+    """recompute every run the figures read, even when cached results exist (GAC_LAB_FORCE=1 does the same)"""
     dry_run: bool = False
     """LLM figures: every run shrunk to the tiny model, 2 steps, one seed, on the CPU (checks a command starts
     and writes its CSV; a gpu profile then needs no CUDA device). Writes into OUT/dry_run/, never over real figures"""
-    jobs: int | None = None
+    jobs: Annotated[int | None, whole("--jobs", 1, "worker processes")] = None
     """worker processes (default: experiments.llm.default_jobs, from the cores and the memory; GAC_LAB_JOBS too);
     with --executor ray, tasks at once (default: the cluster's CPUs)"""
-    executor: Literal["local", "ray"] = "local"
+    executor: Annotated[Literal["local", "ray"], choice("--executor", ("local", "ray"))] = "local"
     """where the runs are computed: local worker processes, or a Ray cluster (pip install -e '.[cluster]'); the same
     CSVs either way"""
     address: str | None = None

@@ -3,8 +3,10 @@ and every refusal one line on stderr with exit status 2, before any work.
 
 tyro draws a ValueError raised while it builds the dataclass, and a value outside a ``Literal``'s choices, as a
 multi-line box. ``parse`` carries the dataclass's own ValueError past tyro (as ``Refused``, which tyro does not catch)
-and prints it as ``prog: error: message``; ``choice`` and ``folder`` are field rules that refuse a bad choice or an
-empty folder the same way (tyro reads ``--out ""`` as ``Path("")``, the current folder, so a field check comes late).
+and prints it as ``prog: error: message``; ``choice``, ``whole`` and ``folder`` are field rules that refuse a bad
+choice, a number that is not a whole one (tyro's box for ``--jobs 1.5``) or an empty folder the same way (tyro reads
+``--out ""`` as ``Path("")``, the current folder, so a field check comes late). ``check_device`` is the one rule for a
+``--device`` value, checked before any work.
 """
 
 from __future__ import annotations
@@ -35,19 +37,50 @@ def choice(flag: str, choices: tuple[str, ...]):
                                     is_instance=lambda value: value in choices, str_from_instance=lambda value: [value])
 
 
-def folder(flag: str):
-    """The tyro rule of a folder field (``Annotated[Path, folder(flag)]``): an empty value is refused in one line
-    naming ``flag`` (tyro alone would read it as the current folder)."""
+def whole(flag: str, minimum: int, what: str):
+    """The tyro rule of an optional whole-number field (``Annotated[int | None, whole(flag, minimum, what)]``, default
+    None): a value that is not a whole number >= ``minimum`` is refused in one line naming ``flag`` and ``what``
+    it counts."""
+    from tyro.constructors import PrimitiveConstructorSpec
+
+    def read(strings: list[str]) -> int:
+        try:
+            value = int(strings[0])
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise Refused(f"{flag} must be a whole number of {what} >= {minimum}, got {strings[0]!r}")
+        return value
+
+    return PrimitiveConstructorSpec(nargs=1, metavar="INT", instance_from_str=read,
+                                    is_instance=lambda value: value is None or isinstance(value, int),
+                                    str_from_instance=lambda value: [str(value)])
+
+
+def folder(flag: str, hint: str = "give a folder (use . for the current one)"):
+    """The tyro rule of a folder field (``Annotated[Path, folder(flag)]``, or ``Path | None``): an empty value is
+    refused in one line naming ``flag`` (tyro alone would read it as the current folder)."""
     from tyro.constructors import PrimitiveConstructorSpec
 
     def read(strings: list[str]) -> Path:
         if strings[0].strip() == "":
-            raise Refused(f"{flag} is empty; give a folder (use . for the current one)")
+            raise Refused(f"{flag} is empty; {hint}")
         return Path(strings[0])
 
     return PrimitiveConstructorSpec(nargs=1, metavar="PATH", instance_from_str=read,
-                                    is_instance=lambda value: isinstance(value, Path),
+                                    is_instance=lambda value: value is None or isinstance(value, Path),
                                     str_from_instance=lambda value: [str(value)])
+
+
+def check_device(device: str) -> None:
+    """One-line ValueError unless ``device`` is cpu, or cuda / cuda:N on a machine where torch sees a CUDA device."""
+    import torch
+
+    kind, _, index = device.partition(":")
+    if device != "cpu" and not (kind == "cuda" and (index == "" or index.isdigit())):
+        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device} requested but torch sees no CUDA device on this machine; use --device cpu")
 
 
 def checked_registry(types: tuple[type, ...], registry=None):
@@ -86,7 +119,7 @@ def fail(prog: str, message: str) -> None:
 
 def parse(cls: type[T], argv: list[str] | None, prog: str, description: str | None = None) -> T:
     """``tyro.cli(cls)`` on ``argv`` (None: sys.argv[1:]); a refusal of ``cls``'s ``__post_init__`` or of a field rule
-    (``choice``, ``folder``) exits 2 with one line naming the value, before the caller does any work."""
+    (``choice``, ``whole``, ``folder``) exits 2 with one line naming the value, before the caller does any work."""
     import tyro
 
     try:

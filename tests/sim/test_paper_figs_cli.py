@@ -113,6 +113,11 @@ def test_ctrl_c_in_paper_figs_is_one_line(tmp_path, monkeypatch, capsys):
     (["all", "--profile", "gpu", "--dry-run"], "--profile gpu applies to the LLM figures only"),
     (["fig5_llm_grpo", "--profile", "gpu"], "--profile gpu needs --device cuda"),
     (["fig7_bound", "--address", "auto"], "--address names a Ray cluster"),
+    (["nonsense"], "a figure name must be one of fig1_cosine, "),  # the value and the choices, not a framed box
+    (["fig7_bound", "--profile", "bad"], "--profile must be one of quick, full, gpu, got 'bad'"),
+    (["fig7_bound", "--jobs", "1.5"], "--jobs must be a whole number of worker processes >= 1, got '1.5'"),
+    (["fig7_bound", "--executor", "x"], "--executor must be one of local, ray, got 'x'"),
+    (["fig7_bound", "--device", "tpu"], "--device must be cpu, cuda or cuda:N, got 'tpu'"),
 ])
 def test_figure_args_checks_are_one_line_before_any_work(argv, named, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(figs_cli, "declare", lambda *a, **k: pytest.fail("runs were declared"))
@@ -131,3 +136,20 @@ def test_figure_args_built_in_python_are_checked_the_same_way():
     with pytest.raises(ValueError, match="--profile gpu needs --device cuda"):
         driver.FigureArgs(names=("fig5_llm_grpo",), profile="gpu")
     assert driver.FigureArgs(names=("fig5_llm_grpo",), profile="gpu", dry_run=True).profile == "gpu"
+
+
+def test_cuda_without_a_cuda_device_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr(figs_cli, "declare", lambda *a, **k: pytest.fail("runs were declared"))
+    with pytest.raises(SystemExit) as exit_info:
+        figs_cli.main(["fig7_bound", "--device", "cuda", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "--device cuda requested but torch sees no CUDA device" in err and len(err.splitlines()) == 1
+
+
+def test_gac_lab_force_recomputes_as_documented(tmp_path, monkeypatch):
+    """sim.paths documents GAC_LAB_FORCE=1 as "recompute cached results"; paper_figs used to ignore it."""
+    assert not figs_cli.parse_args(["fig7_bound", "--out", str(tmp_path)]).force
+    monkeypatch.setenv("GAC_LAB_FORCE", "1")
+    assert figs_cli.parse_args(["fig7_bound", "--out", str(tmp_path)]).force
