@@ -138,6 +138,7 @@ if use_cache:
     runs = {name: [results[(m, s, l, seed, "proximal")] for seed in llm.PROFILES["quick"]["seeds"]]
             for name, (m, s, l) in shown.items()}
 else:
+    from sim.llm.model import save_model
     from sim.llm.warmstart import WarmStartConfig, train_warm_start
 
     workdir = tempfile.mkdtemp()
@@ -145,7 +146,7 @@ else:
     model, info = train_warm_start(WarmStartConfig(size="tiny", digits=1, sft_problems=50, target_accuracy=0.0,
                                                    ceiling_accuracy=1.0, lr=1e-2, batch_size=64, eval_every=25,
                                                    min_steps=100, max_steps=600), log=lambda *a: None)
-    model.save_pretrained(f"{workdir}/warm")
+    save_model(model, Path(f"{workdir}/warm"))
     print(f"warm start: held-out accuracy {info['heldout_accuracy']:.2f}")
     base = Args(size="tiny", model=f"{workdir}/warm", digits=1, steps=40, prompts_per_step=8, group_size=8,
                 minibatches=2, eval_every=10, eval_problems=64, lr=3e-4, ratio_to="proximal", progress=False,

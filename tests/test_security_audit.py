@@ -15,9 +15,8 @@ ALLOWED = {("paper_figs/common.py", "pickle.loads"):
            "a copy of a figure made by pickle.dumps one line before, in the same process; never a file"}
 """Findings that are safe, with the reason (RELIABILITY.md's table)."""
 
-KNOWN = {("sim/llm/checkpoint.py", "torch.load without weights_only=True")}
-"""Unsafe findings being fixed elsewhere: the trainer rewrite loads checkpoints with weights_only=True. When it lands,
-this test fails until the entry is removed (the set must then be empty)."""
+KNOWN: set = set()
+"""Unsafe findings being fixed elsewhere (none: the trainer loads its checkpoints with weights_only=True)."""
 
 
 def dotted(node: ast.AST) -> str:
