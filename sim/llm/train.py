@@ -1,21 +1,11 @@
 """GRPO on a small Qwen3 model with stale rollouts, one loop: ``python -m sim.llm --method gac --staleness 8``.
 
-One RL step t (``rl_step``), read top to bottom:
-
-1. the behaviour policy θ_{t−s_t} samples G responses to each of P prompts. Stale policies are kept as state dicts,
-   a ring of s_max + 1 (not as the rollouts' log-probs: the sampler needs the weights themselves);
-2. rewards (exact match) and group-normalised advantages; with ``--drop-tied-groups`` groups whose rewards are all
-   equal (no gradient) are dropped and new prompts drawn until P groups carry a gradient (DAPO's dynamic sampling);
-3. the P groups are split into ``minibatches`` optimizer updates. One update: the token-level loss of its samples,
-   its gradient accumulated over micro-batches (``--micro-batch``) → the step control sets ``param_group["lr"]`` →
-   Adaptive Braking scales the gradient → clip → ``gac.wrap(torch.optim.AdamW)`` steps, with GAC in the gradient,
-   update or momentum space (the library's own code makes the numbers);
-4. the step's record (sim/schema.py's columns): cosines of consecutive raw gradients, applied gradients, parameter
-   updates and RL steps; the SNR probe (two halves of the batch at one θ); held-out accuracy every ``eval_every``.
-
-Cosines are NaN where a norm is 0, and a zero vector never becomes the next reference ("no gradient" is not
-"orthogonal"), the rule ``gac`` follows. A run has failed when it went ``nonfinite`` (a NaN/inf loss or gradient) or
-``collapsed`` (``COLLAPSE_FRACTION``).
+One RL step t (``rl_step``): the behaviour policy θ_{t−s_t} (a ring of s_max + 1 state dicts) samples G responses to
+each of P prompts; rewards and group-normalised advantages (``--drop-tied-groups``: DAPO's dynamic sampling); the P
+groups split into ``minibatches`` updates, each a gradient accumulated over micro-batches → step control (lr) →
+braking → clip → ``gac.wrap(AdamW)``; the record (sim/schema.py): cosines of consecutive raw and applied gradients,
+parameter updates and RL steps, the SNR probe, held-out accuracy every ``eval_every``. A cosine is NaN where a norm
+is 0, and a zero vector never becomes the next reference ("no gradient" is not "orthogonal"), as in ``gac``.
 """
 
 from __future__ import annotations
@@ -32,20 +22,21 @@ import torch
 import gac
 from gac.cosine64 import as_float64, cosine64
 from sim.advantages import group_advantages
+from sim.fingerprint import code_fingerprint
 from sim.llm import grpo
 from sim.llm.args import Args
 from sim.llm.checkpoint import (
+    CODE,
     checked_resume,
     checkpoint_payload,
     out_dir_lock,
     prepare_out_dir,
     restore,
     save_checkpoint,
-    trainer_fingerprint,
 )
 from sim.llm.model import Qwen3, load_model, sample, token_logprobs
 from sim.llm.task import AdditionTask
-from sim.llm.warmstart import WarmStartConfig, load_warm_start, warm_start
+from sim.llm.warmstart import heldout_accuracy, load_warm_start, warm_start
 from sim.record import RecordStream
 from sim.schema import NO_REGIME, columns, make_row
 from sim.stabilizers import (
@@ -62,9 +53,6 @@ from sim.staleness import Staleness, VersionRing
 COLLAPSE_FRACTION = 0.5
 """A run collapsed when its held-out accuracy falls below this fraction of the best of its evaluations so far (the
 start included): the failure AdamW with clipping actually shows (a non-finite run is counted apart)."""
-
-__all__ = ["Args", "NonFiniteError", "Run", "COLLAPSE_FRACTION", "collapse_step", "setup", "rl_step", "train",
-           "summary", "run_records", "prepare_warm_start", "warm_start_config"]
 
 
 class NonFiniteError(FloatingPointError):
@@ -89,18 +77,12 @@ def cosine(a: torch.Tensor, b: torch.Tensor | None) -> float:
     return float(cosine64(as_float64(a.detach()), as_float64(b.detach())))
 
 
-class Previous:
-    """The last non-zero vector of a series, for the cosine of the next one with it."""
-
-    def __init__(self, vector: torch.Tensor | None = None):
-        self.vector = vector
-
-    def cosine_and_keep(self, vector: torch.Tensor) -> float:
-        """cos(vector, previous); a non-zero ``vector`` becomes the previous one (a zero one leaves it)."""
-        value = cosine(vector, self.vector)
-        if bool(vector.detach().abs().max() > 0):
-            self.vector = vector.detach().double()
-        return value
+def cosine_and_keep(run: Run, series: str, vector: torch.Tensor) -> float:
+    """cos(vector, the last non-zero vector of its series), which a non-zero ``vector`` then replaces."""
+    value = cosine(vector, run.previous.get(series))
+    if bool(vector.detach().abs().max() > 0):
+        run.previous[series] = vector.detach().double()
+    return value
 
 
 @dataclass
@@ -119,7 +101,7 @@ class Run:
     behaviour: Qwen3 | None = None
     reference: Qwen3 | None = None
     records: list = field(default_factory=list)
-    previous: dict = field(default_factory=lambda: {k: Previous() for k in ("raw", "applied", "update", "step")})
+    previous: dict = field(default_factory=dict)  # the last non-zero vector of each cosine's series
     step: int = 0
     nonfinite_at: int | None = None
 
@@ -128,14 +110,9 @@ class Run:
         return list(self.model.parameters())
 
 
-def warm_start_config(args: Args) -> WarmStartConfig | None:
-    """The warm start a run of ``args`` begins from (None when ``--model`` names a checkpoint)."""
-    return args.warm_start()
-
-
 def prepare_warm_start(args: Args, log=print) -> None:
     """Train and cache the warm start of ``args`` unless it is cached (parallel runs then only load it)."""
-    config = warm_start_config(args)
+    config = args.warm_start()
     if config is not None:
         torch.set_num_threads(args.threads)
         warm_start(config, "cpu", log)
@@ -200,22 +177,23 @@ def rl_step(run: Run, log=print) -> dict:
     order = torch.randperm(args.prompts_per_step, generator=run.generator)
     updates, step_gradient = [], None
     for groups in order.chunk(args.minibatches):
-        samples = (groups[:, None] * args.group_size + torch.arange(args.group_size)).reshape(-1)
-        numbers, raw = update(run, data, samples.to(args.device), f"step {step}")
+        numbers, raw = update(run, data, grpo.group_samples(groups, args.group_size, args.device), f"step {step}")
         if numbers is None:
-            return nonfinite_record(run)
+            run.records.append(make_row("llm", step=step, seed=args.seed, method=args.run_method,
+                                        label=args.run_method, staleness=args.staleness, nonfinite=True))
+            return run.records[-1]
         updates.append(numbers)
         step_gradient = raw if step_gradient is None else step_gradient + raw
-    mean = lambda key: nanmean([u[key] for u in updates])  # noqa: E731
+    mean = lambda key: nanmean([u[key] for u in updates])
     record = make_row(
         "llm", step=step, seed=args.seed, method=args.run_method, label=args.run_method, staleness=args.staleness,
         objective=float(data["reward"].mean()), grad_norm=mean("grad_norm"), cos_prev=mean("cos_prev"),
-        cos_prev_step=run.previous["step"].cosine_and_keep(step_gradient), cos_update=mean("cos_update"),
+        cos_prev_step=cosine_and_keep(run, "step", step_gradient), cos_update=mean("cos_update"),
         cos_halves=cos_halves, snr_halves=cos_halves / (1 - cos_halves) if 0 < cos_halves < 1 else math.nan,
         cos_applied=mean("cos_applied"), regime=Counter(u["regime"] for u in updates).most_common(1)[0][0],
         parallel_scale=mean("parallel_scale"), lr=mean("lr"), step_norm=mean("step_norm"),
         kl_behaviour=updates[0]["kl_behaviour"], entropy=updates[0]["entropy"], ess_ratio=mean("ess_ratio"),
-        accuracy=accuracy, train_accuracy=float(data["correct"].mean()),
+        accuracy=accuracy, train_accuracy=float(data["reward"].mean()),
         response_length=float(data["mask"].sum(1).float().mean()), clip_frac=mean("clip_frac"),
         clip_low=mean("clip_low"), clip_high=mean("clip_high"), behaviour_version=version, ratio_to=args.ratio_to,
         objective_fn=args.axes.objective, direction_control=args.axes.direction, step_control=args.axes.step,
@@ -227,8 +205,8 @@ def rl_step(run: Run, log=print) -> dict:
 
 @torch.no_grad()
 def rollouts(run: Run, policy: Qwen3) -> dict:
-    """P groups of G samples from ``policy``: prompts, responses, their behaviour log-probs and mask, rewards,
-    advantages; the step-start log-probs where the objective needs them; the tied fraction and samples drawn."""
+    """P groups of G samples from ``policy``: prompts, responses, behaviour log-probs, mask, rewards, advantages,
+    the step-start log-probs where needed, the tied fraction and the samples drawn."""
     args, task, group = run.args, run.task, run.args.group_size
     draws = []
     for _ in range(args.sample_attempts if args.drop_tied_groups else 1):
@@ -237,10 +215,10 @@ def rollouts(run: Run, policy: Qwen3) -> dict:
         with autocast(args):
             responses, logp, mask = sample(policy, prompts, task.answer_len, run.generator, args.temperature,
                                            group=group)
-        reward, correct, _ = task.reward(operands, responses)
+        reward = task.verify(operands, responses)
         tied = (reward.view(-1, group) == reward.view(-1, group)[:, :1]).all(1)
         draws.append({"prompts": prompts.to(args.device), "responses": responses, "behaviour_logp": logp,
-                      "mask": mask, "reward": reward, "correct": correct, "tied": tied})
+                      "mask": mask, "reward": reward, "tied": tied})
         if sum(int((~d["tied"]).sum()) for d in draws) >= args.prompts_per_step:
             break
     tied = torch.cat([d["tied"] for d in draws])
@@ -252,7 +230,7 @@ def rollouts(run: Run, policy: Qwen3) -> dict:
         grouped = torch.cat([d[name].view(-1, group, *d[name].shape[1:]) for d in draws])
         return grouped[chosen.to(grouped.device)].flatten(0, 1)
 
-    data = {name: batch(name) for name in ("prompts", "responses", "behaviour_logp", "mask", "reward", "correct")}
+    data = {name: batch(name) for name in ("prompts", "responses", "behaviour_logp", "mask", "reward")}
     data |= {"tied_frac": float(tied.float().mean()), "samples_drawn": len(tied) * group,
              "advantages": group_advantages(data["reward"].view(-1, group)).view(-1).to(args.device)}
     prompts, responses = data["prompts"], data["responses"]
@@ -269,8 +247,7 @@ def rollouts(run: Run, policy: Qwen3) -> dict:
 
 
 def vcpo_advantages(run: Run, data: dict) -> torch.Tensor:
-    """VCPO's advantages: (R − b)/(std + ε) per group with b its off-policy minimum-variance baseline
-    (``sim.stabilizers.vcpo_baseline``; weights π_θ/π_b at the step's start, score norms in logit space)."""
+    """VCPO's advantages (R − b)/(std + ε) per group, b its off-policy minimum-variance baseline."""
     args, group = run.args, run.args.group_size
     weights, norms = [], []
     for c in micro_batches(run, torch.arange(len(data["prompts"]), device=args.device)):
@@ -289,8 +266,8 @@ def micro_batches(run: Run, samples: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
-    """Backward of the loss of ``samples``, micro-batch by micro-batch (each micro-batch's token sum divided by the
-    whole update's token count, so the gradient is the one of the whole batch); its statistics."""
+    """Backward of the loss of ``samples`` by micro-batches, each weighted by its share of the update's tokens (the
+    gradient of the whole batch); its statistics."""
     args, valid = run.args, data["mask"][samples].float()
     tokens = valid.sum().clamp_min(1)
     totals, log_ratios = Counter(), []
@@ -309,7 +286,7 @@ def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
             loss = loss + args.kl_coef * grpo.kl_k3(logp, ref_logp, mask)
         (loss * share).backward()
         totals.update(loss=float(loss.detach() * share), clip_frac=stats["clip_frac"] * float(share),
-                      kl_behaviour=grpo.behaviour_kl(logp, pick["behaviour_logp"], mask) * float(share),
+                      kl_behaviour=float(grpo.kl_k3(pick["behaviour_logp"], logp.detach(), mask)) * float(share),
                       entropy=float(grpo.masked_mean(entropy.detach(), mask.float()) * share))
         log_ratios.append(((logp.detach() - pick["behaviour_logp"]) * mask).double())
     weights = sequence_weights(torch.cat(log_ratios), valid.double())
@@ -318,8 +295,8 @@ def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
 
 
 def update(run: Run, data: dict, samples: torch.Tensor, where: str) -> tuple[dict | None, torch.Tensor | None]:
-    """One optimizer update on ``samples``: gradient → step size → braking → clip → (GAC-)AdamW. Its numbers and
-    the raw gradient (as one vector), or (None, None) when a non-finite loss or gradient stopped the run."""
+    """One update on ``samples``: gradient → step size → braking → clip → (GAC-)AdamW; its numbers and raw
+    gradient, or (None, None) when a non-finite loss or gradient stopped the run."""
     args, optimizer, params = run.args, run.optimizer, run.params
     optimizer.zero_grad(set_to_none=True)
     stats = accumulate_gradient(run, data, samples)
@@ -354,16 +331,16 @@ def update(run: Run, data: dict, samples: torch.Tensor, where: str) -> tuple[dic
         regime, scale = report.regime, report.parallel_scale
         if report.regime == "skip" and args.gac_space == "gradient":
             applied = torch.zeros_like(raw)
-    numbers = {"grad_norm": float(raw.norm()), "cos_prev": run.previous["raw"].cosine_and_keep(raw),
-               "cos_applied": run.previous["applied"].cosine_and_keep(applied),
-               "cos_update": run.previous["update"].cosine_and_keep(moved), "step_norm": float(moved.norm()),
+    numbers = {"grad_norm": float(raw.norm()), "cos_prev": cosine_and_keep(run, "raw", raw),
+               "cos_applied": cosine_and_keep(run, "applied", applied),
+               "cos_update": cosine_and_keep(run, "update", moved), "step_norm": float(moved.norm()),
                "regime": regime, "parallel_scale": scale, "lr": lr, **stats}
     return numbers, raw
 
 
 def snr_probe(run: Run, data: dict) -> float:
-    """cos of the raw gradients of two disjoint halves of the step's prompt groups at the current θ (E ≈ SNR/(1 +
-    SNR) of a half); NaN where a half has no gradient. Leaves no gradient behind and draws no random numbers."""
+    """cos of the raw gradients of the two halves of the step's groups at θ (E ≈ SNR/(1 + SNR) of a half); leaves no
+    gradient behind and draws no random numbers."""
     args = run.args
     halves = torch.arange(args.prompts_per_step).chunk(2)
     if len(halves) < 2:
@@ -371,27 +348,15 @@ def snr_probe(run: Run, data: dict) -> float:
     gradients = []
     for half in halves:
         run.optimizer.zero_grad(set_to_none=True)
-        samples = (half[:, None] * args.group_size + torch.arange(args.group_size)).reshape(-1).to(args.device)
-        accumulate_gradient(run, data, samples)
+        accumulate_gradient(run, data, grpo.group_samples(half, args.group_size, args.device))
         gradients.append(torch.cat([p.grad.reshape(-1) for p in run.params]))
     run.optimizer.zero_grad(set_to_none=True)
     return cosine(*gradients)
 
 
-@torch.no_grad()
 def evaluate(run: Run) -> float:
-    """Greedy exact-match accuracy on the fixed held-out problems."""
     with autocast(run.args):
-        responses, _, _ = sample(run.model, run.task.prompts(run.heldout), run.task.answer_len, greedy=True)
-    return float(run.task.verify(run.heldout, responses)[0].mean())
-
-
-def nonfinite_record(run: Run) -> dict:
-    args = run.args
-    record = make_row("llm", step=run.step, seed=args.seed, method=args.run_method, label=args.run_method,
-                      staleness=args.staleness, nonfinite=True)
-    run.records.append(record)
-    return record
+        return heldout_accuracy(run.model, run.task, run.heldout)
 
 
 def nanmean(values: list[float]) -> float:
@@ -401,12 +366,8 @@ def nanmean(values: list[float]) -> float:
 
 # -- the loop ------------------------------------------------------------------------------------------------------
 def train(args: Args, run: Run | None = None, log=print) -> Iterator[dict]:
-    """Yield the record of each RL step from ``run.step`` (a fresh ``setup(args)`` if not given) to args.steps.
-
-    A non-finite step raises NonFiniteError (``on_nonfinite=raise``) or yields a ``nonfinite`` record and stops
-    (``mark``). With ``checkpoint_every`` the out_dir is locked and checkpoints are written (a fresh run into a
-    folder with another run's outputs is refused unless ``overwrite``).
-    """
+    """Yield the record of each RL step from ``run.step`` (a fresh ``setup(args)`` if not given) to args.steps; with
+    ``checkpoint_every``, in the locked out_dir, saving checkpoints. A ``nonfinite`` record (``mark``) is the last."""
     run = setup(args, log) if run is None else run
     with out_dir_lock(args.out_dir) if args.checkpoint_every else contextlib.nullcontext():
         if args.checkpoint_every and run.step == 0:
@@ -426,8 +387,7 @@ def train(args: Args, run: Run | None = None, log=print) -> Iterator[dict]:
 
 
 def summary(run: Run) -> dict:
-    """The run's summary: args, method, warm start, start and final held-out accuracy (on how many problems), the
-    step it went non-finite or collapsed at (None if not), and the fingerprint of the code that ran it."""
+    """Args, warm start, start and final held-out accuracy, where it failed, and the code's fingerprint."""
     final = evaluate(run) if run.nonfinite_at is None else math.nan
     accuracies = [(r["step"], r["accuracy"]) for r in run.records if not math.isnan(r["accuracy"])]
     start = accuracies[0][1] if accuracies and accuracies[0][0] == 0 else math.nan
@@ -438,15 +398,12 @@ def summary(run: Run) -> dict:
             "start_accuracy": start, "final_accuracy": final, "eval_problems": len(run.heldout),
             "nonfinite_at": run.nonfinite_at, "collapsed_at": collapsed_at,
             "collapsed": collapsed_at is not None or run.nonfinite_at is not None,
-            "code_fingerprint": trainer_fingerprint()}
+            "code_fingerprint": code_fingerprint(CODE)}
 
 
 def run_records(args: Args, log=print, records_path: Path | str | None = None) -> dict:
-    """Train to the end; ``{"records": every record (a resumed run's earlier ones too), "summary": ...}``.
-
-    ``records_path``: each record is also appended to this CSV as it is made (a resumed run's earlier ones first),
-    so a run killed at any step leaves the records of the steps it made.
-    """
+    """Train to the end: {"records": all (a resumed run's earlier ones too), "summary": ...}; each record is also
+    appended to ``records_path`` as it is made, so a killed run keeps the steps it made."""
     run = setup(args, log)
     stream = RecordStream(records_path, columns("llm"), list(run.records)) if records_path else None
     with stream or contextlib.nullcontext():
