@@ -161,8 +161,7 @@ class Args:
         if self.threads > (os.cpu_count() or 1):
             raise ValueError(f"--threads {self.threads} but this machine has {os.cpu_count()} CPUs")
         if self.minibatches < 1 or self.prompts_per_step % self.minibatches:
-            raise ValueError(f"--minibatches ({self.minibatches}) must divide --prompts-per-step "
-                             f"({self.prompts_per_step})")
+            raise ValueError(f"--minibatches {self.minibatches} must divide --prompts-per-step {self.prompts_per_step}")
         update = self.prompts_per_step // self.minibatches * self.group_size
         if self.micro_batch < 0 or self.micro_batch > update or (self.micro_batch and update % self.micro_batch):
             raise ValueError(f"--micro-batch {self.micro_batch} must divide an update's {update} samples "
@@ -180,8 +179,8 @@ class Args:
         if self.checkpoint_every < 0:
             raise ValueError(f"--checkpoint-every must be >= 0, got {self.checkpoint_every}")
         if self.eval_problems > MAX_EVAL_PROBLEMS:  # a smaller split is used whole: the summary says how many
-            raise ValueError(f"--eval-problems {self.eval_problems}: at most {MAX_EVAL_PROBLEMS} (a held-out split "
-                             "holds no more; summary.json records how many were evaluated)")
+            raise ValueError(f"--eval-problems {self.eval_problems}: at most {MAX_EVAL_PROBLEMS} (no held-out split "
+                             "holds more)")
         if self.gac.space != "gradient":  # the method configs checked their own values when they were built
             raise ValueError("the trainer places GAC with --gac-space, not --gac.space")
         if self.device != "cpu" and self.device.split(":")[0] != "cuda":
@@ -206,8 +205,8 @@ class Args:
             return None
         return WarmStartConfig(size=self.size, digits=self.digits, seed=self.warm_seed,
                                sft_problems=self.warm_sft_problems, target_accuracy=self.warm_target,
-                               ceiling_accuracy=self.warm_ceiling,
-                               max_steps=self.warm_max_steps, attempts=self.warm_attempts)
+                               ceiling_accuracy=self.warm_ceiling, max_steps=self.warm_max_steps,
+                               attempts=self.warm_attempts)
 
     @property
     def axes(self) -> Combination:

@@ -1,9 +1,6 @@
-"""The trainer's checkpoints, the checks before ``--resume``, and the out-dir lock.
-
-A checkpoint is a ``torch.save`` file of tensors and plain values, read with ``weights_only=True`` (a received one
-cannot run code), renamed into place, with its SHA-256 in ``checkpoint.pt.sha256`` (a damaged file is refused) and
-the source hashes of the code that wrote it (a resume with other code is refused).
-"""
+"""The trainer's checkpoints: ``torch.save`` files of tensors and plain values, read with ``weights_only=True`` (a
+received one cannot run code), their SHA-256 beside them (a damaged one is refused), refused for ``--resume`` when
+the code or the args changed; and the out-dir lock."""
 
 from __future__ import annotations
 
@@ -33,9 +30,8 @@ if TYPE_CHECKING:
 
 def checkpoint_payload(run: Run) -> dict:
     """Everything a resume needs (the optimizer's state holds GAC's reference too), and the code and args."""
-    return {"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
-            "ring": run.ring.state_dict(), "generator": run.generator.get_state(), "records": run.records,
-            "previous": dict(run.previous),
+    return {"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(), "ring": run.ring.state_dict(),
+            "generator": run.generator.get_state(), "records": run.records, "previous": dict(run.previous),
             "nonfinite_at": run.nonfinite_at, "step": run.step, "args": asdict(run.args),
             "code": source_hashes(CODE), "code_fingerprint": code_fingerprint(CODE)}
 

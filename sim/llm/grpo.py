@@ -1,10 +1,7 @@
-"""GRPO's token-level policy losses (a sum over valid tokens divided by their count), one per objective.
-
-Per token: log π_θ (with gradient), log π_b (the behaviour policy that sampled it, s steps old), A (its response's
-group-normalised advantage). naive/gac/lr_scale/sync: the clipped surrogate −min(r·A, clip(r, 1−ε, 1+ε)·A),
-r = π_θ/π_b; tis: the clip on π_θ/π_prox (π_prox: the policy at the step's start) times min(π_prox/π_b, C); m2po:
-unclipped r·A on the tokens ``m2po_mask`` keeps; bapo: the clip with the batch's adaptive bounds.
-"""
+"""GRPO's token-level policy losses (a sum over valid tokens divided by their count), one per objective: the clipped
+surrogate −min(r·A, clip(r, 1−ε, 1+ε)·A) with r = π_θ/π_b (π_b sampled the token, s steps ago); tis clips π_θ/π_prox
+(π_prox: the policy at the step's start) and weighs by min(π_prox/π_b, C); bapo clips with the batch's adaptive
+bounds; m2po takes r·A unclipped on the tokens ``m2po_mask`` keeps."""
 
 from __future__ import annotations
 

@@ -80,33 +80,25 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(n, s, -1))
 
 
-class MLP(nn.Module):
-    def __init__(self, hidden: int, mlp: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, mlp, bias=False)
-        self.up_proj = nn.Linear(hidden, mlp, bias=False)
-        self.down_proj = nn.Linear(mlp, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class Qwen3(nn.Module):
     """Qwen3 causal LM with HF parameter names (``model.layers.0.self_attn.q_proj.weight``, ...), tied head."""
 
     def __init__(self, config: dict):
         super().__init__()
         c = self.config = config
-        self.model = nn.Module()  # HF's Qwen3Model: its names, in its parameter order
-        self.model.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
-        self.model.layers = nn.ModuleList(nn.ModuleDict(dict(
-            input_layernorm=RMSNorm(c["hidden_size"]), post_attention_layernorm=RMSNorm(c["hidden_size"]),
-            self_attn=Attention(c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]),
-            mlp=MLP(c["hidden_size"], c["intermediate_size"]))) for _ in range(c["num_hidden_layers"]))
-        self.model.norm = RMSNorm(c["hidden_size"])
-        dim = c["head_dim"]
-        inv_freq = 1.0 / (config["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-        angles = torch.outer(torch.arange(config["max_position_embeddings"], dtype=torch.float32), inv_freq)
+        hidden, mlp, dim = c["hidden_size"], c["intermediate_size"], c["head_dim"]
+        layer = lambda: nn.ModuleDict(dict(  # HF's decoder layer: its names, in its parameter order
+            input_layernorm=RMSNorm(hidden), post_attention_layernorm=RMSNorm(hidden),
+            self_attn=Attention(hidden, c["num_attention_heads"], c["num_key_value_heads"], dim),
+            mlp=nn.ModuleDict(dict(gate_proj=nn.Linear(hidden, mlp, bias=False),
+                                   up_proj=nn.Linear(hidden, mlp, bias=False),
+                                   down_proj=nn.Linear(mlp, hidden, bias=False)))))
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(c["vocab_size"], hidden)
+        self.model.layers = nn.ModuleList(layer() for _ in range(c["num_hidden_layers"]))
+        self.model.norm = RMSNorm(hidden)
+        inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+        angles = torch.outer(torch.arange(c["max_position_embeddings"], dtype=torch.float32), inv_freq)
         self.register_buffer("cos", torch.cat([angles, angles], -1).cos(), persistent=False)
         self.register_buffer("sin", torch.cat([angles, angles], -1).sin(), persistent=False)
 
@@ -117,13 +109,9 @@ class Qwen3(nn.Module):
         cos, sin = self.cos[start:start + ids.shape[1]].to(x.dtype), self.sin[start:start + ids.shape[1]].to(x.dtype)
         for i, layer in enumerate(self.model.layers):
             x = x + layer.self_attn(layer.input_layernorm(x), cos, sin, None if cache is None else cache[i], start)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            h, mlp = layer.post_attention_layernorm(x), layer.mlp
+            x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))  # SwiGLU
         return self.model.norm(x) @ self.model.embed_tokens.weight.T
-
-    def new_cache(self, n: int, positions: int) -> list[torch.Tensor]:
-        c, weight = self.config, self.model.embed_tokens.weight
-        return [torch.empty(2, n, c["num_key_value_heads"], positions, c["head_dim"], device=weight.device,
-                            dtype=weight.dtype) for _ in range(c["num_hidden_layers"])]
 
 
 def build_model(size: str, seed: int) -> Qwen3:
@@ -180,14 +168,14 @@ def load_model(path: str | Path) -> Qwen3:
 @torch.no_grad()
 def sample(model: Qwen3, prompts: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
            temperature: float = 1.0, greedy: bool = False, group: int = 1) -> tuple[torch.Tensor, ...]:
-    """Responses to equal-length ``prompts`` (n, L): tokens, their log-probabilities under the sampling policy, and
-    the mask of the tokens through the first EOS, each (n, max_new_tokens). ``group``: each prompt is repeated
-    ``group`` times in a row (GRPO), its keys and values computed once. The uniforms come from the CPU generator up
-    front (the same samples on every device) and the loop has a fixed length, so nothing waits for the device."""
-    device = model.model.embed_tokens.weight.device
-    n, length = prompts.shape
+    """Responses to ``prompts`` (n, L), each prompt ``group`` times in a row (its keys and values computed once):
+    tokens, their log-probabilities and the mask through the first EOS, each (n, max_new_tokens). The uniforms come
+    from the CPU generator (the same samples on any device) and the loop has a fixed length (no host sync)."""
+    (n, length), c, weight = prompts.shape, model.config, model.model.embed_tokens.weight
+    device = weight.device
     uniforms = None if greedy else torch.rand(max_new_tokens, n, 1, generator=generator).to(device)
-    cache = model.new_cache(n // group, length + max_new_tokens)
+    cache = [torch.empty(2, n // group, c["num_key_value_heads"], length + max_new_tokens, c["head_dim"],
+                         device=device, dtype=weight.dtype) for _ in range(c["num_hidden_layers"])]
     logits = model(prompts[::group].to(device), cache, 0)[:, -1]
     if group > 1:
         cache = [c.repeat_interleave(group, dim=1) for c in cache]

@@ -22,7 +22,7 @@ import torch
 
 from sim import paths
 from sim.fingerprint import code_fingerprint
-from sim.llm.model import SIZES, build_model, load_model, sample, save_model
+from sim.llm.model import SIZES, build_model, load_model, sample, save_model, token_logprobs
 from sim.llm.task import AdditionTask, through_first_eos
 from sim.record import current_umask, exclusive_lock
 
@@ -35,7 +35,7 @@ ATTEMPT_STRIDE = 1_000_003
 
 
 class WarmStartRejected(ValueError):
-    """No attempt of a warm start reached its target accuracy (the message names it, on one line)."""
+    """No attempt of a warm start landed in its acceptance range (the message names it, on one line)."""
 
 
 @dataclass(frozen=True)
@@ -78,11 +78,9 @@ class WarmStartConfig:
         if self.size not in SIZES:
             raise ValueError(f"warm start size must be one of {', '.join(SIZES)}, got {self.size!r}")
         AdditionTask(digits=self.digits)  # checks the width
-        if not 0.0 <= self.target_accuracy <= 1.0:
-            raise ValueError(f"warm start target_accuracy must be in [0, 1], got {self.target_accuracy}")
-        if not self.target_accuracy <= self.ceiling_accuracy <= 1.0:
-            raise ValueError(f"warm start ceiling_accuracy must be in [target_accuracy, 1] = [{self.target_accuracy}, "
-                             f"1], got {self.ceiling_accuracy}")
+        if not 0.0 <= self.target_accuracy <= self.ceiling_accuracy <= 1.0:
+            raise ValueError(f"warm start target_accuracy must be in [0, ceiling_accuracy] and ceiling_accuracy in "
+                             f"[target_accuracy, 1], got {self.target_accuracy} and {self.ceiling_accuracy}")
         for name in ("sft_problems", "max_steps", "attempts", "batch_size", "eval_every", "eval_problems",
                      "patience"):
             if getattr(self, name) < 1:
@@ -101,15 +99,12 @@ def heldout_accuracy(model, task: AdditionTask, operands: torch.Tensor) -> float
 
 
 def supervised_loss(model, task: AdditionTask, operands: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of the answer tokens (up to and including EOS) given the prompt."""
+    """Mean cross-entropy of the answer tokens through the EOS (not the PAD after it) given the prompt."""
     device = next(model.parameters()).device
-    prompts, answers = task.prompts(operands).to(device), task.answers(operands).to(device)
-    ids = torch.cat([prompts, answers], dim=1)
-    logits = model(ids)[:, prompts.shape[1] - 1 : -1]
-    valid = through_first_eos(answers)  # the PAD after the EOS does not count
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), answers.reshape(-1),
-                                             reduction="none").reshape(answers.shape)
-    return (loss * valid).sum() / valid.sum()
+    answers = task.answers(operands).to(device)
+    logp, _ = token_logprobs(model, task.prompts(operands).to(device), answers)
+    valid = through_first_eos(answers)
+    return -(logp * valid).sum() / valid.sum()
 
 
 def train_attempt(cfg: WarmStartConfig, seed: int, device: str = "cpu", log=print) -> tuple[torch.nn.Module, dict]:
