@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -217,9 +217,3 @@ class Args:
     def run_method(self) -> str:
         """The records' ``method`` (and ``label``): the canonical method name, sync for naive at s = 0."""
         return record_method(self.axes, self.staleness)
-
-    def method_params(self) -> dict:
-        """The parameters of the run's objective (its config group as a dict; {} for one without)."""
-        config = {"tis": self.tis, "m2po": self.m2po, "bapo": self.bapo}.get(self.axes.objective)
-        return {} if config is None else asdict(config)
-

@@ -9,6 +9,7 @@ never becomes the next reference ("no gradient" is not "orthogonal"), the rule `
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from collections import Counter
 from collections.abc import Iterator
@@ -116,18 +117,12 @@ def setup(args: Args, log=print) -> Run:
               schedule=Staleness(args.staleness, args.staleness_kind).sample(
                   args.steps, generator=torch.Generator().manual_seed(args.seed + 7)),
               ring=VersionRing(args.staleness + 1), generator=torch.Generator().manual_seed(args.seed),
-              warm_info=info, behaviour=copy_of(model) if args.staleness else None,
-              reference=copy_of(model) if args.kl_coef > 0 else None)
+              warm_info=info, behaviour=copy.deepcopy(model).requires_grad_(False) if args.staleness else None,
+              reference=copy.deepcopy(model).requires_grad_(False) if args.kl_coef > 0 else None)
     if saved is not None:
         checkpoint.restore(run, saved)
         log(f"[train] resumed from {Path(args.out_dir) / 'checkpoint.pt'} at step {run.step}")
     return run
-
-
-def copy_of(model: Qwen3) -> Qwen3:
-    twin = Qwen3(model.config).to(model.model.embed_tokens.weight.device)
-    twin.load_state_dict(model.state_dict())
-    return twin.requires_grad_(False)
 
 
 def clip(model: Qwen3, max_norm: float) -> None:
@@ -167,7 +162,7 @@ def rl_step(run: Run, log=print) -> dict:
     reward = float(data["reward"].mean())
     record = make_row(
         "llm", step=step, seed=args.seed, method=args.run_method, label=args.run_method, staleness=args.staleness,
-        objective=reward, train_accuracy=reward, accuracy=accuracy, **means,
+        objective=reward, train_accuracy=reward, accuracy=accuracy, **means,  # the reward is exact match
         cos_prev_step=run.cosine_and_keep("step", step_gradient), cos_halves=cos_halves,
         snr_halves=cos_halves / (1 - cos_halves) if 0 < cos_halves < 1 else math.nan,
         regime=Counter(u["regime"] for u in updates).most_common(1)[0][0],
@@ -243,6 +238,8 @@ def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
     args, valid = run.args, data["mask"][samples].float()
     tokens = valid.sum().clamp_min(1)
     totals, log_ratios = Counter(), []
+    config = {"tis": args.tis, "m2po": args.m2po, "bapo": args.bapo}.get(args.axes.objective)
+    params = {} if config is None else asdict(config)  # the objective's parameters, if it has any
     for chunk in micro_batches(run, samples):
         pick = {k: data[k][chunk] for k in ("prompts", "responses", "behaviour_logp", "mask", "advantages",
                                             "old_logp", "prox_logp") if k in data}
@@ -251,7 +248,7 @@ def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
         mask = pick["mask"]
         share = mask.sum() / tokens
         loss, stats = grpo.policy_loss(args.axes.objective, logp, pick["old_logp"], pick["advantages"], mask,
-                                       args.clip_eps, args.method_params(), pick.get("prox_logp"))
+                                       args.clip_eps, params, pick.get("prox_logp"))
         if args.kl_coef > 0:
             with torch.no_grad(), autocast(args):
                 ref_logp, _ = token_logprobs(run.reference, pick["prompts"], pick["responses"], args.temperature)
