@@ -201,8 +201,7 @@ def sample(model: Qwen3, prompts: torch.Tensor, max_new_tokens: int, generator: 
 
 def token_logprobs(model: Qwen3, prompts: torch.Tensor, responses: torch.Tensor, temperature: float = 1.0,
                    full: bool = False) -> tuple[torch.Tensor, ...]:
-    """(log π(response token), entropy of π at that position), each (n, T), by one forward of the whole
-    sequences; ``full``: also the log-probabilities of every token (n, T, vocab)."""
+    """(log π(response token), entropy of π there), each (n, T) (``full``: and every token's log π (n, T, vocab))."""
     ids = torch.cat([prompts, responses], dim=1)
     logits = model(ids)[:, prompts.shape[1] - 1:-1].float() / temperature
     logp_all = torch.log_softmax(logits, dim=-1)

@@ -156,9 +156,11 @@ def rl_step(run: Run, log=print) -> dict:
             return run.records[-1]
         updates.append(numbers)
         step_gradient = raw if step_gradient is None else step_gradient + raw
-    means = {key: nanmean([u[key] for u in updates]) for key in (
-        "grad_norm", "cos_prev", "cos_update", "cos_applied", "parallel_scale", "lr", "step_norm", "ess_ratio",
-        "clip_frac", "clip_low", "clip_high")}
+    means = {}  # over the updates where the number is defined
+    for key in ("grad_norm", "cos_prev", "cos_update", "cos_applied", "parallel_scale", "lr", "step_norm", "ess_ratio",
+                "clip_frac", "clip_low", "clip_high"):
+        values = [u[key] for u in updates if not math.isnan(u[key])]
+        means[key] = sum(values) / len(values) if values else math.nan
     reward = float(data["reward"].mean())
     record = make_row(
         "llm", step=step, seed=args.seed, method=args.run_method, label=args.run_method, staleness=args.staleness,
@@ -177,8 +179,7 @@ def rl_step(run: Run, log=print) -> dict:
 
 @torch.no_grad()
 def rollouts(run: Run, policy: Qwen3) -> dict:
-    """P groups of G samples from ``policy``: prompts, responses, behaviour log-probs, mask, rewards, advantages,
-    the step-start log-probs where needed, the tied fraction and the samples drawn."""
+    """P groups of G samples from ``policy`` with their log-probs, rewards and advantages, as tensors of the batch."""
     args, task, group = run.args, run.task, run.args.group_size
     draws = []
     for _ in range(args.sample_attempts if args.drop_tied_groups else 1):
@@ -233,8 +234,7 @@ def micro_batches(run: Run, samples: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
-    """Backward of the loss of ``samples`` by micro-batches, each weighted by its share of the update's tokens (the
-    gradient of the whole batch); its statistics."""
+    """Backward of the loss of ``samples`` by micro-batches weighted by their share of its tokens; its statistics."""
     args, valid = run.args, data["mask"][samples].float()
     tokens = valid.sum().clamp_min(1)
     totals, log_ratios = Counter(), []
@@ -324,11 +324,6 @@ def evaluate(run: Run) -> float:
         return heldout_accuracy(run.model, run.task, run.heldout)
 
 
-def nanmean(values: list[float]) -> float:
-    values = [v for v in values if not math.isnan(v)]
-    return sum(values) / len(values) if values else math.nan
-
-
 # -- the loop ------------------------------------------------------------------------------------------------------
 def train(args: Args, run: Run | None = None, log=print) -> Iterator[dict]:
     """Yield the record of each RL step from ``run.step`` (a fresh ``setup(args)`` if not given) to args.steps; with
@@ -365,8 +360,7 @@ def summary(run: Run) -> dict:
 
 
 def run_records(args: Args, log=print, records_path: Path | str | None = None) -> dict:
-    """Train to the end: {"records": all (a resumed run's earlier ones too), "summary": ...}; each record is also
-    appended to ``records_path`` as it is made, so a killed run keeps the steps it made."""
+    """Train to the end: {"records", "summary"}; each record also goes to ``records_path`` as soon as it is made."""
     run = setup(args, log)
     stream = RecordStream(records_path, columns("llm"), list(run.records)) if records_path else None
     with stream or contextlib.nullcontext():

@@ -98,15 +98,6 @@ def heldout_accuracy(model, task: AdditionTask, operands: torch.Tensor) -> float
     return float(task.verify(operands, responses).mean())
 
 
-def supervised_loss(model, task: AdditionTask, operands: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of the answer tokens through the EOS (not the PAD after it) given the prompt."""
-    device = next(model.parameters()).device
-    answers = task.answers(operands).to(device)
-    logp, _ = token_logprobs(model, task.prompts(operands).to(device), answers)
-    valid = through_first_eos(answers)
-    return -(logp * valid).sum() / valid.sum()
-
-
 def train_attempt(cfg: WarmStartConfig, seed: int, device: str = "cpu", log=print) -> tuple[torch.nn.Module, dict]:
     """One supervised run from ``seed`` to a plateau (or ``max_steps``); (model, info)."""
     task = AdditionTask(digits=cfg.digits)
@@ -118,7 +109,10 @@ def train_attempt(cfg: WarmStartConfig, seed: int, device: str = "cpu", log=prin
     accuracy, best, best_step, step, stopped, history = 0.0, -1.0, 0, 0, "max_steps", []
     for step in range(1, cfg.max_steps + 1):
         batch = data[torch.randint(0, len(data), (cfg.batch_size,), generator=generator)]
-        loss = supervised_loss(model, task, batch)
+        answers = task.answers(batch).to(device)  # cross-entropy of the answer through its EOS (not the PAD after)
+        logp, _ = token_logprobs(model, task.prompts(batch).to(device), answers)
+        valid = through_first_eos(answers)
+        loss = -(logp * valid).sum() / valid.sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
