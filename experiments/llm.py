@@ -32,7 +32,7 @@ from experiments import cache, cluster
 from experiments.aggregate import measured, seed_std
 from experiments.pool import Task, run_tasks
 from sim import paths
-from sim.llm.train import Args, prepare_warm_start, run_records, warm_start_config
+from sim.llm.train import Args, prepare_warm_start, run_records
 from sim.llm.warmstart import warm_start_path
 from sim.schema import nonfinite
 from sim.stabilizers import NO_CONTROL
@@ -143,7 +143,7 @@ def compute_run(args: Args) -> dict:
 
 def warm_start_name(args: Args) -> str | None:
     """The task name of the warm start a run of ``args`` waits for (None when it starts from ``--model``)."""
-    config = warm_start_config(args)
+    config = args.warm_start()
     return None if config is None else f"warm start {config}"
 
 
@@ -203,7 +203,7 @@ cost, the finished work would look far ahead of the time it took and the seconds
 def warm_start_task(args: Args) -> Task:
     """The task that trains (or finds) the warm start of ``args``, named by ``warm_start_name``; its cost is the
     training's estimate, or ``WARM_START_FOUND_SECONDS`` when the checkpoint is already saved."""
-    config = warm_start_config(args)
+    config = args.warm_start()
     found = warm_start_path(config).exists()
     cost = WARM_START_FOUND_SECONDS if found else WARM_START_SECONDS.get(config.size, 40.0)
     return Task(warm_start_name(args), _warm_start, (args,), cost, spec=WarmStart(args))

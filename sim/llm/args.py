@@ -1,20 +1,16 @@
-"""The trainer's configuration: ``Args`` (every field one CLI flag of ``python -m sim.llm``) and its checks.
-
-``Args.validate()`` refuses a bad setting in one line before any work; the properties derive the run's
-stabilizer axes and its records' method from ``--method``.
-"""
+"""The trainer's configuration: ``Args``, every field one flag of ``python -m sim.llm``, checked by ``validate``."""
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from gac import GACConfig
-from sim.llm.model import SIZES, check_model_dir
+from sim.llm.model import SIZES, load_model
 from sim.llm.task import AdditionTask
 from sim.llm.warmstart import WarmStartConfig
 from sim.record import check_output_dir
@@ -35,7 +31,6 @@ from sim.stabilizers import (
 from sim.staleness import KINDS, Staleness
 
 MAX_EVAL_PROBLEMS = 1_000_000
-"""Most held-out problems an evaluation may ask for (the 1-digit split holds 12, 2 digits about 1,000)."""
 MAX_SAMPLES_PER_STEP = 1 << 20
 """Most samples one RL step may hold (prompts × group size): beyond it the rollout tensors alone outgrow memory."""
 
@@ -48,8 +43,7 @@ def flag(name: str) -> str:
 @dataclass
 class Args:
     method: str = "naive"
-    """method from sim/stabilizers.py: one choice per axis joined by + (objective tis/m2po/bapo, direction gac/braking,
-    step lr_scale/kl_target/vcpo; e.g. gac+tis), naive (no stabilizer), or sync (= naive at s=0)"""
+    """sim/stabilizers.py's methods, one per axis joined by + (e.g. gac+tis), naive (none) or sync (naive at s=0)"""
     staleness: int = 0
     """staleness s: rollouts of step t come from the policy of step t − s (max s when kind is random)"""
     staleness_kind: str = "fixed"
@@ -73,14 +67,11 @@ class Args:
     minibatches: int = 2
     """optimizer updates per RL step (the P prompt groups are split into this many, one pass)"""
     micro_batch: int = 0
-    """samples per forward/backward: an update's gradient is accumulated over micro-batches of this many samples
-    (the same update as one big batch; memory bounded by the micro-batch); 0: the whole update at once"""
+    """samples per forward/backward (an update's gradient accumulated over them, the same update); 0: all at once"""
     drop_tied_groups: bool = False
-    """dynamic sampling (DAPO): drop groups whose rewards are all equal (zero advantage, no gradient) and draw new
-    prompts until the step has P groups that carry a gradient (at most sample_attempts draws)"""
+    """dynamic sampling (DAPO): drop groups whose rewards are all equal (no gradient), draw again until P are left"""
     sample_attempts: int = 8
-    """with drop_tied_groups: most draws of P prompts per step; short of P untied groups after them, tied ones fill
-    the batch (the record's tied_frac says how many)"""
+    """with drop_tied_groups: most draws of P prompts per step (short of P untied groups, tied ones fill the rest)"""
     clip_eps: float = 0.2
     """ε of the clipped ratio"""
     ratio_to: str = "behaviour"
@@ -94,8 +85,7 @@ class Args:
     gac: GACConfig = field(default_factory=gac_config)
     """method gac: its parameters (--gac.threshold, --gac.mode, ...)"""
     gac_space: str = "gradient"
-    """where gac.wrap places GAC: gradient (the raw gradient, before AdamW), update (AdamW's proposed step Δθ, after
-    it; AdamW's state untouched) or momentum (AdamW's first moment, before its step)"""
+    """where gac.wrap places GAC: gradient (before AdamW), update (AdamW's proposed Δθ) or momentum (its 1st moment)"""
     tis: TISConfig = field(default_factory=TISConfig)
     """method tis: its parameters"""
     m2po: M2POConfig = field(default_factory=M2POConfig)
@@ -117,8 +107,7 @@ class Args:
     warm_target: float = 0.1
     """warm start: its acceptance target (held-out accuracy at its plateau; below it is retrained or refused)"""
     warm_ceiling: float = 1.0
-    """warm start: the top of its acceptance range (above it is retrained or refused); the LLM testbed takes 0.5
-    (experiments/llm_figures.py); 1-digit sums of the tiny model plateau at 0.67-0.75, above that"""
+    """warm start: the top of its acceptance range (above it is retrained or refused)"""
     warm_seed: int = 0
     """seed of the warm start's initialisation and data"""
     warm_sft_problems: int = 512
@@ -126,8 +115,7 @@ class Args:
     warm_max_steps: int = 3000
     """warm start: most supervised steps (a plateau usually stops it first)"""
     warm_attempts: int = 3
-    """warm start: tries (the next seed of its stream each) before it is refused; the LLM testbed takes 10, as which
-    attempt lands in range differs between machines"""
+    """warm start: tries (the next seed of its stream each) before it is refused"""
     checkpoint_every: int = 0
     """save a checkpoint every this many steps (0: never)"""
     out_dir: str = "runs/llm"
@@ -143,8 +131,7 @@ class Args:
     bf16: bool = False
     """CUDA only: forward and backward under bfloat16 autocast (weights, AdamW and GAC stay float32)"""
     threads: int = 1
-    """torch CPU threads (keep 1 when other processes share the cores); part of the run's identity, since long
-    sums (cosines, GAC's dot products) split across threads and their last bits depend on the count"""
+    """torch CPU threads; part of the run's identity (long sums' last bits depend on the count)"""
     progress: bool = True
     """show a progress bar"""
     on_nonfinite: str = "raise"
@@ -156,11 +143,11 @@ class Args:
             parse_method(self.method, STALE_DATA)
         if self.method == "sync" and self.staleness != 0:
             raise ValueError(f"method sync means staleness 0, got --staleness {self.staleness}; use --method naive")
-        if self.staleness_kind not in KINDS:
-            raise ValueError(f"--staleness-kind must be one of {', '.join(KINDS)}, got {self.staleness_kind!r}")
+        for name, choices in (("staleness_kind", KINDS), ("size", SIZES), ("gac_space", GAC_SPACES),
+                              ("ratio_to", ("behaviour", "proximal")), ("on_nonfinite", ("raise", "mark"))):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{flag(name)} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
         Staleness(self.staleness, self.staleness_kind)
-        if self.size not in SIZES:
-            raise ValueError(f"unknown size {self.size!r}; choose from {', '.join(SIZES)}")
         for name in ("steps", "prompts_per_step", "eval_every", "eval_problems", "digits", "snr_every", "threads",
                      "warm_attempts", "sample_attempts"):
             if getattr(self, name) < 1:
@@ -174,8 +161,7 @@ class Args:
         if self.threads > (os.cpu_count() or 1):
             raise ValueError(f"--threads {self.threads} but this machine has {os.cpu_count()} CPUs")
         if self.minibatches < 1 or self.prompts_per_step % self.minibatches:
-            raise ValueError(f"--minibatches ({self.minibatches}) must divide --prompts-per-step "
-                             f"({self.prompts_per_step})")
+            raise ValueError(f"--minibatches {self.minibatches} must divide --prompts-per-step {self.prompts_per_step}")
         update = self.prompts_per_step // self.minibatches * self.group_size
         if self.micro_batch < 0 or self.micro_batch > update or (self.micro_batch and update % self.micro_batch):
             raise ValueError(f"--micro-batch {self.micro_batch} must divide an update's {update} samples "
@@ -193,17 +179,10 @@ class Args:
         if self.checkpoint_every < 0:
             raise ValueError(f"--checkpoint-every must be >= 0, got {self.checkpoint_every}")
         if self.eval_problems > MAX_EVAL_PROBLEMS:  # a smaller split is used whole: the summary says how many
-            raise ValueError(f"--eval-problems {self.eval_problems}: at most {MAX_EVAL_PROBLEMS} (a held-out split "
-                             "holds no more; summary.json records how many were evaluated)")
-        # The method configs (gac, tis, m2po, bapo) checked their own values when they were built.
-        if self.gac_space not in GAC_SPACES:
-            raise ValueError(f"--gac-space must be one of {', '.join(GAC_SPACES)}, got {self.gac_space!r}")
-        if getattr(self.gac, "space", "gradient") != "gradient":
+            raise ValueError(f"--eval-problems {self.eval_problems}: at most {MAX_EVAL_PROBLEMS} (no held-out split "
+                             "holds more)")
+        if self.gac.space != "gradient":  # the method configs checked their own values when they were built
             raise ValueError("the trainer places GAC with --gac-space, not --gac.space")
-        if self.ratio_to not in ("behaviour", "proximal"):
-            raise ValueError(f"--ratio-to must be behaviour or proximal, got {self.ratio_to!r}")
-        if self.on_nonfinite not in ("raise", "mark"):
-            raise ValueError(f"--on-nonfinite must be raise or mark, got {self.on_nonfinite!r}")
         if self.device != "cpu" and self.device.split(":")[0] != "cuda":
             raise ValueError(f"--device must be cpu, cuda or cuda:N, got {self.device!r}")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
@@ -212,20 +191,13 @@ class Args:
         if self.bf16 and not self.device.startswith("cuda"):
             raise ValueError("--bf16 needs --device cuda (bfloat16 autocast is for the GPU; the CPU runs float32)")
         if self.model is not None:
-            check_model_dir(self.model)
-        if self.model is None:
+            load_model(self.model)  # one line naming --model unless it is a loadable checkpoint of this task
+        else:
             self.warm_start().validate()
         if self.checkpoint_every:
             check_output_dir(self.out_dir, "--out-dir")
         if self.resume and not (Path(self.out_dir) / "checkpoint.pt").exists():
             raise ValueError(f"--resume but {self.out_dir}/checkpoint.pt does not exist")
-
-    def check_command_line(self) -> None:
-        """What the command line refuses besides ``validate``: a run whose every step would train on θ_0's data
-        (smoke runs of the sweeps may be that short, the command line's user means another run)."""
-        if self.staleness >= self.steps:
-            raise ValueError(f"--staleness {self.staleness} >= --steps {self.steps}: no step would use fresh data; "
-                             "raise --steps or lower --staleness")
 
     def warm_start(self) -> WarmStartConfig | None:
         """The warm start a run of these args begins from (None when ``--model`` names a checkpoint)."""
@@ -233,8 +205,8 @@ class Args:
             return None
         return WarmStartConfig(size=self.size, digits=self.digits, seed=self.warm_seed,
                                sft_problems=self.warm_sft_problems, target_accuracy=self.warm_target,
-                               ceiling_accuracy=self.warm_ceiling,
-                               max_steps=self.warm_max_steps, attempts=self.warm_attempts)
+                               ceiling_accuracy=self.warm_ceiling, max_steps=self.warm_max_steps,
+                               attempts=self.warm_attempts)
 
     @property
     def axes(self) -> Combination:
@@ -245,9 +217,3 @@ class Args:
     def run_method(self) -> str:
         """The records' ``method`` (and ``label``): the canonical method name, sync for naive at s = 0."""
         return record_method(self.axes, self.staleness)
-
-    def method_params(self) -> dict:
-        """The parameters of the run's objective (its config group as a dict; {} for one without)."""
-        config = {"tis": self.tis, "m2po": self.m2po, "bapo": self.bapo}.get(self.axes.objective)
-        return {} if config is None else asdict(config)
-

@@ -1,11 +1,6 @@
-"""Checkpoints of the GRPO trainer: save, load, the checks before ``--resume``, and the out-dir lock.
-
-A checkpoint is a ``torch.save`` file of tensors and plain Python values only, read back with
-``torch.load(weights_only=True)``: a checkpoint received from someone else cannot run code (a pickled object is
-refused). It is written to a temp file and renamed into place; its SHA-256 sits in a sidecar
-``checkpoint.pt.sha256``, so a truncated or damaged file is refused in one line. It records the source hashes of
-the code that wrote it, and a resume with other code is refused.
-"""
+"""The trainer's checkpoints: ``torch.save`` files of tensors and plain values, read with ``weights_only=True`` (a
+received one cannot run code), their SHA-256 beside them (a damaged one is refused), refused for ``--resume`` when
+the code or the args changed; and the out-dir lock."""
 
 from __future__ import annotations
 
@@ -25,9 +20,8 @@ from sim.record import atomic_write_bytes, current_umask, exclusive_lock
 CODE = ("gac", "sim")
 """The source a trainer run executes: its checkpoints and summary record this code's fingerprint."""
 OUTPUT_ONLY = ("progress", "resume", "out_dir", "checkpoint_every", "steps", "overwrite", "allow_code_change")
-"""Args fields that cannot change a run's numbers: they may differ between a checkpoint and ``--resume``
-(``steps`` only upwards, checked on its own). ``threads`` is not one: torch splits long sums (the cosines,
-GAC's dot products) across threads, so their last bits, and GAC's trajectory, depend on it."""
+"""Args fields that cannot change a run's numbers (``steps`` only upwards); not ``threads``: long sums' last bits
+depend on it."""
 RUN_FILES = ("records.csv", "summary.json", "checkpoint.pt", "checkpoint.pt.sha256")
 
 if TYPE_CHECKING:
@@ -35,12 +29,9 @@ if TYPE_CHECKING:
 
 
 def checkpoint_payload(run: Run) -> dict:
-    """Everything a resume needs, as tensors and plain values: the policy, the optimizer's state (AdamW's and GAC's:
-    ``gac.wrap`` keeps its reference in it), the ring of stale policies, the generator, the records, the cosines'
-    previous vectors, and the code and args that wrote it."""
-    return {"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
-            "ring": run.ring.state_dict(), "generator": run.generator.get_state(), "records": run.records,
-            "previous": {name: previous.vector for name, previous in run.previous.items()},
+    """Everything a resume needs (the optimizer's state holds GAC's reference too), and the code and args."""
+    return {"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(), "ring": run.ring.state_dict(),
+            "generator": run.generator.get_state(), "records": run.records, "previous": dict(run.previous),
             "nonfinite_at": run.nonfinite_at, "step": run.step, "args": asdict(run.args),
             "code": source_hashes(CODE), "code_fingerprint": code_fingerprint(CODE)}
 
@@ -58,11 +49,8 @@ def _sha256(path: Path) -> str:
 
 
 def save_checkpoint(path: Path, payload: dict) -> None:
-    """``torch.save(payload)`` to a temp file, renamed onto ``path``; its SHA-256 in the sidecar.
-
-    The sidecar is written first and lists the new hash and the one it replaces, so a kill between the two
-    renames leaves a checkpoint that still matches (the old one); the old hash is dropped afterwards.
-    """
+    """``torch.save(payload)`` to a temp file renamed onto ``path``. The sidecar lists the new and the old SHA-256
+    during the rename, so a kill at any point leaves a checkpoint that matches it."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -115,16 +103,12 @@ def checked_resume(args: Args) -> dict:
     if differing:
         raise ValueError("--resume with args that differ from the checkpoint's run: " + ", ".join(
             f"{name} (checkpoint {saved.get(name)!r}, now {current[name]!r})" for name in differing))
-    written = existing_record_count(out_dir / "records.csv")
+    records = out_dir / "records.csv"
+    written = max(0, len(records.read_text().splitlines()) - 1) if records.exists() else 0
     if args.steps < max(checkpoint["step"], written):
         raise ValueError(f"--steps {args.steps} would shrink the outputs: the checkpoint is at step "
                          f"{checkpoint['step']} and records.csv has {written} records")
     return checkpoint
-
-
-def existing_record_count(path: Path) -> int:
-    """Rows in an existing records.csv (0 if there is none)."""
-    return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
 
 
 def restore(run: Run, checkpoint: dict) -> None:
@@ -137,13 +121,11 @@ def restore(run: Run, checkpoint: dict) -> None:
     run.ring.load_state_dict(checkpoint["ring"])
     run.generator.set_state(checkpoint["generator"].cpu())  # map_location moved it; generators live on the CPU
     run.records, run.nonfinite_at, run.step = checkpoint["records"], checkpoint["nonfinite_at"], checkpoint["step"]
-    for name, vector in checkpoint["previous"].items():
-        run.previous[name].vector = vector
+    run.previous = dict(checkpoint["previous"])
 
 
 def prepare_out_dir(args: Args) -> None:
-    """Refuse a fresh run into a folder that holds another run's outputs, unless ``--resume`` or ``--overwrite``;
-    with ``--overwrite`` remove them first, so the folder never mixes two runs. Call while holding the lock."""
+    """Refuse a fresh run into a folder holding another run, or with ``--overwrite`` remove it (hold the lock)."""
     if args.resume:
         return
     out_dir = Path(args.out_dir)
@@ -158,9 +140,3 @@ def prepare_out_dir(args: Args) -> None:
 def out_dir_lock(out_dir: Path | str):
     """The out dir's lock (``out_dir/.lock``): one run per folder; the same process may enter again."""
     return exclusive_lock(Path(out_dir) / ".lock", f"--out-dir {out_dir}")
-
-
-def trainer_fingerprint() -> str:
-    """The fingerprint of the code a trainer run executes (recorded in summary.json)."""
-    return code_fingerprint(CODE)
-

@@ -1,10 +1,5 @@
-"""Bridges from the package's task to Hugging Face trainers (TRL): tokenizer, dataset, reward.
-
-``hf_tokenizer()`` is a ``PreTrainedTokenizerFast`` with exactly the task's character vocabulary
-(same ids as ``sim.llm.task``, so models from ``sim.llm.model`` work with it); ``grpo_dataset`` is an
-in-memory ``datasets.Dataset`` of prompts with their answers; ``exact_match_reward`` is a TRL reward
-function. Used by ``gac.integrations.trl``'s test and the README; needs the ``trl`` extra.
-"""
+"""Bridges from the task to Hugging Face trainers (TRL, the ``trl`` extra): a tokenizer with the task's character
+ids (so ``sim.llm.model`` checkpoints work with it), a dataset of prompts and answers, and an exact-match reward."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""The policy: a Qwen3-architecture causal LM written out in one small module, with one forward.
-
-Qwen3 as ``transformers`` defines it — token embedding, per layer RMSNorm → rotary self-attention with RMSNorm on
-queries and keys and grouped KV heads → RMSNorm → SwiGLU MLP, a final RMSNorm and a head tied to the embedding —
-with the same parameter names, so a checkpoint is a Hugging Face one (``config.json`` + ``model.safetensors``) that
-``transformers.Qwen3ForCausalLM`` loads too (tests/llm/test_model.py checks the logits against it). Written here
-rather than imported so that the same ``forward`` serves the loss (whole sequences) and sampling (a preallocated KV
-cache, position by position), and a reader sees the whole model on one page. Weights load from safetensors only:
-reading a checkpoint never runs code.
+"""The policy: Qwen3 as ``transformers`` defines it (RMSNorm, rotary attention with q/k norms and grouped KV heads,
+SwiGLU MLP, head tied to the embedding), with its parameter names, so a checkpoint is a Hugging Face one that
+``Qwen3ForCausalLM`` loads too. Written out so that one ``forward`` serves the loss (whole sequences) and sampling (a
+preallocated KV cache); weights load from safetensors only, so reading a checkpoint never runs code.
 """
 
 from __future__ import annotations
@@ -85,45 +80,25 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(n, s, -1))
 
 
-class MLP(nn.Module):
-    def __init__(self, hidden: int, mlp: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, mlp, bias=False)
-        self.up_proj = nn.Linear(hidden, mlp, bias=False)
-        self.down_proj = nn.Linear(mlp, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class Layer(nn.Module):
-    def __init__(self, hidden, heads, kv_heads, head_dim, mlp):
-        super().__init__()
-        self.input_layernorm, self.post_attention_layernorm = RMSNorm(hidden), RMSNorm(hidden)
-        self.self_attn = Attention(hidden, heads, kv_heads, head_dim)
-        self.mlp = MLP(hidden, mlp)
-
-
-class Body(nn.Module):
-    def __init__(self, config: dict):
-        super().__init__()
-        c = config
-        self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
-        self.layers = nn.ModuleList(Layer(c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"],
-                                          c["head_dim"], c["intermediate_size"]) for _ in range(c["num_hidden_layers"]))
-        self.norm = RMSNorm(c["hidden_size"])
-
-
 class Qwen3(nn.Module):
     """Qwen3 causal LM with HF parameter names (``model.layers.0.self_attn.q_proj.weight``, ...), tied head."""
 
     def __init__(self, config: dict):
         super().__init__()
-        self.config = config
-        self.model = Body(config)
-        dim = config["head_dim"]
-        inv_freq = 1.0 / (config["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-        angles = torch.outer(torch.arange(config["max_position_embeddings"], dtype=torch.float32), inv_freq)
+        c = self.config = config
+        hidden, mlp, dim = c["hidden_size"], c["intermediate_size"], c["head_dim"]
+        layer = lambda: nn.ModuleDict(dict(  # HF's decoder layer: its names, in its parameter order
+            input_layernorm=RMSNorm(hidden), post_attention_layernorm=RMSNorm(hidden),
+            self_attn=Attention(hidden, c["num_attention_heads"], c["num_key_value_heads"], dim),
+            mlp=nn.ModuleDict(dict(gate_proj=nn.Linear(hidden, mlp, bias=False),
+                                   up_proj=nn.Linear(hidden, mlp, bias=False),
+                                   down_proj=nn.Linear(mlp, hidden, bias=False)))))
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(c["vocab_size"], hidden)
+        self.model.layers = nn.ModuleList(layer() for _ in range(c["num_hidden_layers"]))
+        self.model.norm = RMSNorm(hidden)
+        inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+        angles = torch.outer(torch.arange(c["max_position_embeddings"], dtype=torch.float32), inv_freq)
         self.register_buffer("cos", torch.cat([angles, angles], -1).cos(), persistent=False)
         self.register_buffer("sin", torch.cat([angles, angles], -1).sin(), persistent=False)
 
@@ -134,13 +109,9 @@ class Qwen3(nn.Module):
         cos, sin = self.cos[start:start + ids.shape[1]].to(x.dtype), self.sin[start:start + ids.shape[1]].to(x.dtype)
         for i, layer in enumerate(self.model.layers):
             x = x + layer.self_attn(layer.input_layernorm(x), cos, sin, None if cache is None else cache[i], start)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            h, mlp = layer.post_attention_layernorm(x), layer.mlp
+            x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))  # SwiGLU
         return self.model.norm(x) @ self.model.embed_tokens.weight.T
-
-    def new_cache(self, n: int, positions: int) -> list[torch.Tensor]:
-        c, weight = self.config, self.model.embed_tokens.weight
-        return [torch.empty(2, n, c["num_key_value_heads"], positions, c["head_dim"], device=weight.device,
-                            dtype=weight.dtype) for _ in range(c["num_hidden_layers"])]
 
 
 def build_model(size: str, seed: int) -> Qwen3:
@@ -152,10 +123,6 @@ def build_model(size: str, seed: int) -> Qwen3:
             if not name.endswith("norm.weight"):
                 p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
     return model
-
-
-def parameter_count(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 def save_model(model: Qwen3, folder: Path) -> None:
@@ -198,25 +165,17 @@ def load_model(path: str | Path) -> Qwen3:
     return model
 
 
-def check_model_dir(path: str | Path) -> None:
-    """One-line ValueError unless ``path`` holds a loadable checkpoint of this task."""
-    load_model(path)
-
-
 @torch.no_grad()
 def sample(model: Qwen3, prompts: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
            temperature: float = 1.0, greedy: bool = False, group: int = 1) -> tuple[torch.Tensor, ...]:
-    """Responses to equal-length ``prompts`` (n, L): (tokens, their log-probabilities under the sampling policy
-    (temperature included), mask of the tokens up to and including the first EOS), each (n, max_new_tokens).
-
-    ``group``: each prompt is repeated ``group`` times in a row (GRPO); its keys and values are computed once. The
-    uniforms are drawn on the CPU generator up front (the same samples on every device), and the loop runs a fixed
-    number of positions, so nothing waits for the device until the caller reads the result.
-    """
-    device = model.model.embed_tokens.weight.device
-    n, length = prompts.shape
+    """Responses to ``prompts`` (n, L), each prompt ``group`` times in a row (its keys and values computed once):
+    tokens, their log-probabilities and the mask through the first EOS, each (n, max_new_tokens). The uniforms come
+    from the CPU generator (the same samples on any device) and the loop has a fixed length (no host sync)."""
+    (n, length), c, weight = prompts.shape, model.config, model.model.embed_tokens.weight
+    device = weight.device
     uniforms = None if greedy else torch.rand(max_new_tokens, n, 1, generator=generator).to(device)
-    cache = model.new_cache(n // group, length + max_new_tokens)
+    cache = [torch.empty(2, n // group, c["num_key_value_heads"], length + max_new_tokens, c["head_dim"],
+                         device=device, dtype=weight.dtype) for _ in range(c["num_hidden_layers"])]
     logits = model(prompts[::group].to(device), cache, 0)[:, -1]
     if group > 1:
         cache = [c.repeat_interleave(group, dim=1) for c in cache]
@@ -242,8 +201,7 @@ def sample(model: Qwen3, prompts: torch.Tensor, max_new_tokens: int, generator: 
 
 def token_logprobs(model: Qwen3, prompts: torch.Tensor, responses: torch.Tensor, temperature: float = 1.0,
                    full: bool = False) -> tuple[torch.Tensor, ...]:
-    """(log π(response token), entropy of π at that position), each (n, T), by one forward of the whole
-    sequences; ``full``: also the log-probabilities of every token (n, T, vocab)."""
+    """(log π(response token), entropy of π there), each (n, T) (``full``: and every token's log π (n, T, vocab))."""
     ids = torch.cat([prompts, responses], dim=1)
     logits = model(ids)[:, prompts.shape[1] - 1:-1].float() / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
@@ -251,6 +209,3 @@ def token_logprobs(model: Qwen3, prompts: torch.Tensor, responses: torch.Tensor,
     entropy = -(logp_all.exp() * logp_all).sum(-1)
     return (logp, entropy, logp_all) if full else (logp, entropy)
 
-
-__all__ = ["SIZES", "Qwen3", "build_model", "load_model", "save_model", "check_model_dir", "model_config",
-           "parameter_count", "sample", "token_logprobs"]

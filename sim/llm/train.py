@@ -1,26 +1,15 @@
 """GRPO on a small Qwen3 model with stale rollouts, one loop: ``python -m sim.llm --method gac --staleness 8``.
 
-One RL step t (``rl_step``), read top to bottom:
-
-1. the behaviour policy θ_{t−s_t} samples G responses to each of P prompts. Stale policies are kept as state dicts,
-   a ring of s_max + 1 (not as the rollouts' log-probs: the sampler needs the weights themselves);
-2. rewards (exact match) and group-normalised advantages; with ``--drop-tied-groups`` groups whose rewards are all
-   equal (no gradient) are dropped and new prompts drawn until P groups carry a gradient (DAPO's dynamic sampling);
-3. the P groups are split into ``minibatches`` optimizer updates. One update: the token-level loss of its samples,
-   its gradient accumulated over micro-batches (``--micro-batch``) → the step control sets ``param_group["lr"]`` →
-   Adaptive Braking scales the gradient → clip → ``gac.wrap(torch.optim.AdamW)`` steps, with GAC in the gradient,
-   update or momentum space (the library's own code makes the numbers);
-4. the step's record (sim/schema.py's columns): cosines of consecutive raw gradients, applied gradients, parameter
-   updates and RL steps; the SNR probe (two halves of the batch at one θ); held-out accuracy every ``eval_every``.
-
-Cosines are NaN where a norm is 0, and a zero vector never becomes the next reference ("no gradient" is not
-"orthogonal"), the rule ``gac`` follows. A run has failed when it went ``nonfinite`` (a NaN/inf loss or gradient) or
-``collapsed`` (``COLLAPSE_FRACTION``).
+One RL step (``rl_step``): the policy of s_t steps ago (a ring of state dicts) samples G responses to each of P
+prompts → rewards, group advantages → ``minibatches`` updates, each a gradient accumulated over micro-batches → step
+control → braking → clip → ``gac.wrap(AdamW)`` → the record. A cosine is NaN where a norm is 0, and a zero vector
+never becomes the next reference ("no gradient" is not "orthogonal"), the rule ``gac`` follows.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from collections import Counter
 from collections.abc import Iterator
@@ -31,40 +20,21 @@ import torch
 
 import gac
 from gac.cosine64 import as_float64, cosine64
+from sim import stabilizers
 from sim.advantages import group_advantages
-from sim.llm import grpo
+from sim.fingerprint import code_fingerprint
+from sim.llm import checkpoint, grpo
 from sim.llm.args import Args
-from sim.llm.checkpoint import (
-    checked_resume,
-    checkpoint_payload,
-    out_dir_lock,
-    prepare_out_dir,
-    restore,
-    save_checkpoint,
-    trainer_fingerprint,
-)
 from sim.llm.model import Qwen3, load_model, sample, token_logprobs
 from sim.llm.task import AdditionTask
-from sim.llm.warmstart import WarmStartConfig, load_warm_start, warm_start
+from sim.llm.warmstart import heldout_accuracy, load_warm_start, warm_start
 from sim.record import RecordStream
 from sim.schema import NO_REGIME, columns, make_row
-from sim.stabilizers import (
-    braking_scale,
-    effective_sample_size,
-    kl_target_factor,
-    logit_score_sq,
-    sequence_weights,
-    vcpo_baseline,
-    vcpo_step_factor,
-)
 from sim.staleness import Staleness, VersionRing
 
 COLLAPSE_FRACTION = 0.5
 """A run collapsed when its held-out accuracy falls below this fraction of the best of its evaluations so far (the
 start included): the failure AdamW with clipping actually shows (a non-finite run is counted apart)."""
-
-__all__ = ["Args", "NonFiniteError", "Run", "COLLAPSE_FRACTION", "collapse_step", "setup", "rl_step", "train",
-           "summary", "run_records", "prepare_warm_start", "warm_start_config"]
 
 
 class NonFiniteError(FloatingPointError):
@@ -82,25 +52,10 @@ def collapse_step(accuracies: list[tuple[int, float]]) -> int | None:
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor | None) -> float:
-    """cos(a, b) as gac computes it (``gac.cosine64``: float64, scaled against overflow); NaN where either vector is
-    0 or there is no b."""
+    """cos(a, b) as gac computes it (``gac.cosine64``); NaN where either vector is 0 or there is no b."""
     if b is None or not (bool(a.detach().abs().max() > 0) and bool(b.detach().abs().max() > 0)):
         return math.nan
     return float(cosine64(as_float64(a.detach()), as_float64(b.detach())))
-
-
-class Previous:
-    """The last non-zero vector of a series, for the cosine of the next one with it."""
-
-    def __init__(self, vector: torch.Tensor | None = None):
-        self.vector = vector
-
-    def cosine_and_keep(self, vector: torch.Tensor) -> float:
-        """cos(vector, previous); a non-zero ``vector`` becomes the previous one (a zero one leaves it)."""
-        value = cosine(vector, self.vector)
-        if bool(vector.detach().abs().max() > 0):
-            self.vector = vector.detach().double()
-        return value
 
 
 @dataclass
@@ -119,7 +74,7 @@ class Run:
     behaviour: Qwen3 | None = None
     reference: Qwen3 | None = None
     records: list = field(default_factory=list)
-    previous: dict = field(default_factory=lambda: {k: Previous() for k in ("raw", "applied", "update", "step")})
+    previous: dict = field(default_factory=dict)  # the last non-zero vector of each cosine's series
     step: int = 0
     nonfinite_at: int | None = None
 
@@ -127,32 +82,32 @@ class Run:
     def params(self) -> list[torch.nn.Parameter]:
         return list(self.model.parameters())
 
-
-def warm_start_config(args: Args) -> WarmStartConfig | None:
-    """The warm start a run of ``args`` begins from (None when ``--model`` names a checkpoint)."""
-    return args.warm_start()
+    def cosine_and_keep(self, series: str, vector: torch.Tensor) -> float:
+        """cos(vector, the last non-zero vector of its series), which a non-zero ``vector`` then replaces."""
+        value = cosine(vector, self.previous.get(series))
+        if bool(vector.detach().abs().max() > 0):
+            self.previous[series] = vector.detach().double()
+        return value
 
 
 def prepare_warm_start(args: Args, log=print) -> None:
     """Train and cache the warm start of ``args`` unless it is cached (parallel runs then only load it)."""
-    config = warm_start_config(args)
-    if config is not None:
+    if args.model is None:
         torch.set_num_threads(args.threads)
-        warm_start(config, "cpu", log)
+        warm_start(args.warm_start(), "cpu", log)
 
 
 def setup(args: Args, log=print) -> Run:
     """Validate ``args``, build the run, and restore it from the checkpoint with ``--resume``."""
     args.validate()
-    checkpoint = checked_resume(args) if args.resume else None  # refuse before the models are built
+    saved = checkpoint.checked_resume(args) if args.resume else None  # refuse before the models are built
     torch.set_num_threads(args.threads)
     if args.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     model, info = ((load_model(args.model), {"source": args.model}) if args.model is not None
                    else load_warm_start(args.warm_start(), "cpu", log))
     model = model.to(args.device)
-    inner = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    optimizer = inner
+    optimizer = inner = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     if args.axes.direction == "gac":
         optimizer = gac.wrap(inner, replace(args.gac, space=args.gac_space))
         if args.gac_space == "gradient":  # clip g' (GAC acts on the raw gradient): inside the wrapped step, in place,
@@ -163,18 +118,12 @@ def setup(args: Args, log=print) -> Run:
               schedule=Staleness(args.staleness, args.staleness_kind).sample(
                   args.steps, generator=torch.Generator().manual_seed(args.seed + 7)),
               ring=VersionRing(args.staleness + 1), generator=torch.Generator().manual_seed(args.seed),
-              warm_info=info, behaviour=copy_of(model) if args.staleness else None,
-              reference=copy_of(model) if args.kl_coef > 0 else None)
-    if checkpoint is not None:
-        restore(run, checkpoint)
+              warm_info=info, behaviour=copy.deepcopy(model).requires_grad_(False) if args.staleness else None,
+              reference=copy.deepcopy(model).requires_grad_(False) if args.kl_coef > 0 else None)
+    if saved is not None:
+        checkpoint.restore(run, saved)
         log(f"[train] resumed from {Path(args.out_dir) / 'checkpoint.pt'} at step {run.step}")
     return run
-
-
-def copy_of(model: Qwen3) -> Qwen3:
-    twin = Qwen3(model.config).to(model.model.embed_tokens.weight.device)
-    twin.load_state_dict(model.state_dict())
-    return twin.requires_grad_(False)
 
 
 def clip(model: Qwen3, max_norm: float) -> None:
@@ -201,24 +150,27 @@ def rl_step(run: Run, log=print) -> dict:
     order = torch.randperm(args.prompts_per_step, generator=run.generator)
     updates, step_gradient = [], None
     for groups in order.chunk(args.minibatches):
-        samples = (groups[:, None] * args.group_size + torch.arange(args.group_size)).reshape(-1)
-        numbers, raw = update(run, data, samples.to(args.device), f"step {step}")
+        numbers, raw = update(run, data, grpo.group_samples(groups, args.group_size, args.device), f"step {step}")
         if numbers is None:
-            return nonfinite_record(run)
+            run.records.append(make_row("llm", step=step, seed=args.seed, method=args.run_method,
+                                        label=args.run_method, staleness=args.staleness, nonfinite=True))
+            return run.records[-1]
         updates.append(numbers)
         step_gradient = raw if step_gradient is None else step_gradient + raw
-    mean = lambda key: nanmean([u[key] for u in updates])  # noqa: E731
+    means = {}  # over the updates where the number is defined
+    for key in ("grad_norm", "cos_prev", "cos_update", "cos_applied", "parallel_scale", "lr", "step_norm", "ess_ratio",
+                "clip_frac", "clip_low", "clip_high"):
+        values = [u[key] for u in updates if not math.isnan(u[key])]
+        means[key] = sum(values) / len(values) if values else math.nan
+    reward = float(data["reward"].mean())
     record = make_row(
         "llm", step=step, seed=args.seed, method=args.run_method, label=args.run_method, staleness=args.staleness,
-        objective=float(data["reward"].mean()), grad_norm=mean("grad_norm"), cos_prev=mean("cos_prev"),
-        cos_prev_step=run.previous["step"].cosine_and_keep(step_gradient), cos_update=mean("cos_update"),
-        cos_halves=cos_halves, snr_halves=cos_halves / (1 - cos_halves) if 0 < cos_halves < 1 else math.nan,
-        cos_applied=mean("cos_applied"), regime=Counter(u["regime"] for u in updates).most_common(1)[0][0],
-        parallel_scale=mean("parallel_scale"), lr=mean("lr"), step_norm=mean("step_norm"),
-        kl_behaviour=updates[0]["kl_behaviour"], entropy=updates[0]["entropy"], ess_ratio=mean("ess_ratio"),
-        accuracy=accuracy, train_accuracy=float(data["correct"].mean()),
-        response_length=float(data["mask"].sum(1).float().mean()), clip_frac=mean("clip_frac"),
-        clip_low=mean("clip_low"), clip_high=mean("clip_high"), behaviour_version=version, ratio_to=args.ratio_to,
+        objective=reward, train_accuracy=reward, accuracy=accuracy, **means,  # the reward is exact match
+        cos_prev_step=run.cosine_and_keep("step", step_gradient), cos_halves=cos_halves,
+        snr_halves=cos_halves / (1 - cos_halves) if 0 < cos_halves < 1 else math.nan,
+        regime=Counter(u["regime"] for u in updates).most_common(1)[0][0],
+        kl_behaviour=updates[0]["kl_behaviour"], entropy=updates[0]["entropy"],
+        response_length=float(data["mask"].sum(1).float().mean()), behaviour_version=version, ratio_to=args.ratio_to,
         objective_fn=args.axes.objective, direction_control=args.axes.direction, step_control=args.axes.step,
         tied_frac=data["tied_frac"], samples_drawn=data["samples_drawn"])
     run.records.append(record)
@@ -228,8 +180,7 @@ def rl_step(run: Run, log=print) -> dict:
 
 @torch.no_grad()
 def rollouts(run: Run, policy: Qwen3) -> dict:
-    """P groups of G samples from ``policy``: prompts, responses, their behaviour log-probs and mask, rewards,
-    advantages; the step-start log-probs where the objective needs them; the tied fraction and samples drawn."""
+    """P groups of G samples from ``policy`` with their log-probs, rewards and advantages, as tensors of the batch."""
     args, task, group = run.args, run.task, run.args.group_size
     draws = []
     for _ in range(args.sample_attempts if args.drop_tied_groups else 1):
@@ -238,10 +189,10 @@ def rollouts(run: Run, policy: Qwen3) -> dict:
         with autocast(args):
             responses, logp, mask = sample(policy, prompts, task.answer_len, run.generator, args.temperature,
                                            group=group)
-        reward, correct, _ = task.reward(operands, responses)
+        reward = task.verify(operands, responses)
         tied = (reward.view(-1, group) == reward.view(-1, group)[:, :1]).all(1)
         draws.append({"prompts": prompts.to(args.device), "responses": responses, "behaviour_logp": logp,
-                      "mask": mask, "reward": reward, "correct": correct, "tied": tied})
+                      "mask": mask, "reward": reward, "tied": tied})
         if sum(int((~d["tied"]).sum()) for d in draws) >= args.prompts_per_step:
             break
     tied = torch.cat([d["tied"] for d in draws])
@@ -253,36 +204,30 @@ def rollouts(run: Run, policy: Qwen3) -> dict:
         grouped = torch.cat([d[name].view(-1, group, *d[name].shape[1:]) for d in draws])
         return grouped[chosen.to(grouped.device)].flatten(0, 1)
 
-    data = {name: batch(name) for name in ("prompts", "responses", "behaviour_logp", "mask", "reward", "correct")}
+    data = {name: batch(name) for name in ("prompts", "responses", "behaviour_logp", "mask", "reward")}
     data |= {"tied_frac": float(tied.float().mean()), "samples_drawn": len(tied) * group,
              "advantages": group_advantages(data["reward"].view(-1, group)).view(-1).to(args.device)}
-    prompts, responses = data["prompts"], data["responses"]
+    everything = micro_batches(run, torch.arange(len(data["prompts"]), device=args.device))
     if args.axes.objective == "tis" or args.ratio_to == "proximal" or args.axes.step == "vcpo":
         with autocast(args):
-            data["prox_logp"] = torch.cat([token_logprobs(run.model, prompts[c], responses[c], args.temperature)[0]
-                                           for c in micro_batches(run, torch.arange(len(prompts), device=args.device))])
-    if args.axes.step == "vcpo" and args.vcpo.vcpo_baseline:
-        data["advantages"] = vcpo_advantages(run, data)
+            data["prox_logp"] = torch.cat([token_logprobs(run.model, data["prompts"][c], data["responses"][c],
+                                                          args.temperature)[0] for c in everything])
+    if args.axes.step == "vcpo" and args.vcpo.vcpo_baseline:  # (R − b)/(std + ε), b the off-policy baseline
+        weights, norms = [], []
+        for c in everything:
+            logp, _, logp_all = token_logprobs(run.model, data["prompts"][c], data["responses"][c], args.temperature,
+                                               True)
+            valid = data["mask"][c].float()
+            weights.append((logp - data["behaviour_logp"][c]) * valid)
+            norms.append(stabilizers.logit_score_sq(logp_all, logp, valid))
+        weights = stabilizers.sequence_weights(torch.cat(weights), data["mask"].float()).view(-1, group)
+        rewards = data["reward"].to(weights.device, weights.dtype).view(-1, group)
+        baseline = stabilizers.vcpo_baseline(rewards, weights, torch.cat(norms).view(-1, group))
+        data["advantages"] = group_advantages(rewards, baseline=baseline).view(-1).float()
     # The clip's denominator: π_b, or with ratio_to=proximal π_θ at the step's start (stale data used as if fresh).
     proximal = args.ratio_to == "proximal" and args.axes.objective == "none"
     data["old_logp"] = data["prox_logp"] if proximal else data["behaviour_logp"]
     return data
-
-
-def vcpo_advantages(run: Run, data: dict) -> torch.Tensor:
-    """VCPO's advantages: (R − b)/(std + ε) per group with b its off-policy minimum-variance baseline
-    (``sim.stabilizers.vcpo_baseline``; weights π_θ/π_b at the step's start, score norms in logit space)."""
-    args, group = run.args, run.args.group_size
-    weights, norms = [], []
-    for c in micro_batches(run, torch.arange(len(data["prompts"]), device=args.device)):
-        logp, _, logp_all = token_logprobs(run.model, data["prompts"][c], data["responses"][c], args.temperature, True)
-        valid = data["mask"][c].float()
-        weights.append((logp - data["behaviour_logp"][c]) * valid)
-        norms.append(logit_score_sq(logp_all, logp, valid))
-    weights = sequence_weights(torch.cat(weights), data["mask"].float()).view(-1, group)
-    rewards = data["reward"].to(weights.device, weights.dtype).view(-1, group)
-    baseline = vcpo_baseline(rewards, weights, torch.cat(norms).view(-1, group))
-    return group_advantages(rewards, baseline=baseline).view(-1).float()
 
 
 def micro_batches(run: Run, samples: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -290,37 +235,38 @@ def micro_batches(run: Run, samples: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
-    """Backward of the loss of ``samples``, micro-batch by micro-batch (each micro-batch's token sum divided by the
-    whole update's token count, so the gradient is the one of the whole batch); its statistics."""
+    """Backward of the loss of ``samples`` by micro-batches weighted by their share of its tokens; its statistics."""
     args, valid = run.args, data["mask"][samples].float()
     tokens = valid.sum().clamp_min(1)
     totals, log_ratios = Counter(), []
+    config = {"tis": args.tis, "m2po": args.m2po, "bapo": args.bapo}.get(args.axes.objective)
+    params = {} if config is None else asdict(config)  # the objective's parameters, if it has any
     for chunk in micro_batches(run, samples):
         pick = {k: data[k][chunk] for k in ("prompts", "responses", "behaviour_logp", "mask", "advantages",
                                             "old_logp", "prox_logp") if k in data}
         with autocast(args):
             logp, entropy = token_logprobs(run.model, pick["prompts"], pick["responses"], args.temperature)
         mask = pick["mask"]
-        share = mask.sum() / tokens  # the micro-batch's share of the update's tokens
+        share = mask.sum() / tokens
         loss, stats = grpo.policy_loss(args.axes.objective, logp, pick["old_logp"], pick["advantages"], mask,
-                                       args.clip_eps, args.method_params(), pick.get("prox_logp"))
+                                       args.clip_eps, params, pick.get("prox_logp"))
         if args.kl_coef > 0:
             with torch.no_grad(), autocast(args):
                 ref_logp, _ = token_logprobs(run.reference, pick["prompts"], pick["responses"], args.temperature)
             loss = loss + args.kl_coef * grpo.kl_k3(logp, ref_logp, mask)
         (loss * share).backward()
         totals.update(loss=float(loss.detach() * share), clip_frac=stats["clip_frac"] * float(share),
-                      kl_behaviour=grpo.behaviour_kl(logp, pick["behaviour_logp"], mask) * float(share),
+                      kl_behaviour=float(grpo.kl_k3(pick["behaviour_logp"], logp.detach(), mask)) * float(share),
                       entropy=float(grpo.masked_mean(entropy.detach(), mask.float()) * share))
         log_ratios.append(((logp.detach() - pick["behaviour_logp"]) * mask).double())
-    weights = sequence_weights(torch.cat(log_ratios), valid.double())
+    weights = stabilizers.sequence_weights(torch.cat(log_ratios), valid.double())
     return {**totals, "clip_low": stats["clip_low"], "clip_high": stats["clip_high"],
-            "ess_ratio": float(effective_sample_size(weights)[1])}
+            "ess_ratio": float(stabilizers.effective_sample_size(weights)[1])}
 
 
 def update(run: Run, data: dict, samples: torch.Tensor, where: str) -> tuple[dict | None, torch.Tensor | None]:
-    """One optimizer update on ``samples``: gradient → step size → braking → clip → (GAC-)AdamW. Its numbers and
-    the raw gradient (as one vector), or (None, None) when a non-finite loss or gradient stopped the run."""
+    """One update on ``samples``: gradient → step size → braking → clip → (GAC-)AdamW; its numbers and raw
+    gradient, or (None, None) when a non-finite loss or gradient stopped the run."""
     args, optimizer, params = run.args, run.optimizer, run.params
     optimizer.zero_grad(set_to_none=True)
     stats = accumulate_gradient(run, data, samples)
@@ -332,17 +278,17 @@ def update(run: Run, data: dict, samples: torch.Tensor, where: str) -> tuple[dic
         return None, None
     lr = args.lr / (1 + int(run.schedule[run.step])) if args.axes.step == "lr_scale" else args.lr
     if args.axes.step == "kl_target":
-        lr *= kl_target_factor(stats["kl_behaviour"], args.kl_target.kl_target, args.kl_target.kl_floor)
+        lr *= stabilizers.kl_target_factor(stats["kl_behaviour"], args.kl_target.kl_target, args.kl_target.kl_floor)
     if args.axes.step == "vcpo":
-        lr *= vcpo_step_factor(stats["ess_ratio"], args.vcpo.vcpo_reference_ratio, args.vcpo.vcpo_power)
+        lr *= stabilizers.vcpo_step_factor(stats["ess_ratio"], args.vcpo.vcpo_reference_ratio, args.vcpo.vcpo_power)
     for group in optimizer.param_groups:
         group["lr"] = lr
     scale, regime = 1.0, NO_REGIME
     if args.axes.direction == "braking":  # g ← (1 − α·cos(g, m)) g, m AdamW's first moment (none before step 1)
         moments = [optimizer.state[p].get("exp_avg") for p in params]
         if all(m is not None for m in moments):
-            scale = float(braking_scale(cosine(raw, torch.cat([m.reshape(-1) for m in moments])),
-                                        args.braking.braking_alpha))
+            scale = float(stabilizers.braking_scale(cosine(raw, torch.cat([m.reshape(-1) for m in moments])),
+                                                    args.braking.braking_alpha))
             torch._foreach_mul_([p.grad for p in params], scale)
     if not (args.axes.direction == "gac" and args.gac_space == "gradient"):
         clip(run.model, args.max_grad_norm)  # GAC in the gradient space clips g' inside its step (setup)
@@ -355,63 +301,38 @@ def update(run: Run, data: dict, samples: torch.Tensor, where: str) -> tuple[dic
         regime, scale = report.regime, report.parallel_scale
         if report.regime == "skip" and args.gac_space == "gradient":
             applied = torch.zeros_like(raw)
-    numbers = {"grad_norm": float(raw.norm()), "cos_prev": run.previous["raw"].cosine_and_keep(raw),
-               "cos_applied": run.previous["applied"].cosine_and_keep(applied),
-               "cos_update": run.previous["update"].cosine_and_keep(moved), "step_norm": float(moved.norm()),
-               "regime": regime, "parallel_scale": scale, "lr": lr, **stats}
-    return numbers, raw
+    return {"grad_norm": float(raw.norm()), "cos_prev": run.cosine_and_keep("raw", raw),
+            "cos_applied": run.cosine_and_keep("applied", applied), "cos_update": run.cosine_and_keep("update", moved),
+            "step_norm": float(moved.norm()), "regime": regime, "parallel_scale": scale, "lr": lr, **stats}, raw
 
 
 def snr_probe(run: Run, data: dict) -> float:
-    """cos of the raw gradients of two disjoint halves of the step's prompt groups at the current θ (E ≈ SNR/(1 +
-    SNR) of a half); NaN where a half has no gradient. Leaves no gradient behind and draws no random numbers."""
-    args = run.args
-    halves = torch.arange(args.prompts_per_step).chunk(2)
+    """cos of the raw gradients of the two halves of the step's groups at θ (E ≈ SNR/(1 + SNR) of a half); leaves no
+    gradient behind and draws no random numbers."""
+    halves, gradients = torch.arange(run.args.prompts_per_step).chunk(2), []
     if len(halves) < 2:
         return math.nan
-    gradients = []
     for half in halves:
         run.optimizer.zero_grad(set_to_none=True)
-        samples = (half[:, None] * args.group_size + torch.arange(args.group_size)).reshape(-1).to(args.device)
-        accumulate_gradient(run, data, samples)
+        accumulate_gradient(run, data, grpo.group_samples(half, run.args.group_size, run.args.device))
         gradients.append(torch.cat([p.grad.reshape(-1) for p in run.params]))
     run.optimizer.zero_grad(set_to_none=True)
     return cosine(*gradients)
 
 
-@torch.no_grad()
 def evaluate(run: Run) -> float:
-    """Greedy exact-match accuracy on the fixed held-out problems."""
     with autocast(run.args):
-        responses, _, _ = sample(run.model, run.task.prompts(run.heldout), run.task.answer_len, greedy=True)
-    return float(run.task.verify(run.heldout, responses)[0].mean())
-
-
-def nonfinite_record(run: Run) -> dict:
-    args = run.args
-    record = make_row("llm", step=run.step, seed=args.seed, method=args.run_method, label=args.run_method,
-                      staleness=args.staleness, nonfinite=True)
-    run.records.append(record)
-    return record
-
-
-def nanmean(values: list[float]) -> float:
-    values = [v for v in values if not math.isnan(v)]
-    return sum(values) / len(values) if values else math.nan
+        return heldout_accuracy(run.model, run.task, run.heldout)
 
 
 # -- the loop ------------------------------------------------------------------------------------------------------
 def train(args: Args, run: Run | None = None, log=print) -> Iterator[dict]:
-    """Yield the record of each RL step from ``run.step`` (a fresh ``setup(args)`` if not given) to args.steps.
-
-    A non-finite step raises NonFiniteError (``on_nonfinite=raise``) or yields a ``nonfinite`` record and stops
-    (``mark``). With ``checkpoint_every`` the out_dir is locked and checkpoints are written (a fresh run into a
-    folder with another run's outputs is refused unless ``overwrite``).
-    """
+    """Yield the record of each RL step from ``run.step`` (a fresh ``setup(args)`` if not given) to args.steps; with
+    ``checkpoint_every``, in the locked out_dir, saving checkpoints. A ``nonfinite`` record (``mark``) is the last."""
     run = setup(args, log) if run is None else run
-    with out_dir_lock(args.out_dir) if args.checkpoint_every else contextlib.nullcontext():
+    with checkpoint.out_dir_lock(args.out_dir) if args.checkpoint_every else contextlib.nullcontext():
         if args.checkpoint_every and run.step == 0:
-            prepare_out_dir(args)
+            checkpoint.prepare_out_dir(args)
         from tqdm.auto import tqdm
         bar = tqdm(range(run.step, args.steps), disable=not args.progress, initial=run.step, total=args.steps,
                    desc=f"{args.run_method} s={args.staleness}", leave=False)
@@ -422,32 +343,25 @@ def train(args: Args, run: Run | None = None, log=print) -> Iterator[dict]:
                 break
             bar.set_postfix(reward=f"{record['objective']:.2f}", cos=f"{record['cos_prev']:.2f}")
             if args.checkpoint_every and run.step % args.checkpoint_every == 0 and run.step < args.steps:
-                save_checkpoint(Path(args.out_dir) / "checkpoint.pt", checkpoint_payload(run))
+                checkpoint.save_checkpoint(Path(args.out_dir) / "checkpoint.pt", checkpoint.checkpoint_payload(run))
         bar.close()
 
 
 def summary(run: Run) -> dict:
-    """The run's summary: args, method, warm start, start and final held-out accuracy (on how many problems), the
-    step it went non-finite or collapsed at (None if not), and the fingerprint of the code that ran it."""
+    """Args, warm start, start and final held-out accuracy, where it failed, and the code's fingerprint."""
     final = evaluate(run) if run.nonfinite_at is None else math.nan
     accuracies = [(r["step"], r["accuracy"]) for r in run.records if not math.isnan(r["accuracy"])]
     start = accuracies[0][1] if accuracies and accuracies[0][0] == 0 else math.nan
-    if run.nonfinite_at is None:
-        accuracies.append((run.step, final))
-    collapsed_at = collapse_step(accuracies)
+    collapsed_at = collapse_step(accuracies + ([(run.step, final)] if run.nonfinite_at is None else []))
     return {"args": asdict(run.args), "method": run.args.run_method, "warm_start": run.warm_info,
             "start_accuracy": start, "final_accuracy": final, "eval_problems": len(run.heldout),
             "nonfinite_at": run.nonfinite_at, "collapsed_at": collapsed_at,
             "collapsed": collapsed_at is not None or run.nonfinite_at is not None,
-            "code_fingerprint": trainer_fingerprint()}
+            "code_fingerprint": code_fingerprint(checkpoint.CODE)}
 
 
 def run_records(args: Args, log=print, records_path: Path | str | None = None) -> dict:
-    """Train to the end; ``{"records": every record (a resumed run's earlier ones too), "summary": ...}``.
-
-    ``records_path``: each record is also appended to this CSV as it is made (a resumed run's earlier ones first),
-    so a run killed at any step leaves the records of the steps it made.
-    """
+    """Train to the end: {"records", "summary"}; each record also goes to ``records_path`` as soon as it is made."""
     run = setup(args, log)
     stream = RecordStream(records_path, columns("llm"), list(run.records)) if records_path else None
     with stream or contextlib.nullcontext():

@@ -1,25 +1,10 @@
 """Warm start: a supervised stage so that RL starts from partial held-out accuracy, the same on any machine.
 
-Teacher-forced cross-entropy on a finite data set of ``sft_problems`` train-split problems, trained to a plateau:
-after ``min_steps``, training stops once greedy held-out accuracy (checked every ``eval_every`` steps on
-``eval_problems`` distinct held-out problems) has not improved by ``min_delta`` for ``patience`` checks, or at
-``max_steps``. The plateau is set by the data set's size (a model that has learnt its problems generalises to part
-of the rest), not by where a chaotic supervised run happens to be when it first crosses a threshold: on unlimited
-data held-out accuracy jumps 0.09 → 0.50 within 25 steps and ends near 1, which leaves RL nothing to learn.
-
-A warm start is *accepted* when its held-out accuracy lies in [``target_accuracy``, ``ceiling_accuracy``]; one
-outside is retrained from the next seed of a separate stream (``seed + ATTEMPT_STRIDE · attempt``, up to
-``attempts`` tries) and, if none lands inside, refused with one line naming it (``WarmStartRejected``). Never is a
-warm start below target used. The ceiling exists because the plateau has a cliff of its own in the data set's size
-(2-digit sums, the 0.6M model, seed 0: 512 problems plateau at 0.20, 768 at 0.83, 2048 at 0.86-0.98), so a seed
-could land past it, where RL has little left to learn.
-
-The result is saved (``model.save_model``, Hugging Face's layout) under ``runs/warmstart/<hash of its config and of
-the warm-start
-code>/`` (``sim.paths``) and reused by every run with the same config and code (``GAC_LAB_RUNS`` moves the
-folder). One process trains a missing warm start while the others wait on its lock; a staging folder left by a
-killed trainer is removed by the next one. ``python -m sim.llm.warmstart --out DIR`` makes one into a folder of
-your choice (the tests' committed checkpoint was made so).
+Cross-entropy on ``sft_problems`` train-split problems until held-out accuracy plateaus (the data set's size sets
+the plateau). Accepted in [``target_accuracy``, ``ceiling_accuracy``], else retrained from the next seed of its own
+stream, and refused in one line after ``attempts``. Cached under ``runs/warmstart/<config hash>-<code hash>/``
+(Hugging Face's layout) for every run with the same config and code; ``python -m sim.llm.warmstart --out DIR``
+writes one into a folder of your choice.
 """
 
 from __future__ import annotations
@@ -37,8 +22,8 @@ import torch
 
 from sim import paths
 from sim.fingerprint import code_fingerprint
-from sim.llm.model import SIZES, build_model, load_model, sample, save_model
-from sim.llm.task import EOS, AdditionTask
+from sim.llm.model import SIZES, build_model, load_model, sample, save_model, token_logprobs
+from sim.llm.task import AdditionTask, through_first_eos
 from sim.record import current_umask, exclusive_lock
 
 RUNS_DIR = paths.runs_dir()
@@ -50,7 +35,7 @@ ATTEMPT_STRIDE = 1_000_003
 
 
 class WarmStartRejected(ValueError):
-    """No attempt of a warm start reached its target accuracy (the message names it, on one line)."""
+    """No attempt of a warm start landed in its acceptance range (the message names it, on one line)."""
 
 
 @dataclass(frozen=True)
@@ -93,11 +78,9 @@ class WarmStartConfig:
         if self.size not in SIZES:
             raise ValueError(f"warm start size must be one of {', '.join(SIZES)}, got {self.size!r}")
         AdditionTask(digits=self.digits)  # checks the width
-        if not 0.0 <= self.target_accuracy <= 1.0:
-            raise ValueError(f"warm start target_accuracy must be in [0, 1], got {self.target_accuracy}")
-        if not self.target_accuracy <= self.ceiling_accuracy <= 1.0:
-            raise ValueError(f"warm start ceiling_accuracy must be in [target_accuracy, 1] = [{self.target_accuracy}, "
-                             f"1], got {self.ceiling_accuracy}")
+        if not 0.0 <= self.target_accuracy <= self.ceiling_accuracy <= 1.0:
+            raise ValueError(f"warm start target_accuracy must be in [0, ceiling_accuracy] and ceiling_accuracy in "
+                             f"[target_accuracy, 1], got {self.target_accuracy} and {self.ceiling_accuracy}")
         for name in ("sft_problems", "max_steps", "attempts", "batch_size", "eval_every", "eval_problems",
                      "patience"):
             if getattr(self, name) < 1:
@@ -105,43 +88,20 @@ class WarmStartConfig:
         if self.min_steps < 0 or self.min_delta < 0 or not self.lr > 0:
             raise ValueError("warm start min_steps >= 0, min_delta >= 0 and lr > 0 required")
 
-    def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
-
     def name(self) -> str:
-        """A short name for messages: size, digits, seed."""
         return f"warm start {self.size} d{self.digits} seed {self.seed}"
 
 
-@torch.no_grad()
 def heldout_accuracy(model, task: AdditionTask, operands: torch.Tensor) -> float:
     """Greedy exact-match accuracy on ``operands`` (one batched decode)."""
-    was_training = model.training
-    model.eval()
     responses, _, _ = sample(model, task.prompts(operands), task.answer_len, greedy=True)
-    correct, _ = task.verify(operands, responses.cpu())
-    model.train(was_training)
-    return float(correct.mean())
-
-
-def supervised_loss(model, task: AdditionTask, operands: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of the answer tokens (up to and including EOS) given the prompt."""
-    device = next(model.parameters()).device
-    prompts, answers = task.prompts(operands).to(device), task.answers(operands).to(device)
-    ids = torch.cat([prompts, answers], dim=1)
-    logits = model(ids)[:, prompts.shape[1] - 1 : -1]
-    # Answer tokens through the first EOS count; the PAD after it does not.
-    valid = torch.cumsum((answers == EOS).long(), dim=1) - (answers == EOS).long() == 0
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), answers.reshape(-1),
-                                             reduction="none").reshape(answers.shape)
-    return (loss * valid).sum() / valid.sum()
+    return float(task.verify(operands, responses).mean())
 
 
 def train_attempt(cfg: WarmStartConfig, seed: int, device: str = "cpu", log=print) -> tuple[torch.nn.Module, dict]:
     """One supervised run from ``seed`` to a plateau (or ``max_steps``); (model, info)."""
     task = AdditionTask(digits=cfg.digits)
     model = build_model(cfg.size, seed).to(device)
-    model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     data = task.train_set(cfg.sft_problems, seed)
     generator = torch.Generator().manual_seed(seed + 10_000)
@@ -149,7 +109,10 @@ def train_attempt(cfg: WarmStartConfig, seed: int, device: str = "cpu", log=prin
     accuracy, best, best_step, step, stopped, history = 0.0, -1.0, 0, 0, "max_steps", []
     for step in range(1, cfg.max_steps + 1):
         batch = data[torch.randint(0, len(data), (cfg.batch_size,), generator=generator)]
-        loss = supervised_loss(model, task, batch)
+        answers = task.answers(batch).to(device)  # cross-entropy of the answer through its EOS (not the PAD after)
+        logp, _ = token_logprobs(model, task.prompts(batch).to(device), answers)
+        valid = through_first_eos(answers)
+        loss = -(logp * valid).sum() / valid.sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -170,9 +133,7 @@ def train_attempt(cfg: WarmStartConfig, seed: int, device: str = "cpu", log=prin
 
 
 def train_warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tuple[torch.nn.Module, dict]:
-    """Train ``cfg``'s warm start: (model, info) of the first attempt at or above target (info: steps, held-out
-    accuracy, why it stopped, the attempt and the seed it used, the thread count, every attempt's accuracy).
-    ``WarmStartRejected`` (one line) when no attempt reaches the target."""
+    """(model, info) of the first attempt in the acceptance range; ``WarmStartRejected`` when none lands in it."""
     cfg.validate()
     tried = []
     for attempt in range(cfg.attempts):
@@ -190,31 +151,31 @@ def train_warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tu
 
 def warm_start_path(cfg: WarmStartConfig) -> Path:
     """The cache folder of ``cfg``'s warm start, named by its config and the warm-start code's fingerprint."""
-    return RUNS_DIR / "warmstart" / f"{cfg.size}-d{cfg.digits}-{cfg.key()}-{code_fingerprint(WARM_START_CODE)[:8]}"
+    key = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True).encode()).hexdigest()[:12]
+    return RUNS_DIR / "warmstart" / f"{cfg.size}-d{cfg.digits}-{key}-{code_fingerprint(WARM_START_CODE)[:8]}"
 
 
 def warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tuple[Path, dict]:
-    """The cached warm-start checkpoint directory for ``cfg`` (trained and saved on first use).
-
-    Trained under a lock (``.NAME.lock``; other processes wait), staged in ``.NAME.staging*`` and renamed into
-    place; files 0666 and folders 0777 minus the umask, like any file the user writes.
-    """
+    """(folder, info) of ``cfg``'s cached warm start, trained on first use under a lock that other processes wait
+    on; a staging folder left by a killed trainer is removed."""
     path = warm_start_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(path.parent / f".{path.name}.lock", f"warm start {path}", wait=True):
         for stale in path.parent.glob(f".{path.name}.staging*"):  # left by a killed trainer: nobody else stages
             shutil.rmtree(stale, ignore_errors=True)
         if path.exists():
-            return path, read_info(path)
+            try:
+                return path, json.loads((path / "warmstart.json").read_text())["info"]
+            except (OSError, ValueError, KeyError, TypeError) as err:
+                raise damaged(path, f"warmstart.json: {type(err).__name__}") from None
         model, info = train_warm_start(cfg, device, log)
         save_warm_start(model, cfg, info, path)
     return path, info
 
 
-def save_warm_start(model, cfg: WarmStartConfig, info: dict, path: Path, command: str | None = None) -> Path:
-    """Write ``model`` with its ``warmstart.json`` (config, info, the warm-start code's fingerprint and, if given,
-    the command that made it) to ``path`` atomically: staged beside it, then renamed into place (a folder already
-    there is replaced only once the new one is complete)."""
+def save_warm_start(model, cfg: WarmStartConfig, info: dict, path: Path, command: str | None = None) -> None:
+    """``model`` and its ``warmstart.json`` (config, info, code fingerprint, the command that made it) into ``path``,
+    staged beside it and renamed into place; files 0666 and folders 0777 minus the umask."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.staging"))
     try:
@@ -224,27 +185,19 @@ def save_warm_start(model, cfg: WarmStartConfig, info: dict, path: Path, command
         (staging / "warmstart.json").write_text(json.dumps(meta, indent=1))
         for item in [staging, *staging.rglob("*")]:
             os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~current_umask())
-        if path.exists():
-            old = path.with_name(f".{path.name}.old")
+        old = path.with_name(f".{path.name}.old")
+        if path.exists():  # replaced only once the new one is complete
             shutil.rmtree(old, ignore_errors=True)
             os.replace(path, old)
-            os.replace(staging, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, path)
+        os.replace(staging, path)
+        shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return path
 
 
-def read_info(path: Path) -> dict:
-    """The info of a cached warm start; one-line ValueError naming the folder if it is damaged."""
-    try:
-        return json.loads((path / "warmstart.json").read_text())["info"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"cached warm start {path} is damaged (warmstart.json: {type(err).__name__}); delete that "
-                         "folder and rerun to train it again") from None
+def damaged(path: Path, why: str) -> ValueError:
+    return ValueError(f"cached warm start {path} is damaged ({why}); delete that folder and rerun to train it again")
 
 
 def load_warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tuple[torch.nn.Module, dict]:
@@ -252,8 +205,7 @@ def load_warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tup
     try:
         return load_model(path).to(device), info
     except ValueError as err:
-        raise ValueError(f"cached warm start {path} is damaged ({str(err).split(': ', 1)[-1]}); delete that folder "
-                         "and rerun to train it again") from None
+        raise damaged(path, str(err).split(": ", 1)[-1]) from None
 
 
 @dataclass
@@ -272,24 +224,18 @@ def main(argv: list[str] | None = None) -> int:
     import tyro
 
     cli = tyro.cli(MakeWarmStart, args=argv, description=MakeWarmStart.__doc__)
+    out = Path(cli.out)
     try:
         cli.config.validate()
         if cli.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {cli.threads}")
+        if out.exists() and not (out / "warmstart.json").exists() and any(out.iterdir()):
+            raise ValueError(f"--out {out} holds files that are not a warm start; choose an empty or new folder")
+        torch.set_num_threads(cli.threads)
+        model, info = train_warm_start(cli.config)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
-    torch.set_num_threads(cli.threads)
-    out = Path(cli.out)
-    if out.exists() and not (out / "warmstart.json").exists() and any(out.iterdir()):
-        print(f"error: --out {out} holds files that are not a warm start; choose an empty or new folder",
-              file=sys.stderr)
-        return 2
-    try:
-        model, info = train_warm_start(cli.config)
-    except WarmStartRejected as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return 1 if isinstance(err, WarmStartRejected) else 2
     command = "python -m sim.llm.warmstart " + " ".join(sys.argv[1:] if argv is None else argv)
     save_warm_start(model, cli.config, info, out, command)
     print(f"{cli.config.name()}: held-out accuracy {info['heldout_accuracy']:.3f} after {info['steps']} steps "

@@ -32,8 +32,9 @@ def test_m2po_and_tis_use_the_registry():
     logp = torch.zeros(2, 3)
     behaviour = torch.tensor([[0.0, -0.05, -2.0], [0.0, 0.1, 0.0]])
     mask = torch.ones(2, 3, dtype=torch.bool)
-    _, stats = grpo.policy_loss("m2po", logp, behaviour, torch.ones(2), mask, 0.2, method_params("m2po"))
-    assert abs(stats["kept_frac"] - 5 / 6) < 1e-6  # the (log r)² = 4 token is dropped
+    loss, _ = grpo.policy_loss("m2po", logp, behaviour, torch.ones(2), mask, 0.2, method_params("m2po"))
+    kept = torch.exp(logp - behaviour) * torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])  # the (log r)² = 4 token
+    assert torch.allclose(loss, -kept.sum() / 6)  # is dropped, and counted in the token mean
     loss, _ = grpo.policy_loss("tis", logp, behaviour, torch.ones(2), mask, 0.2, method_params("tis"),
                                prox_logp=logp)
     weights = torch.exp(logp - behaviour).clamp(max=2.0)

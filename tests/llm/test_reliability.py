@@ -14,7 +14,7 @@ import torch
 
 import sim.llm.__main__ as cli
 from sim.llm import checkpoint, warmstart
-from sim.llm.train import Args, warm_start_config
+from sim.llm.train import Args
 from sim.llm.warmstart import WarmStartConfig
 
 QUICK = ["--size", "tiny", "--digits", "1", "--prompts-per-step", "2", "--group-size", "4", "--eval-problems", "8",
@@ -44,7 +44,7 @@ def test_resume_after_a_source_edit_is_refused_naming_the_file_unless_allowed(ru
     saved = checkpoint.load_checkpoint(out / "checkpoint.pt")
     assert saved["code"] == checkpoint.source_hashes(checkpoint.CODE) and "sim/llm/train.py" in saved["code"]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["code_fingerprint"] == saved["code_fingerprint"] == checkpoint.trainer_fingerprint()
+    assert summary["code_fingerprint"] == saved["code_fingerprint"] == checkpoint.code_fingerprint(checkpoint.CODE)
     records = (out / "records.csv").read_bytes()
     edited = {**saved["code"], "sim/llm/train.py": "0" * 16}  # as if train.py had been edited since
     monkeypatch.setattr(checkpoint, "source_hashes", lambda entries: edited)
@@ -209,7 +209,7 @@ def test_warm_start_files_follow_the_umask_and_a_killed_trainers_staging_is_clea
 def test_a_corrupt_cached_warm_start_is_one_line_naming_its_folder(warm_dir, tiny_checkpoint, tmp_path, capsys):
     args = Args(size="tiny", digits=1, steps=1, prompts_per_step=2, group_size=4, eval_problems=8, progress=False,
                 out_dir=str(tmp_path / "out"))
-    path = warmstart.warm_start_path(warm_start_config(args))
+    path = warmstart.warm_start_path(args.warm_start())
     shutil.copytree(tiny_checkpoint, path)  # a cached warm start whose weights were then damaged
     (path / "warmstart.json").write_text(json.dumps({"info": {"steps": 1}}))
     weights = path / "model.safetensors"

@@ -170,13 +170,13 @@ def test_a_step_without_gradient_reads_nan_and_keeps_the_reference(tiny_args, mo
     args = tiny_args(method="gac", staleness=2, snr_every=1000, temperature=2.0, minibatches=1)
     run = setup(args, **QUIET)
     seen = Capture(run, monkeypatch)
-    real = run.task.reward
+    real = run.task.verify
 
     def reward(operands, responses):
         out = real(operands, responses)
-        return (torch.zeros_like(out[0]), *out[1:]) if run.step == 1 else out
+        return torch.zeros_like(out) if run.step == 1 else out
 
-    monkeypatch.setattr(type(run.task), "reward", lambda self, o, r: reward(o, r))
+    monkeypatch.setattr(type(run.task), "verify", lambda self, o, r: reward(o, r))
     records = [rl_step(run) for _ in range(3)]
     assert records[1]["grad_norm"] == 0 and math.isnan(records[1]["cos_prev"]) and records[1]["regime"] == "keep"
     assert records[1]["tied_frac"] == 1.0
