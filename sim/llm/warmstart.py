@@ -159,7 +159,13 @@ def warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tuple[Pa
     """(folder, info) of ``cfg``'s cached warm start, trained on first use under a lock that other processes wait
     on; a staging folder left by a killed trainer is removed."""
     path = warm_start_path(cfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not os.access(path.parent, os.W_OK):
+            raise PermissionError(13, "not writable")
+    except OSError as err:
+        raise ValueError(f"the warm-start folder {path.parent} cannot be written ({err.strerror}); set GAC_LAB_RUNS "
+                         "to a folder you can write") from None
     with exclusive_lock(path.parent / f".{path.name}.lock", f"warm start {path}", wait=True):
         for stale in path.parent.glob(f".{path.name}.staging*"):  # left by a killed trainer: nobody else stages
             shutil.rmtree(stale, ignore_errors=True)
