@@ -127,9 +127,9 @@ def complex_and_real_twin(seed: int = 0):
 def test_complex_parameters_are_controlled_like_their_real_view(monkeypatch, space, chunk, optimizer):
     """Cosine and projection used only the real parts (a real-part cosine of -0.24 where the real-view cosine is
     +0.25). A complex parameter now trains like its real view ``torch.view_as_real``, also when it is summed and
-    written in chunks (``chunk``): bit for bit under AdamW, which steps complex parameters in their real view (in
-    momentum space GAC forms and shifts the first moment in the real view too; it used to be 1 ulp off); under SGD
-    within 1e-6, as plain SGD itself is (its complex arithmetic rounds differently from the real twin's)."""
+    written in chunks (``chunk``): bit for bit under AdamW in gradient and update space, which steps complex parameters
+    in their real view; in momentum space and under SGD within 1e-6, the rounding of torch's own complex kernels
+    (float32 ulp ~6e-8 at these magnitudes)."""
     if chunk is not None:
         monkeypatch.setattr(gac.tracker, "CHUNK_NUMEL", chunk)
     complex_param, real_param = complex_and_real_twin()
@@ -137,7 +137,9 @@ def test_complex_parameters_are_controlled_like_their_real_view(monkeypatch, spa
     complex_opt, real_opt = (gac.wrap(OPTIMIZERS[optimizer]([p]), cfg) for p in (complex_param, real_param))
     gen = torch.Generator().manual_seed(1)
     drift = torch.randn(5, 3, 2, generator=gen)
-    exact = optimizer == "adamw"
+    # Momentum space reads the first moment torch's AdamW keeps, and torch updates a complex moment and its real
+    # twin's with different vectorised kernels: on some CPUs they round one float32 ulp apart (bit-equal here).
+    exact = optimizer == "adamw" and space != "momentum"
     acted = 0
     for _ in range(6):
         grad = drift + 0.7 * torch.randn(5, 3, 2, generator=gen)
