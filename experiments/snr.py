@@ -109,19 +109,16 @@ def snr_ratio(gram: np.ndarray) -> tuple[float, float, float]:
     return estimate, jackknife, math.sqrt(max(variance, 0.0)) / trace
 
 
-def gram_matrix(chunks: list[torch.Tensor]) -> np.ndarray:
-    """X Xᵀ in float64 of the rows of ``chunks`` (each (c, d), stacked in order), block by block, so that no
-    float64 copy of the whole X is made."""
-    sizes = [len(c) for c in chunks]
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-    gram = np.zeros((starts[-1], starts[-1]))
-    for i, a in enumerate(chunks):
-        a = a.double()
-        for j in range(i, len(chunks)):
-            block = (a @ chunks[j].double().T).numpy()
-            gram[starts[i]:starts[i + 1], starts[j]:starts[j + 1]] = block
-            gram[starts[j]:starts[j + 1], starts[i]:starts[i + 1]] = block.T
-    return gram
+def gram_matrix(chunks: list[torch.Tensor], slab: int = 8192) -> np.ndarray:
+    """X Xᵀ of the rows of ``chunks`` (each (c, d), stacked in order), column slab by column slab: each slab's
+    product in the rows' dtype (a sum over ``slab`` terms), the slabs summed in float64. Every element is copied
+    once and no float64 copy of X is made."""
+    rows = sum(len(c) for c in chunks)
+    gram = torch.zeros(rows, rows, dtype=torch.float64)
+    for start in range(0, chunks[0].shape[1] if chunks else 0, slab):
+        part = torch.cat([c[:, start:start + slab] for c in chunks])
+        gram += (part @ part.T).double()
+    return ((gram + gram.T) / 2).numpy()
 
 
 # -- one measurement -----------------------------------------------------------------------------------------------
