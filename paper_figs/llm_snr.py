@@ -26,7 +26,14 @@ TESTBED_SAMPLES = 16 * 8
 
 def cap(snr):
     """The theory's cap on the consecutive-gradient cosine at batch SNR ``snr``: SNR/(1 + SNR)."""
-    return snr / (1 + snr)
+    with np.errstate(divide="ignore", invalid="ignore"):  # the axis probes values outside SNR ≥ 0 too
+        return snr / (1 + snr)
+
+
+def snr_at_cap(cosine):
+    """The batch SNR whose cap is ``cosine``: c/(1 − c) (the right axis' inverse)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return cosine / (1 - cosine)
 
 
 def draw(table: pd.DataFrame, out_dir: Path, name: str = "llm_snr") -> list[Path]:
@@ -51,7 +58,7 @@ def draw(table: pd.DataFrame, out_dir: Path, name: str = "llm_snr") -> list[Path
     ax.set(xscale="log", yscale="log", xlim=(16, 1e6), ylim=(1e-3, 1e3),
            xlabel="samples per step N (in the update)", ylabel="batch SNR = N·r",
            title="Small model, warm starts: batch SNR (thin: each warm start)")
-    right = ax.secondary_yaxis("right", functions=(cap, lambda c: c / (1 - c)))
+    right = ax.secondary_yaxis("right", functions=(cap, snr_at_cap))
     right.set_yticks([0.01, 0.1, 0.5, 0.8, 0.95, 0.99])
     right.set_yticklabels(["0.01", "0.1", "0.5", "0.8", "0.95", "0.99"])
     right.set_ylabel("cosine cap SNR/(1+SNR)")
