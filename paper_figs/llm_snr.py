@@ -2,8 +2,9 @@
 
 ``python -m paper_figs.llm_snr`` draws ``docs/figures/llm_snr.png`` from ``docs/data/llm_snr.csv``
 (``experiments.snr``): batch SNR = N·r for each configuration, training on every group (r) or on untied groups only
-(dynamic sampling: r_untied, N the samples in the update, which draws N/(1 − f)); one thin line per warm start, the
-mean r over warm starts thick; the cosine cap SNR/(1 + SNR) on the right axis; the testbed's 128 samples marked.
+(dynamic sampling: r_untied, N the samples in the update, which draws N/(1 − f)) at the mean r over warm starts,
+the band spanning the warm starts' r; one panel per reward; the cosine cap SNR/(1 + SNR) on the right axis; the
+testbed's 128 samples marked.
 """
 
 from __future__ import annotations
@@ -37,32 +38,35 @@ def snr_at_cap(cosine):
 
 
 def draw(table: pd.DataFrame, out_dir: Path, name: str = "llm_snr") -> list[Path]:
-    """The figure of ``table`` (``experiments.snr``'s columns) into ``out_dir``."""
+    """The figure of ``table`` (``experiments.snr``'s columns) into ``out_dir``: one panel per reward."""
     apply_style()
-    fig, ax = plt.subplots(figsize=(4.2, 3.2))
-    samples = np.geomspace(16, 1e6, 50)
-    colors = iter(plt.rcParams["axes.prop_cycle"].by_key()["color"])
-    config = ["digits", "group_size", "reward"]
-    for (digits, group, reward), part in table.groupby(config):
-        color = next(colors)
-        for column, style, what in (("r_sample", "-", "every group"), ("r_untied_sample", "--", "tied dropped")):
-            r = part[column].to_numpy()
-            for value in r[r > 0]:
-                ax.plot(samples, samples * value, style, color=color, lw=0.5, alpha=0.4)
-            ax.plot(samples, samples * max(r.mean(), 0), style, color=color, lw=1.5,
-                    label=f"{digits} digits, G={group}, {reward}: {what} (r={r.mean():.2g})")
-    for level in (1, 4):
-        ax.axhline(level, color="0.4", lw=0.6, ls=":")
-    ax.axvline(TESTBED_SAMPLES, color="0.4", lw=0.6, ls=":")
-    ax.text(TESTBED_SAMPLES * 1.1, 1.3e-3, "testbed (128)", fontsize=6, color="0.3")
-    ax.set(xscale="log", yscale="log", xlim=(16, 1e6), ylim=(1e-3, 1e3),
-           xlabel="samples per step N (in the update)", ylabel="batch SNR = N·r",
-           title="Small model, warm starts: batch SNR (thin: each warm start)")
-    right = ax.secondary_yaxis("right", functions=(cap, snr_at_cap))
-    right.set_yticks([0.01, 0.1, 0.5, 0.8, 0.95, 0.99])
-    right.set_yticklabels(["0.01", "0.1", "0.5", "0.8", "0.95", "0.99"])
+    rewards = sorted(table.reward.unique(), key=lambda r: (r != "exact", r))
+    fig, axes = plt.subplots(1, len(rewards), figsize=(3.4 * len(rewards), 3.0), sharey=True, squeeze=False)
+    samples = np.geomspace(32, 3e5, 50)
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    configs = sorted(table.groupby(["digits", "group_size"]).groups)
+    for ax, reward in zip(axes[0], rewards, strict=True):
+        for (digits, group), part in table[table.reward == reward].groupby(["digits", "group_size"]):
+            color = palette[configs.index((digits, group)) % len(palette)]
+            r, r_untied = part.r_sample.to_numpy(), part.r_untied_sample.to_numpy()
+            ax.fill_between(samples, samples * max(r.min(), 1e-12), samples * r.max(), color=color, alpha=0.15, lw=0)
+            ax.plot(samples, samples * max(r.mean(), 0), "-", color=color,
+                    label=f"{digits} digits, G={group}: r={r.mean():.2g}")
+            ax.plot(samples, samples * max(r_untied.mean(), 0), "--", color=color,
+                    label=f"  tied dropped: r={r_untied.mean():.2g}")
+        for level in (1, 4):
+            ax.axhline(level, color="0.4", lw=0.6, ls=":")
+        ax.axvline(TESTBED_SAMPLES, color="0.4", lw=0.6, ls=":")
+        ax.text(TESTBED_SAMPLES * 1.1, 1.5e-3, "testbed\n(128)", fontsize=6, color="0.3")
+        ax.set(xscale="log", yscale="log", xlim=(samples[0], samples[-1]), ylim=(1e-3, 1e2),
+               xlabel="samples per step N (in the update)",
+               title=f"{reward} reward" + (" (not the paper's)" if reward != "exact" else ""))
+        right = ax.secondary_yaxis("right", functions=(cap, snr_at_cap))
+        right.set_yticks([0.01, 0.1, 0.5, 0.8, 0.95, 0.99])
+        right.set_yticklabels(["0.01", "0.1", "0.5", "0.8", "0.95", "0.99"] if ax is axes[0, -1] else [])
+        ax.legend(loc="upper left", fontsize=5.5)
+    axes[0, 0].set_ylabel("batch SNR = N·r (band: warm starts' range)")
     right.set_ylabel("cosine cap SNR/(1+SNR)")
-    ax.legend(loc="upper left", fontsize=5.5)
     return save_figure(fig, out_dir, name)
 
 
