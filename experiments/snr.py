@@ -41,6 +41,7 @@ import tyro
 
 from sim.llm.task import PAD, AdditionTask
 from sim.llm.train import Args, accumulate_gradient, rollouts, setup
+from sim.llm.warmstart import WarmStartRejected
 
 BASE = dict(size="small", method="sync", prompts_per_step=32, minibatches=1, ratio_to="behaviour",
             max_grad_norm=1.0, lr=3e-4, warm_ceiling=0.5, warm_attempts=10, progress=False)
@@ -267,8 +268,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = "python -m experiments.snr " + shlex.join(sys.argv[1:] if argv is None else argv)
     commit = code_commit()
+    refused = 0
     for args in configs:
-        measured = group_gradients(args, cli.groups, cli.reward, log=lambda message: print(message, file=sys.stderr))
+        try:
+            measured = group_gradients(args, cli.groups, cli.reward, log=lambda line: print(line, file=sys.stderr))
+        except WarmStartRejected as err:  # the other warm starts are still measured
+            print(f"error: {err}", file=sys.stderr)
+            refused += 1
+            continue
         row = {"warm_seed": args.warm_seed, "digits": args.digits, "group_size": args.group_size,
                "reward": cli.reward, "groups": cli.groups, "seed": cli.seed, **snr_row(measured, args.group_size),
                "code_commit": commit, "command": command}
@@ -280,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['r_sample']:.3g} ± {row['r_sample_se']:.2g}, untied {row['r_untied_sample']:.3g} ± "
               f"{row['r_untied_sample_se']:.2g}, tied {row['tied_frac']:.2f}, N(SNR 1) {row['samples_snr1']:.0f}, "
               f"{row['cpu_measure_s']:.0f} CPU s")
-    return 0
+    return 1 if refused else 0
 
 
 if __name__ == "__main__":

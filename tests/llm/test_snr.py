@@ -209,3 +209,26 @@ def test_figure_draws_n_times_the_mean_r_and_the_cosine_cap(tmp_path, monkeypatc
     np.testing.assert_allclose(dropped.get_ydata() / dropped.get_xdata(), 6e-3)
     assert llm_snr.cap(1.0) == 0.5 and llm_snr.cap(4.0) == pytest.approx(0.8)
     llm_snr.plt.close(drawn["fig"])
+
+
+def test_command_line_writes_a_row_per_warm_start_and_goes_on_past_a_refused_one(tmp_path, monkeypatch, capsys):
+    from sim.llm.warmstart import WarmStartRejected
+
+    generator = np.random.default_rng(2)
+    x = generator.standard_normal((6, 5)) + 0.5
+
+    def measured(args, groups, reward, log):
+        if args.warm_seed == 1:
+            raise WarmStartRejected("warm start small d2 seed 1 refused: held-out accuracy 0.010 in 10 attempts")
+        return {"gram": x @ x.T, "tied": np.array([False] * 6 + [True] * 4), "mean_tokens": 5.0,
+                "mean_reward": 0.3, "warm_accuracy": 0.25,
+                "cpu": dict(generate=1.0, backward_tied=1.0, backward_untied=1.0, per_group=1.0)}
+
+    monkeypatch.setattr(snr, "group_gradients", measured)
+    out = tmp_path / "snr.csv"
+    assert snr.main([str(out), "--warm-seeds", "1", "2", "--groups", "10"]) == 1
+    assert "error: warm start small d2 seed 1 refused" in capsys.readouterr().err
+    table = pd.read_csv(out)
+    assert table.warm_seed.tolist() == [2] and table.tied_frac.tolist() == [0.4]
+    assert table.r_untied_sample[0] == pytest.approx(snr.snr_ratio(x @ x.T)[0] / 8)
+    assert table.command[0] == f"python -m experiments.snr {out} --warm-seeds 1 2 --groups 10"
