@@ -9,8 +9,8 @@ little. The arms, all at one shared step size:
   SNR/(1+SNR) at the SNR the half-batch probe measures in the same runs;
 - fig3: sync, naive async, GAC on the raw gradient (as the paper places it) and GAC on AdamW's update, at s = 16.
 
-``snr_rows`` measures the gradient's SNR against the batch size (prompts × group) at the warm starts (the probe of
-``sim.llm.probes``: the cosine of two disjoint halves' gradients at one θ), which chose the configuration.
+This is the low-SNR reference: at 128 samples its batch SNR is about 0.01-0.1 (``docs/data/llm_snr.csv``); the
+high-SNR study is ``experiments.llm_highsnr``.
 ``python -m experiments.llm_figures OUT.csv --profile full`` writes the runs' table
 (``docs/data/llm_figures_runs.csv``).
 """
@@ -34,13 +34,12 @@ from sim.llm.train import Args
 from sim.llm.warmstart import WarmStartRejected
 from sim.schema import nonfinite
 
-# One optimizer update per RL step (each update sees the whole batch: the most SNR per update), the clip ratio
-# against the behaviour policy, gradient clipping at 1, the 0.6M model on 2-digit sums, 16 × 8 samples per step:
-# at the tuning warm start no batch from 8 × 8 to 64 × 8 had a half-batch SNR distinguishable from 0
-# (docs/data/llm_snr_batch.csv), so the batch is the one whose 112 runs fit this project's CPU budget. Warm starts
-# accepted in [0.1, 0.5] (a warm start past 0.5 leaves RL little to learn), after up to 10 attempts: which attempt
-# lands in that range depends on the machine's float kernels (warm seed 7: attempt 1 at 0.255 on the machine of the
-# first table, 0.684 on another, docs/data/warm_starts.csv), so 3 attempts refused a seed on one machine only.
+# One optimizer update per RL step (each update sees the whole batch: the most SNR per update), the clip ratio against
+# the behaviour policy, gradient clipping at 1, the 0.6M model on 2-digit sums, 16 × 8 samples per step: the batch is
+# the one whose 112 runs fit this project's CPU budget (its SNR is far below 1: experiments.snr). Warm starts accepted
+# in [0.1, 0.5] (a warm start past 0.5 leaves RL little to learn), after up to 10 attempts: which attempt lands in
+# that range depends on the machine's float kernels (warm seed 7: attempt 1 at 0.255 on the machine of the first
+# table, 0.684 on another, docs/data/warm_starts.csv), so 3 attempts refused a seed on one machine only.
 BASE = dict(size="small", digits=2, prompts_per_step=16, group_size=8, minibatches=1, ratio_to="behaviour",
             max_grad_norm=1.0, lr=3e-4, eval_every=20, eval_problems=1000, snr_every=10, warm_ceiling=0.5,
             warm_attempts=10)
@@ -220,46 +219,14 @@ def mean_bound(rows: list[dict], stalenesses=None) -> tuple[float, float]:
     return mean, (0.0 if mean <= 0 else snr_bound(mean))  # a mean at or below 0: no signal measured, SNR 0
 
 
-# -- SNR against the batch size -------------------------------------------------------------------------------------
-SNR_BATCHES = ((8, 8), (16, 8), (32, 8), (64, 8), (16, 16), (32, 16))
-"""(prompts per step, group size) pairs the SNR probe measures."""
-
-
-def snr_runs(warm_seeds=(TUNING_WARM_SEED,), batches=SNR_BATCHES, seeds=(0, 1, 2), steps: int = 4) -> list[Run]:
-    """Short sync runs (probe at every step) from each warm start at each batch size: their ``cos_halves`` near the
-    warm start is the batch's SNR probe."""
-    base = Args(**{**BASE, "eval_every": steps, "snr_every": 1}, method="sync", steps=steps, progress=False,
-                on_nonfinite="mark")
-    return [Run(replace(base, prompts_per_step=p, group_size=g, warm_seed=w, seed=seed), ("snr",))
-            for w in warm_seeds for p, g in batches for seed in seeds]
-
-
-def snr_rows(results: list[tuple[Run, dict]]) -> pd.DataFrame:
-    """Per batch size: the mean halves' cosine (over warm starts, seeds and steps), the per-half and whole-batch SNR
-    it implies, and the bound SNR/(1+SNR) on the consecutive cosine."""
-    rows = [{"prompts_per_step": run.args.prompts_per_step, "group_size": run.args.group_size,
-             "samples": run.args.prompts_per_step * run.args.group_size, "warm_seed": run.args.warm_seed,
-             "cos_halves": r["cos_halves"]}
-            for run, result in results for r in result["records"] if measured(r.get("cos_halves"))]
-    table = pd.DataFrame(rows).groupby(["prompts_per_step", "group_size", "samples"], as_index=False).agg(
-        cos_halves=("cos_halves", "mean"), cos_halves_std=("cos_halves", "std"), probes=("cos_halves", "size"))
-    c = table.cos_halves.clip(lower=0)
-    table["snr_half"] = c / (1 - c)
-    table["snr_batch"] = 2 * table.snr_half
-    table["cos_bound"] = table.snr_batch / (1 + table.snr_batch)
-    return table.sort_values("samples")
-
-
 @dataclass
 class Cli:
-    """Compute the LLM figures' runs (cached) and write their table; --snr writes the SNR-vs-batch table instead."""
+    """Compute the LLM figures' runs (cached) and write their table."""
 
     out: tyro.conf.Positional[Annotated[Path, folder("OUT", "give the CSV path, e.g. docs/data/llm_figures_runs.csv")]]
-    """CSV to write (docs/data/llm_figures_runs.csv; with --snr docs/data/llm_snr_batch.csv)"""
+    """CSV to write (docs/data/llm_figures_runs.csv)"""
     profile: Annotated[Literal["quick", "full"], choice("--profile", ("quick", "full"))] = "full"
     """which runs: quick (2 warm starts × 1 seed) or full (8 × 2)"""
-    snr: bool = False
-    """measure the SNR against the batch size instead (sync, at the tuning warm start)"""
     jobs: Annotated[int | None, whole("--jobs", 1, "worker processes")] = None
     """worker processes (default: one per core, memory permitting)"""
 
@@ -268,16 +235,16 @@ def main(cli: Cli) -> pd.DataFrame:
     from sim.record import check_output_dir
 
     check_output_dir(str(Path(cli.out).parent), "out")
-    selected = snr_runs() if cli.snr else runs(cli.profile)
+    selected = runs(cli.profile)
     try:
         results = results_of(selected, jobs=cli.jobs, name="llm figures")
     except WarmStartRejected as err:
         raise SystemExit(f"error: {err}") from None
-    table = snr_rows(results) if cli.snr else run_table(results)
+    table = run_table(results)
     tmp = Path(cli.out).with_suffix(".csv.tmp")
     table.to_csv(tmp, index=False)
     tmp.replace(cli.out)
-    print(table.to_string() if cli.snr else paired_summary(table).round(3).to_string(index=False))
+    print(paired_summary(table).round(3).to_string(index=False))
     return table
 
 

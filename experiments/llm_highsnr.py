@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import shlex
-import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -121,14 +120,6 @@ def step_table(results: list[tuple[Run, dict]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def code_commit() -> str:
-    """The checkout's commit (short), with "+dirty" when gac/ or sim/ differ from it (the runs' code)."""
-    def git(*argv):
-        return subprocess.run(["git", *argv], capture_output=True, text=True, cwd=Path(__file__).parent).stdout
-    dirty = git("status", "--porcelain", "--", "gac", "sim").strip()
-    return git("rev-parse", "--short", "HEAD").strip() + ("+dirty" if dirty else "")
-
-
 @dataclass
 class Cli:
     """Compute the high-SNR study's runs (cached, resumable) and write their table and per-step records."""
@@ -144,6 +135,7 @@ class Cli:
 
 def main(cli: Cli) -> pd.DataFrame:
     from experiments.llm import results_of
+    from experiments.verdict import code_commit
     from sim.llm.warmstart import WarmStartRejected
     from sim.record import check_output_dir
 

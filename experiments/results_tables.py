@@ -150,15 +150,18 @@ def testbed_table(data: Path) -> str:
     return markdown_table(header, rows) + "\n\n" + source_line({"llm_figures_runs.csv": runs})
 
 
-def snr_batch_table(data: Path) -> str:
-    """The half-batch cosine (the SNR probe) against the batch size, sync at the tuning warm start."""
-    snr = read("llm_snr_batch.csv", data)
-    rows = [[f"{r.prompts_per_step} × {r.group_size}", str(r.samples),
-             f"{number(r.cos_halves, 3, True)} ± {number(r.cos_halves_std)}", str(r.probes), number(r.snr_batch),
-             number(r.cos_bound)] for r in snr.itertuples()]
-    header = ["prompts × group", "samples", "half-batch cosine ± std", "probes", "batch SNR",
-              "cosine cap SNR/(1+SNR)"]
-    return markdown_table(header, rows) + "\n\n" + source_line({"llm_snr_batch.csv": snr})
+def snr_table(data: Path) -> str:
+    """The per-group gradient SNR at the warm starts (``experiments.snr``): r per sample, with and without the tied
+    groups, the samples per step that batch SNR 1 needs, and the batch SNR of the high-SNR configuration (2,048
+    untied samples), ± one jackknife standard error."""
+    snr = read("llm_snr.csv", data)
+    rows = [[str(r.warm_seed), str(r.group_size), r.reward, number(r.tied_frac, 2),
+             f"{r.r_sample * 1e4:.2f} ± {r.r_sample_se * 1e4:.2f}", f"{r.r_untied_sample * 1e4:.2f} ± "
+             f"{r.r_untied_sample_se * 1e4:.2f}", f"{r.samples_snr1:,.0f}", f"{r.samples_snr1_untied:,.0f}",
+             f"{2048 * r.r_untied_sample:.2f} ± {2048 * r.r_untied_sample_se:.2f}"] for r in snr.itertuples()]
+    header = ["warm seed", "G", "reward", "tied", "r per sample (×10⁻⁴)", "r per untied sample (×10⁻⁴)",
+              "samples for SNR 1", "untied samples for SNR 1", "batch SNR at 2,048 untied"]
+    return markdown_table(header, rows) + "\n\n" + source_line({"llm_snr.csv": snr})
 
 
 def signature_gaps_table(data: Path) -> str:
@@ -252,7 +255,7 @@ class Table:
 TABLES: dict[str, Table] = {
     "testbed": Table(testbed_table),
     "warm-starts": Table(warm_start_table),
-    "snr-batch": Table(snr_batch_table),
+    "llm-snr": Table(snr_table),
     "signature-gaps": Table(signature_gaps_table),
     "verdict": Table(verdict_table),
     "toy-verdict": Table(toy_verdict_table),

@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         row = {"warm_seed": args.warm_seed, "digits": args.digits, "group_size": args.group_size,
                "reward": cli.reward, "groups": cli.groups, "seed": cli.seed, **snr_row(measured, args.group_size),
-               "code_commit": commit, "command": command}
+               "code": commit, "command": command}
         table = merge(Path(cli.out), [row])
         tmp = Path(cli.out).with_suffix(".csv.tmp")
         table.to_csv(tmp, index=False)

@@ -4,6 +4,7 @@ equal what RESULTS.md holds; a changed number in a CSV changes its table; a CSV 
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from experiments import results_tables as rt
@@ -36,20 +37,19 @@ def test_a_changed_number_in_a_csv_changes_its_table(rendered, tmp_path):
     text, _ = rendered
     data = tmp_path / "data"
     shutil.copytree(ROOT / "docs" / "data", data)
-    csv = (data / "llm_snr_batch.csv").read_text().splitlines()
-    header, first = csv[0].split(","), csv[1].split(",")
-    first[header.index("samples")] = "65"  # 8 x 8 = 64 samples, written as 65
-    (data / "llm_snr_batch.csv").write_text("\n".join([csv[0], ",".join(first), *csv[2:]]) + "\n")
+    frame = pd.read_csv(data / "llm_snr.csv", dtype=str)
+    frame.loc[0, "group_size"] = "7"  # G = 8, written as 7
+    frame.to_csv(data / "llm_snr.csv", index=False)
     new, changed = rt.regenerate(text, data)
-    assert changed == ["snr-batch"] and "| 8 × 8 | 65 |" in new
+    assert changed == ["llm-snr"] and "| 1 | 7 | exact |" in new
 
 
 def test_a_csv_without_provenance_is_refused(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    (data / "llm_snr_batch.csv").write_text(rt.without_provenance((ROOT / "docs/data/llm_snr_batch.csv").read_text()))
-    with pytest.raises(rt.ProvenanceMissing, match="stamp docs/data/llm_snr_batch.csv"):
-        rt.snr_batch_table(data)
+    (data / "llm_snr.csv").write_text(rt.without_provenance((ROOT / "docs/data/llm_snr.csv").read_text()))
+    with pytest.raises(rt.ProvenanceMissing, match="stamp docs/data/llm_snr.csv"):
+        rt.snr_table(data)
 
 
 def test_stamp_adds_provenance_and_keeps_every_other_cell(tmp_path):
@@ -77,8 +77,8 @@ def test_numbers_read_as_the_docs_write_them():
 def test_check_exits_1_when_a_table_differs(monkeypatch, tmp_path, capsys):
     stale = tmp_path / "RESULTS.md"
     text = (ROOT / "RESULTS.md").read_text()
-    stale.write_text(text.replace("| 8 × 8 | 64 |", "| 8 × 8 | 63 |"))
+    stale.write_text(text.replace("| 1 | 8 | exact | 0.65 |", "| 1 | 8 | exact | 0.66 |"))
     monkeypatch.setattr(rt, "RESULTS", stale)
     assert rt.main(["--check"]) == 1
-    assert "snr-batch" in capsys.readouterr().err
+    assert "llm-snr" in capsys.readouterr().err
     assert stale.read_text() != text  # --check changed nothing
