@@ -42,8 +42,9 @@ untied groups × 8 samples per step."""
 CONFIG = "256 untied groups × 8 samples (dynamic sampling), 1 update/step"
 TUNE_LRS = (3e-4, 1e-3)
 """The candidate steps, looked at with sync on the tuning warm start only."""
-LR = 3e-4
-"""The shared step of every reported run (``tune``: the largest candidate at which sync did not collapse)."""
+LR = 1e-3
+"""The shared step of every reported run: the largest candidate at which sync did not collapse on the tuning warm
+start (``docs/data/llm_highsnr_tune.csv``; neither candidate collapsed)."""
 RATIOS = {"behaviour": "behaviour ratio", "proximal": "uncorrected ratio"}
 FIG1_STALENESS = (0, 2, 4, 8, 16)
 FIG3_ARMS = llm_figures.FIG3_ARMS
