@@ -65,3 +65,9 @@ def test_main_writes_the_runs_and_their_steps_with_provenance(tiny_checkpoint, t
     # the run's SNR is the one its mean halves' cosine implies
     expected = [2 * c / (1 - c) if 0 < c < 1 else math.nan for c in written.cos_halves]
     np.testing.assert_allclose(written.snr_batch, expected, rtol=1e-12)
+    # the figures draw from these two CSVs
+    from paper_figs import llm_highsnr as figures
+
+    paths = figures.main(figures.Cli(data=str(tmp_path / "runs.csv"), out=str(tmp_path / "figures")))
+    assert sorted(p.name for p in paths) == sorted(f"{name}_llm_highsnr.{ext}" for name in ("fig1_cosine",
+                                                   "fig3_divergence") for ext in ("png", "pdf"))

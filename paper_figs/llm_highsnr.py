@@ -1,0 +1,154 @@
+"""The high-SNR study's figures (``experiments.llm_highsnr``) from its committed CSVs: fig1's cosine panel and fig3's
+four panels, each for the behaviour ratio and for the uncorrected one.
+
+``python -m paper_figs.llm_highsnr`` draws ``docs/figures/fig1_cosine_llm_highsnr.png`` and
+``docs/figures/fig3_divergence_llm_highsnr.png`` from ``docs/data/llm_highsnr_runs.csv`` and its ``_steps.csv``
+(no run: the figures follow the committed data). Curves are means over warm starts of a 10-step moving average; a band
+(95 % t-interval over warm starts) only where ≥ 3 warm starts are in, else each warm start is a thin line. The dashed
+line beside a cosine curve is the cap SNR/(1+SNR) at the batch SNR the same runs measured (their halves' cosine).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from experiments import stats
+from experiments.llm_highsnr import RATIOS, batch_snr
+from paper_figs.common import apply_style, method_color, panel_letters, save_figure
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS_CSV = ROOT / "docs" / "data" / "llm_highsnr_runs.csv"
+SMOOTH = 10
+"""Steps of the moving average drawn."""
+FIG3 = (("sync", "sync", "-"), ("naive s=16", "naive, s = 16", "-"),
+        ("gac gradient s=16", "GAC on the gradient, s = 16", "--"),
+        ("gac update s=16", "GAC on the update, s = 16", ":"))
+"""fig3's arms: (arm name without the ratio, label, line style)."""
+PANELS = (("accuracy", "held-out accuracy"), ("objective", "reward (training batch)"),
+          ("grad_norm", "gradient norm (before clipping)"), ("kl_behaviour", "KL to the behaviour policy"))
+
+
+def with_ratio(arm: str, ratio: str) -> str:
+    return arm if arm == "sync" or ratio == "behaviour" else f"{arm}, uncorrected"
+
+
+def curves(steps: pd.DataFrame, arm: str, key: str, smooth: int = SMOOTH) -> pd.DataFrame:
+    """Steps × warm starts: each run's ``key`` (moving average over ``smooth`` steps of the defined values), averaged
+    over the seeds of each warm start."""
+    part = steps[steps.arm == arm].dropna(subset=[key])
+    if part.empty:
+        return pd.DataFrame()
+    table = part.pivot_table(index="step", columns=["warm_seed", "seed"], values=key)
+    table = table.rolling(smooth, min_periods=1).mean() if smooth > 1 else table
+    return table.T.groupby(level="warm_seed").mean().T
+
+
+def draw_band(ax, table: pd.DataFrame, color: str, style: str, label: str) -> None:
+    if table.empty:
+        return
+    x = table.index.to_numpy()
+    if table.shape[1] >= 3:
+        mean, low, high = stats.t_interval(table.to_numpy(dtype=float), 0.95, axis=1)
+        ax.fill_between(x, low, high, color=color, alpha=0.15, lw=0)
+        ax.plot(x, mean, color=color, ls=style, label=label)
+    else:
+        for i, column in enumerate(table.columns):
+            ax.plot(x, table[column], color=color, ls=style, lw=0.8, label=label if i == 0 else None)
+
+
+def cap(steps: pd.DataFrame, arm: str) -> pd.DataFrame:
+    """Per step × warm start, the cap SNR/(1+SNR) at the batch SNR of the arm's halves' cosine (probe steps, moving
+    average of the cosine over the probes)."""
+    halves = curves(steps, arm, "cos_halves", smooth=3)
+    return halves.apply(lambda column: column.map(lambda c: (lambda s: s / (1 + s))(batch_snr(c))))
+
+
+def collapse_counts(runs: pd.DataFrame, arm: str) -> str:
+    rows = runs[runs.arm == arm]
+    return f"{int(rows.collapsed.sum())}/{len(rows)} collapsed" if len(rows) else "no runs"
+
+
+def draw(runs: pd.DataFrame, steps: pd.DataFrame, out_dir: Path) -> list[Path]:
+    apply_style()
+    paths = []
+    warm = runs.warm_seed.nunique()
+    # fig1: the consecutive cosine and its cap, one panel per ratio
+    stalenesses = sorted(s for s in runs.staleness.unique() if s > 0)
+    fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.0), sharey=True)
+    shades = plt.cm.Reds(np.linspace(0.45, 0.95, max(len(stalenesses), 1)))
+    for ax, ratio in zip(axes, RATIOS, strict=True):
+        arms = [("sync", "sync", "black")] + [(with_ratio(f"naive s={s}", ratio), f"naive, s = {s}", shade)
+                                              for s, shade in zip(stalenesses, shades, strict=True)]
+        for arm, label, color in arms:
+            draw_band(ax, curves(steps, arm, "cos_prev"), color, "-", label)
+            bound = cap(steps, arm)
+            if not bound.empty:
+                ax.plot(bound.index, bound.mean(axis=1), color=color, ls="--", lw=0.8)
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.set(title=f"{RATIOS[ratio]}", xlabel="RL step")
+    axes[0].set_ylabel("consecutive-gradient cosine")
+    axes[1].plot([], [], color="grey", ls="--", lw=0.8, label="cap SNR/(1+SNR)")
+    axes[1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    fig.suptitle(f"Small LLM at batch SNR ≈ 1 or more, {warm} warm start{'s' * (warm != 1)}", fontsize="medium")
+    panel_letters(axes)
+    paths += save_figure(fig, out_dir, "fig1_cosine_llm_highsnr")
+    # fig3: four quantities over steps, one column per ratio
+    fig, axes = plt.subplots(len(PANELS), 2, figsize=(8.0, 9.0), sharex=True)
+    final = runs.assign(step=runs.steps, accuracy=runs.final_accuracy)[["arm", "warm_seed", "seed", "step", "accuracy"]]
+    with_final = pd.concat([steps, final], ignore_index=True)
+    for column, ratio in enumerate(RATIOS):
+        for arm, label, style in FIG3:
+            name = with_ratio(arm, ratio)
+            color = method_color(arm.split()[0])
+            for row, (key, ylabel) in enumerate(PANELS):
+                data = with_final if key == "accuracy" else steps
+                draw_band(axes[row, column], curves(data, name, key, smooth=1 if key == "accuracy" else SMOOTH),
+                          color, style, f"{label} ({collapse_counts(runs, name)})")
+                axes[row, 0].set_ylabel(ylabel)
+        axes[0, column].set_title(RATIOS[ratio])
+        axes[0, column].set_ylim(0, 1)
+        axes[-1, column].set_xlabel("RL step")
+        handles, labels = axes[0, column].get_legend_handles_labels()
+        axes[-1, column].legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.3), fontsize="small",
+                                frameon=False)
+    for ax in axes[2]:
+        ax.set_yscale("log")
+    fig.suptitle(f"Small LLM at batch SNR ≈ 1 or more, {warm} warm start{'s' * (warm != 1)}", fontsize="medium")
+    panel_letters(axes.flatten())
+    paths += save_figure(fig, out_dir, "fig3_divergence_llm_highsnr")
+    return paths
+
+
+@dataclass
+class Cli:
+    """Draw the high-SNR study's fig1 and fig3 panels from its committed CSVs."""
+
+    data: str = str(RUNS_CSV.relative_to(ROOT))
+    """the runs' CSV (its per-step records beside it, *_steps.csv)"""
+    out: str = "docs/figures"
+    """folder for fig1_cosine_llm_highsnr.{png,pdf} and fig3_divergence_llm_highsnr.{png,pdf}"""
+
+
+def main(cli: Cli) -> list[Path]:
+    from sim.record import check_output_dir
+
+    check_output_dir(cli.out, "out")
+    data = Path(cli.data)
+    steps_csv = data.with_name(data.stem + "_steps.csv")
+    for path in (data, steps_csv):
+        if not path.exists():
+            raise SystemExit(f"error: {path} does not exist; make it with python -m experiments.llm_highsnr {data}")
+    paths = draw(pd.read_csv(data), pd.read_csv(steps_csv, low_memory=False), Path(cli.out))
+    print("\n".join(str(p) for p in paths))
+    return paths
+
+
+if __name__ == "__main__":
+    from sim.cli import parse
+
+    main(parse(Cli, None, prog="python -m paper_figs.llm_highsnr"))
