@@ -47,3 +47,33 @@ def test_pipeline_plan_computes_nothing(tmp_path):
     rows = {line.split()[0]: line.split()[1:] for line in table}
     assert set(rows) == {"fig4_stability_region", "fig7_bound", "all"} and rows["all"][0] == "2"
     assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
+
+
+def test_device_check_times_both_configurations_then_runs_the_study_naming_the_device(tmp_path, monkeypatch):
+    """The GPU command on the CPU at the tiny size: timing rows for both configurations, then the study's first run
+    (its table and per-step records), every row naming the device."""
+    import pandas as pd
+
+    import sim.llm.warmstart
+    from benchmarks import device_check
+    from experiments import llm_highsnr
+
+    monkeypatch.setattr(sim.llm.warmstart, "RUNS_DIR", tmp_path / "runs")
+    first = llm_highsnr.runs("fig3")[:1]
+    monkeypatch.setattr(llm_highsnr, "runs", lambda profile: first)
+    assert device_check.main(device_check.Cli(out=tmp_path / "out", device="cpu", tiny=True))["runs"] == 1
+    timing = pd.read_csv(tmp_path / "out" / "device_timing.csv")
+    assert list(timing.config) == list(device_check.CONFIGS) and (timing.device == "cpu").all()
+    assert (timing.seconds_per_step > 0).all()
+    runs = pd.read_csv(tmp_path / "out" / "llm_highsnr_gpu_runs.csv")
+    steps = pd.read_csv(tmp_path / "out" / "llm_highsnr_gpu_runs_steps.csv")
+    assert list(runs.arm) == ["sync"] and (runs.device == "cpu").all() and (steps.device == "cpu").all()
+
+
+@pytest.mark.parametrize("argv, message", [(["--out", "x", "--device", "cpu"], "--tiny only"),
+                                           (["--out", "x"], "no such CUDA device"),
+                                           (["--out", "x", "--budget-s", "0"], "--budget-s must be > 0")])
+def test_device_check_refuses_bad_input_in_one_line(argv, message):
+    result = subprocess.run([sys.executable, "-m", "benchmarks.device_check", *argv], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 2 and message in result.stderr and result.stderr.strip().count("\n") == 0
