@@ -62,12 +62,17 @@ def arm_name(method: str, space: str, staleness: int, ratio: str) -> str:
     return name if method == "sync" or ratio == "behaviour" else f"{name}, uncorrected"
 
 
-def runs(profile: str) -> list[Run]:
-    """The runs of ``profile``, each listed once with every figure it serves; fig3-first order of warm starts, so
-    that an interrupted study has whole warm starts."""
+def runs(profile: str, warm_seeds: tuple[int, ...] | None = None) -> list[Run]:
+    """The runs of ``profile`` (of its warm starts in ``warm_seeds`` only, if given), each listed once with every
+    figure it serves."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
     p = PROFILES[profile]
+    if warm_seeds is not None:
+        if not set(warm_seeds) <= set(p["warm_seeds"]):
+            raise ValueError(f"--warm-seeds {' '.join(map(str, warm_seeds))}: profile {profile} has warm starts "
+                             f"{' '.join(map(str, p['warm_seeds']))}")
+        p = dict(p, warm_seeds=tuple(w for w in p["warm_seeds"] if w in warm_seeds))
     base = Args(**{**BASE, "lr": LR}, steps=p["steps"], progress=False, on_nonfinite="mark")
     if profile == "smoke":
         base = replace(dry_run_args(base), steps=p["steps"], prompts_per_step=4, micro_batch=8)
@@ -132,6 +137,11 @@ class Cli:
     """tune (sync at the candidate steps, tuning warm start), fig3, full (fig1 and fig3), smoke (tiny, for tests)"""
     jobs: Annotated[int | None, whole("--jobs", 1, "worker processes")] = None
     """worker processes (default: one per core, memory permitting)"""
+    warm_seeds: tuple[int, ...] | None = None
+    """only these of the profile's warm starts (to finish whole warm starts first; the table then holds only them)"""
+
+    def __post_init__(self):
+        runs(self.profile, self.warm_seeds)  # one line for a warm start the profile does not have
 
 
 def main(cli: Cli) -> pd.DataFrame:
@@ -142,7 +152,7 @@ def main(cli: Cli) -> pd.DataFrame:
 
     check_output_dir(str(Path(cli.out).parent), "out")
     try:
-        results = results_of(runs(cli.profile), jobs=cli.jobs, name=f"llm high-SNR {cli.profile}")
+        results = results_of(runs(cli.profile, cli.warm_seeds), jobs=cli.jobs, name=f"llm high-SNR {cli.profile}")
     except WarmStartRejected as err:
         raise SystemExit(f"error: {err}") from None
     provenance = {"code": code_commit(), "command": shlex.join(["python", "-m", "experiments.llm_highsnr",

@@ -31,6 +31,9 @@ def test_fig3_profile_runs_both_ratios_on_four_reported_warm_starts_at_one_step(
     assert sorted(r.args.lr for r in tune) == sorted(hs.TUNE_LRS)
     with pytest.raises(ValueError, match="unknown profile 'nope'"):
         hs.runs("nope")
+    assert [r.args for r in hs.runs("fig3", (2,))] == [r.args for r in runs if r.args.warm_seed == 2]
+    with pytest.raises(ValueError, match="profile fig3 has warm starts 1 2 3 4"):
+        hs.runs("fig3", (0,))
 
 
 def test_batch_snr_from_the_halves_cosine_matches_a_simulated_gradient_of_known_snr():
@@ -54,7 +57,7 @@ def test_main_writes_the_runs_and_their_steps_with_provenance(tiny_checkpoint, t
                    temperature=2.0, lr=3e-3, threads=torch_threads, progress=False, on_nonfinite="mark")
     tiny = [Run(replace(base, method="sync"), ("fig3",)),
             Run(replace(base, method="naive", staleness=2, ratio_to="proximal"), ("fig1", "fig3"))]
-    monkeypatch.setattr(hs, "runs", lambda profile: tiny)
+    monkeypatch.setattr(hs, "runs", lambda profile, warm_seeds=None: tiny)
     table = hs.main(hs.Cli(out=tmp_path / "runs.csv", profile="smoke", jobs=1))
     written = pd.read_csv(tmp_path / "runs.csv")
     steps = pd.read_csv(tmp_path / "runs_steps.csv")
