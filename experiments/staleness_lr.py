@@ -23,9 +23,9 @@ GRPO advantages, ``experiments.toy.GAUSSIAN``) and ``bandit_gaussian_mean`` (the
 and no std: its gradient is the stale-gradient model's h⊙(μ_b − a*)(1 − 1/G) + noise, so a*(s) applies with
 λ = h_max(1 − 1/G)), and ``llm``: the reproducible testbed (``experiments.llm_figures.BASE``; one 0.6M Qwen3 run per
 warm start and step size, ``LawProfile.llm_steps`` RL steps; its "seeds" are accepted warm starts), where a run is
-stable under ``progress`` if it never went non-finite and its final held-out accuracy is at least half of the best
-it reached (fig9's LLM collapse rule, ``experiments.early_warning.LLM_COLLAPSE_FRACTION``), and under ``finite`` if
-it never went non-finite. No closed form gives the LLM's λ_max, so its theory_lr is NaN; its exponent is still
+stable under ``progress`` if it neither went non-finite nor collapsed (the trainer's rule,
+``sim.llm.train.collapse_step``: a held-out accuracy below half of the best before it), and under ``finite`` if it
+never went non-finite. No closed form gives the LLM's λ_max, so its theory_lr is NaN; its exponent is still
 fitted beside theory's.
 ``python -m experiments.staleness_lr --profile full --out docs/data/staleness_lr_scaling.csv`` (toy scales;
 ``--scales`` adds ``llm``).
@@ -49,7 +49,6 @@ from sim.bandit import run_bandit
 from sim.cli import choice, fail, folder, parse
 from sim.grid import setting
 from sim.quadratic import QuadraticProblem, run_quadratic
-from sim.schema import nonfinite
 from theory.gac_stability import top_mode_limit
 from theory.stability import stability_boundary_closed_form
 
@@ -282,21 +281,11 @@ LLM_BASE: dict = {}
 """Args changes of the LLM scale on top of the testbed's ``BASE`` (tests put the tiny model here)."""
 
 
-def llm_kept(records: list[dict], fraction: float) -> bool:
-    """No collapse: the final held-out accuracy is at least ``fraction`` × the best of the run's evaluations (the
-    start included); a run without a finite final evaluation collapsed."""
-    if any(nonfinite(r) for r in records):
-        return False
-    accuracy = [r["accuracy"] for r in records if r.get("accuracy") is not None and r["accuracy"] == r["accuracy"]]
-    return bool(accuracy) and accuracy[-1] >= fraction * max(accuracy)
-
-
 def llm_evaluator(steps: int, warm_starts: Sequence[int], cell_list: list[tuple[str, int]],
                   criterion: str = "progress", jobs: int | None = None) -> Evaluate:
     """``Evaluate`` on the LLM testbed: every pair one run per warm start (RL seed 0), cached, ``jobs`` at a time."""
     from dataclasses import replace
 
-    from experiments.early_warning import LLM_COLLAPSE_FRACTION
     from experiments.llm import Run, results_of
     from experiments.llm_figures import BASE
     from sim.llm.train import Args
@@ -309,8 +298,8 @@ def llm_evaluator(steps: int, warm_starts: Sequence[int], cell_list: list[tuple[
                     ("staleness_lr",)) for c, lr in pairs for w in warm_starts]
         stable = []
         for _, outcome in results_of(runs, log=lambda *a, **k: None, jobs=jobs, name="staleness x lr (llm)"):
-            finite = outcome["summary"]["nonfinite_at"] is None
-            stable.append(finite and (criterion == "finite" or llm_kept(outcome["records"], LLM_COLLAPSE_FRACTION)))
+            summary = outcome["summary"]
+            stable.append(summary["nonfinite_at"] is None and (criterion == "finite" or not summary["collapsed"]))
         return np.asarray(stable, dtype=bool).reshape(len(pairs), len(warm_starts))
     return evaluate
 
@@ -496,7 +485,7 @@ def main(argv=None) -> int:
 
 __all__ = ["search_boundaries", "stable_quorum", "fit_exponent", "bootstrap_exponent", "search_scale", "table_rows",
            "fit_rows", "law_tables", "COLUMNS",
-           "FIT_COLUMNS", "STALENESS", "SCALES", "ALL_SCALES", "llm_kept", "main"]
+           "FIT_COLUMNS", "STALENESS", "SCALES", "ALL_SCALES", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -141,15 +141,6 @@ def test_smoke_tables_have_every_cell_and_the_documented_columns():
                                                                  for m in law.METHODS]
 
 
-def test_an_llm_run_is_kept_unless_its_final_accuracy_falls_below_half_its_best():
-    rec = lambda acc, diverged=False: {"accuracy": acc, "diverged": diverged}
-    assert law.llm_kept([rec(0.3), rec(math.nan), rec(0.5), rec(0.26)], 0.5)  # 0.26 >= 0.5 x 0.5
-    assert not law.llm_kept([rec(0.3), rec(0.5), rec(0.24)], 0.5)  # fell below half its best: collapsed
-    assert law.llm_kept([rec(0.3), rec(0.2)], 0.5)  # below its start, not below half of it: kept
-    assert not law.llm_kept([rec(0.3), rec(None, diverged=True)], 0.5)  # no finite final evaluation
-    assert not law.llm_kept([], 0.5)
-
-
 def test_llm_scale_smoke_on_the_tiny_model(tiny_checkpoint, tmp_path, monkeypatch):
     """The LLM scale's search runs real trainer runs (tiny model, 3 steps), one per (cell, step size, warm start),
     and yields a row per cell with the table's columns and no closed-form theory."""
