@@ -9,8 +9,8 @@ little. The arms, all at one shared step size:
   SNR/(1+SNR) at the SNR the half-batch probe measures in the same runs;
 - fig3: sync, naive async, GAC on the raw gradient (as the paper places it) and GAC on AdamW's update, at s = 16.
 
-This is the low-SNR reference: at 128 samples its batch SNR is about 0.01-0.1 (``docs/data/llm_snr.csv``); the
-high-SNR study is ``experiments.llm_highsnr``.
+This is the low-SNR reference: at 128 samples its batch SNR is far below 1 (``docs/data/llm_snr.csv``); the high-SNR
+study is ``experiments.llm_highsnr``.
 ``python -m experiments.llm_figures OUT.csv --profile full`` writes the runs' table
 (``docs/data/llm_figures_runs.csv``).
 """

@@ -1,11 +1,11 @@
 """The paper's LLM panels where the theory lets them appear: a batch SNR near 1 or above, collapse as the failure.
 
-The 128-sample testbed (``experiments.llm_figures``) has a batch SNR of about 0.06, where cos ≤ SNR/(1 + SNR)
-caps every arm's consecutive cosine near the noise floor: it is the low-SNR reference. Here the same small model and
+The 128-sample testbed (``experiments.llm_figures``) has a batch SNR far below 1, where cos ≤ SNR/(1 + SNR) caps
+every arm's consecutive cosine near the noise floor: it is the low-SNR reference. Here the same small model and
 task take 256 *untied* prompt groups × 8 samples per step (dynamic sampling drops the all-tied groups, which carry no
 gradient, and draws again), accumulated by micro-batches into one update. The per-group SNR of
-``docs/data/llm_snr.csv`` puts 2,048 untied samples at a batch SNR of about 0.6-5 over the warm starts measured; every
-run also measures its own with the halves probe (``cos_halves``), so each arm's cap is drawn from its own SNR.
+``docs/data/llm_snr.csv`` puts 2,048 untied samples at a batch SNR near 1 or above on most warm starts (RESULTS.md);
+every run also measures its own with the halves probe (``cos_halves``), so each arm's cap is drawn from its own SNR.
 
 Both importance ratios are run: the behaviour ratio π_θ/π_b (the testbed's) and the uncorrected one π_θ/π_θ_old,
 π_θ_old the policy at the step's start (stale data used as if fresh, as verl's naive async does). A run *collapsed*
