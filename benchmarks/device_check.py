@@ -102,8 +102,8 @@ def main(cli: Cli) -> dict:
         tick = time.perf_counter()
         done.append((run, run_records(args, log=lambda *_: None)))
         last = time.perf_counter() - tick
-        print(f"[device] {llm_highsnr.arm_name(args.method, args.gac_space, args.staleness, args.ratio_to)} warm "
-              f"{args.warm_seed}: {done[-1][1]['summary']['final_accuracy']:.3f}", flush=True)
+        arm = llm_highsnr.arm_name(args.method, args.gac_space, args.staleness, args.ratio_to, args.lr)
+        print(f"[device] {arm} warm {args.warm_seed}: {done[-1][1]['summary']['final_accuracy']:.3f}", flush=True)
     if done:
         llm_highsnr.run_table(done).assign(device=name).to_csv(cli.out / "llm_highsnr_gpu_runs.csv", index=False)
         llm_highsnr.step_table(done).assign(device=name).to_csv(cli.out / "llm_highsnr_gpu_runs_steps.csv",

@@ -13,9 +13,10 @@ when its held-out accuracy falls below half of its best so far (``sim.llm.train.
 
 Profiles: ``tune`` (sync at the candidate steps on the tuning warm start, never reported: the shared step is the
 largest at which sync does not collapse), ``fig3`` (sync, naive s = 16, GAC in gradient and update space at s = 16,
-both ratios, 4 warm starts × 1 seed: the first the CPU affords), ``full`` (fig1's s ∈ {2, 4, 8, 16} too, 4 warm
-starts × 2 seeds), ``smoke`` (the tiny model, for the tests). ``python -m experiments.llm_highsnr OUT.csv --profile
-fig3`` writes the runs' table and, beside it, the per-step records (``*_steps.csv``).
+both ratios, and naive at GAC-on-the-update's effective step, 4 warm starts × 1 seed: the first the CPU affords),
+``full`` (fig1's s ∈ {2, 4, 8, 16} too, 4 warm starts × 2 seeds), ``smoke`` (the tiny model, for the tests). ``python
+-m experiments.llm_highsnr OUT.csv --profile fig3`` writes the runs' table and, beside it, the per-step records
+(``*_steps.csv``).
 """
 
 from __future__ import annotations
@@ -45,9 +46,13 @@ TUNE_LRS = (3e-4, 1e-3)
 LR = 1e-3
 """The shared step of every reported run: the largest candidate at which sync did not collapse on the tuning warm
 start (``docs/data/llm_highsnr_tune.csv``; neither candidate collapsed)."""
+STEPCUT_LR = 2.5e-4
+"""The control "is GAC more than a step cut?": naive s = 16 with the uncorrected ratio at GAC-on-the-update's
+effective step, LR × its mean applied step norm over naive's (warm start 1's two runs, ratio 0.25)."""
 RATIOS = {"behaviour": "behaviour ratio", "proximal": "uncorrected ratio"}
 FIG1_STALENESS = (0, 2, 4, 8, 16)
 FIG3_ARMS = llm_figures.FIG3_ARMS
+FIG3_STALENESS = llm_figures.FIG3_STALENESS
 PROFILES = {
     "tune": dict(warm_seeds=(llm_figures.TUNING_WARM_SEED,), seeds=(0,), steps=200, figures=("tune",)),
     "fig3": dict(warm_seeds=(1, 2, 3, 4), seeds=(0,), steps=200, figures=("fig3",)),
@@ -56,10 +61,13 @@ PROFILES = {
 }
 
 
-def arm_name(method: str, space: str, staleness: int, ratio: str) -> str:
-    """The testbed's arm name, with ", uncorrected" for the uncorrected ratio (sync has one policy: no ratio)."""
+def arm_name(method: str, space: str, staleness: int, ratio: str, lr: float = LR) -> str:
+    """The testbed's arm name, with ", uncorrected" for the uncorrected ratio (sync has one policy: no ratio) and the
+    step where it is not the shared one."""
     name = llm_figures.arm_name(method, space, staleness)
-    return name if method == "sync" or ratio == "behaviour" else f"{name}, uncorrected"
+    name = name if method == "sync" or ratio == "behaviour" else f"{name}, uncorrected"
+    mantissa, exponent = f"{lr:.1e}".split("e")
+    return name if lr == LR else f"{name}, step {mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 def runs(profile: str, warm_seeds: tuple[int, ...] | None = None) -> list[Run]:
@@ -86,6 +94,8 @@ def runs(profile: str, warm_seeds: tuple[int, ...] | None = None) -> list[Run]:
             for method, space, s in settings:
                 for ratio in (("behaviour",) if method == "sync" else tuple(RATIOS)):
                     arms.setdefault((method, space, s, ratio, base.lr), []).append(figure)
+            if figure == "fig3":
+                arms.setdefault(("naive", "gradient", FIG3_STALENESS, "proximal", STEPCUT_LR), []).append(figure)
     return [Run(replace(base, method=method, gac_space=space, staleness=s, ratio_to=ratio, lr=lr,
                                     warm_seed=warm_seed, seed=seed), tuple(roles))
             for warm_seed in p["warm_seeds"] for seed in p["seeds"]
@@ -106,7 +116,7 @@ def run_table(results: list[tuple[Run, dict]]) -> pd.DataFrame:
         records = [r for r in result["records"] if "tied_frac" in r]
         a = run.args
         extra.append({
-            "arm": arm_name(a.method, a.gac_space, a.staleness, a.ratio_to), "ratio_to": a.ratio_to,
+            "arm": arm_name(a.method, a.gac_space, a.staleness, a.ratio_to, a.lr), "ratio_to": a.ratio_to,
             "tied_frac": float(pd.Series([r["tied_frac"] for r in records]).mean()),
             "samples_drawn": float(pd.Series([r["samples_drawn"] for r in records]).mean()),
             "collapse_step": result["summary"].get("collapsed_at")})
@@ -120,7 +130,7 @@ def step_table(results: list[tuple[Run, dict]]) -> pd.DataFrame:
     rows = []
     for run, result in results:
         a = run.args
-        arm = arm_name(a.method, a.gac_space, a.staleness, a.ratio_to)
+        arm = arm_name(a.method, a.gac_space, a.staleness, a.ratio_to, a.lr)
         rows += [dict(r, arm=arm, warm_seed=a.warm_seed, ratio_to=a.ratio_to, gac_space=a.gac_space,
                       figure="+".join(run.roles)) for r in result["records"]]
     return pd.DataFrame(rows)

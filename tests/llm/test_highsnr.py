@@ -16,16 +16,19 @@ from experiments.llm import Run
 
 def test_fig3_profile_runs_both_ratios_on_four_reported_warm_starts_at_one_step():
     runs = hs.runs("fig3")
-    names = [hs.arm_name(r.args.method, r.args.gac_space, r.args.staleness, r.args.ratio_to) for r in runs]
-    assert len(runs) == 4 * 7 and len(set(zip(names, (r.args.warm_seed for r in runs), strict=True))) == len(runs)
+    names = [hs.arm_name(r.args.method, r.args.gac_space, r.args.staleness, r.args.ratio_to, r.args.lr) for r in runs]
+    assert len(runs) == 4 * 8 and len(set(zip(names, (r.args.warm_seed for r in runs), strict=True))) == len(runs)
     assert {r.args.warm_seed for r in runs} == {1, 2, 3, 4}  # the tuning warm start is never reported
-    assert {r.args.lr for r in runs} == {hs.LR}
+    assert {r.args.lr for r in runs} == {hs.LR, hs.STEPCUT_LR}
+    assert [n for n in names[:8] if "step" in n] == ["naive s=16, uncorrected, step 2.5e-4"]
     assert all(r.args.drop_tied_groups and r.args.prompts_per_step * r.args.group_size == 2048 for r in runs)
     assert {(r.args.method, r.args.ratio_to) for r in runs} == {
         ("sync", "behaviour"), ("naive", "behaviour"), ("naive", "proximal"), ("gac", "behaviour"), ("gac", "proximal")}
     full = hs.runs("full")
-    assert len(full) == 4 * 2 * (1 + 4 * 2 + 2 * 2)  # sync, naive s in {2,4,8,16} and GAC in 2 spaces, × ratios
-    assert {r.roles for r in full if r.args.method == "naive" and r.args.staleness == 16} == {("fig1", "fig3")}
+    assert len(full) == 4 * 2 * (1 + 4 * 2 + 2 * 2 + 1)  # sync, naive s in {2,4,8,16} and GAC in 2 spaces × ratios,
+    # and the step-cut control
+    assert {r.roles for r in full if r.args.method == "naive" and r.args.staleness == 16 and r.args.lr == hs.LR} == {
+        ("fig1", "fig3")}
     tune = hs.runs("tune")
     assert {(r.args.warm_seed, r.args.method) for r in tune} == {(0, "sync")}
     assert sorted(r.args.lr for r in tune) == sorted(hs.TUNE_LRS)
