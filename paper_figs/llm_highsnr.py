@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from experiments import stats
-from experiments.llm_highsnr import RATIOS, batch_snr
+from experiments.llm_highsnr import FIG3_STALENESS, RATIOS, STEPCUT_LR, arm_name, batch_snr
 from paper_figs.common import apply_style, method_color, panel_letters, save_figure
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ def draw(runs: pd.DataFrame, steps: pd.DataFrame, out_dir: Path) -> list[Path]:
     # fig1: the consecutive cosine and its cap, one panel per ratio
     stalenesses = sorted(s for s in runs.staleness.unique() if s > 0)
     fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.0), sharey=True)
-    shades = plt.cm.Reds(np.linspace(0.45, 0.95, max(len(stalenesses), 1)))
+    shades = plt.cm.Reds(np.linspace(0.45, 0.95, len(stalenesses)) if len(stalenesses) > 1 else [0.85])
     for ax, ratio in zip(axes, RATIOS, strict=True):
         arms = [("sync", "sync", "black")] + [(with_ratio(f"naive s={s}", ratio), f"naive, s = {s}", shade)
                                               for s, shade in zip(stalenesses, shades, strict=True)]
@@ -110,14 +110,19 @@ def draw(runs: pd.DataFrame, steps: pd.DataFrame, out_dir: Path) -> list[Path]:
                 draw_band(axes[row, column], curves(data, name, key, smooth=1 if key == "accuracy" else SMOOTH),
                           color, style, f"{label} ({collapse_counts(runs, name)})")
                 axes[row, 0].set_ylabel(ylabel)
+        if ratio == "proximal":  # the step-cut control: naive at GAC-on-the-update's effective step
+            name = arm_name("naive", "gradient", FIG3_STALENESS, ratio, STEPCUT_LR)
+            label = f"naive, s = {FIG3_STALENESS}, at GAC-on-the-update's step ({collapse_counts(runs, name)})"
+            for row, (key, _) in enumerate(PANELS):
+                data = with_final if key == "accuracy" else steps
+                draw_band(axes[row, column], curves(data, name, key, smooth=1 if key == "accuracy" else SMOOTH),
+                          "grey", "-.", label)
         axes[0, column].set_title(RATIOS[ratio])
         axes[0, column].set_ylim(0, 1)
         axes[-1, column].set_xlabel("RL step")
         handles, labels = axes[0, column].get_legend_handles_labels()
         axes[-1, column].legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.3), fontsize="small",
                                 frameon=False)
-    for ax in axes[2]:
-        ax.set_yscale("log")
     fig.suptitle(f"Small LLM at batch SNR ≈ 1 or more, {warm} warm start{'s' * (warm != 1)}", fontsize="medium")
     panel_letters(axes.flatten())
     paths += save_figure(fig, out_dir, "fig3_divergence_llm_highsnr")
