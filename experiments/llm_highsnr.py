@@ -125,6 +125,12 @@ def run_table(results: list[tuple[Run, dict]]) -> pd.DataFrame:
     return table
 
 
+STEP_COLUMNS = ("figure", "arm", "warm_seed", "seed", "method", "gac_space", "ratio_to", "staleness", "lr", "step",
+                "accuracy", "objective", "grad_norm", "cos_prev", "cos_update", "cos_halves", "kl_behaviour",
+                "step_norm", "regime", "tied_frac", "samples_drawn", "nonfinite")
+"""What the per-step CSV keeps of each record: what the figures draw and the answers read."""
+
+
 def step_table(results: list[tuple[Run, dict]]) -> pd.DataFrame:
     """Every run's per-step records with its arm, warm seed and ratio (the panels' curves)."""
     rows = []
@@ -133,7 +139,7 @@ def step_table(results: list[tuple[Run, dict]]) -> pd.DataFrame:
         arm = arm_name(a.method, a.gac_space, a.staleness, a.ratio_to, a.lr)
         rows += [dict(r, arm=arm, warm_seed=a.warm_seed, ratio_to=a.ratio_to, gac_space=a.gac_space,
                       figure="+".join(run.roles)) for r in result["records"]]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).reindex(columns=list(STEP_COLUMNS))
 
 
 @dataclass
@@ -149,29 +155,39 @@ class Cli:
     """worker processes (default: one per core, memory permitting)"""
     warm_seeds: tuple[int, ...] | None = None
     """only these of the profile's warm starts (to finish whole warm starts first; the table then holds only them)"""
+    cached: bool = False
+    """compute nothing: the tables of the runs already in the run cache (a study still running, committed so far)"""
 
     def __post_init__(self):
         runs(self.profile, self.warm_seeds)  # one line for a warm start the profile does not have
 
 
 def main(cli: Cli) -> pd.DataFrame:
-    from experiments.llm import results_of
+    from experiments.llm import results_of, run_unit
     from experiments.verdict import code_commit
     from sim.llm.warmstart import WarmStartRejected
     from sim.record import check_output_dir
 
     check_output_dir(str(Path(cli.out).parent), "out")
-    try:
-        results = results_of(runs(cli.profile, cli.warm_seeds), jobs=cli.jobs, name=f"llm high-SNR {cli.profile}")
-    except WarmStartRejected as err:
-        raise SystemExit(f"error: {err}") from None
+    selected = runs(cli.profile, cli.warm_seeds)
+    if cli.cached:
+        found = [(run, run_unit(run).lookup()) for run in selected]
+        results = [(run, result) for run, result in found if result is not None]
+        print(f"[llm high-SNR {cli.profile}] {len(results)} of {len(selected)} runs in the cache", file=sys.stderr)
+        if not results:
+            raise SystemExit("error: none of the profile's runs is in the run cache yet")
+    else:
+        try:
+            results = results_of(selected, jobs=cli.jobs, name=f"llm high-SNR {cli.profile}")
+        except WarmStartRejected as err:
+            raise SystemExit(f"error: {err}") from None
     provenance = {"code": code_commit(), "command": shlex.join(["python", "-m", "experiments.llm_highsnr",
                                                                 *sys.argv[1:]])}
     table = run_table(results).assign(**provenance)
     for frame, path in ((table, Path(cli.out)), (step_table(results).assign(**provenance),
                                                  Path(cli.out).with_name(Path(cli.out).stem + "_steps.csv"))):
         tmp = path.with_suffix(".csv.tmp")
-        frame.to_csv(tmp, index=False)
+        frame.to_csv(tmp, index=False, float_format="%.6g")
         tmp.replace(path)
     columns = ["arm", "warm_seed", "seed", "lr", "start_accuracy", "final_accuracy", "cos_prev", "cos_bound",
                "snr_batch", "tied_frac", "kl_behaviour", "collapsed"]
