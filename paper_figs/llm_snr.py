@@ -17,12 +17,14 @@ import numpy as np
 import pandas as pd
 import tyro
 
-from paper_figs.common import apply_style, save_figure
+from paper_figs.common import apply_style, panel_letters, save_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data" / "llm_snr.csv"
 TESTBED_SAMPLES = 16 * 8
 """The low-SNR testbed's samples per step (experiments.llm_figures.BASE: 16 prompts × 8)."""
+HIGHSNR_SAMPLES = 2048
+"""The high-SNR study's untied samples per step (experiments.llm_highsnr.BASE: 256 × 8, tied groups dropped)."""
 
 
 def cap(snr):
@@ -58,6 +60,8 @@ def draw(table: pd.DataFrame, out_dir: Path, name: str = "llm_snr") -> list[Path
             ax.axhline(level, color="0.4", lw=0.6, ls=":")
         ax.axvline(TESTBED_SAMPLES, color="0.4", lw=0.6, ls=":")
         ax.text(TESTBED_SAMPLES * 1.1, 1.5e-3, "testbed\n(128)", fontsize=6, color="0.3")
+        ax.axvline(HIGHSNR_SAMPLES, color="0.4", lw=0.6, ls=":")
+        ax.text(HIGHSNR_SAMPLES * 1.1, 1.5e-3, "high-SNR study\n(2,048 untied)", fontsize=6, color="0.3")
         ax.set(xscale="log", yscale="log", xlim=(samples[0], samples[-1]), ylim=(1e-3, 1e2),
                xlabel="samples per step N (in the update)",
                title=f"{reward} reward" + (" (not the paper's)" if reward != "exact" else ""))
@@ -67,6 +71,7 @@ def draw(table: pd.DataFrame, out_dir: Path, name: str = "llm_snr") -> list[Path
         ax.legend(loc="upper left", fontsize=5.5)
     axes[0, 0].set_ylabel("batch SNR = N·r (band: warm starts' range)")
     right.set_ylabel("cosine cap SNR/(1+SNR)")
+    panel_letters(axes.flatten())
     return save_figure(fig, out_dir, name)
 
 
