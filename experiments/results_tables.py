@@ -150,6 +150,28 @@ def testbed_table(data: Path) -> str:
     return markdown_table(header, rows) + "\n\n" + source_line({"llm_figures_runs.csv": runs})
 
 
+def highsnr_table(data: Path) -> str:
+    """The high-SNR study (``experiments.llm_highsnr``): per arm, the runs and warm starts in, how many collapsed,
+    final held-out accuracy minus sync's (paired on warm start and seed; 95 % t-interval over warm starts), the
+    consecutive cosine after the first fifth of the steps beside its cap at the arm's measured batch SNR, and the
+    KL to π_b."""
+    from experiments.llm_figures import paired_summary
+
+    runs = read("llm_highsnr_runs.csv", data)
+    summary = paired_summary(runs).set_index("arm")
+    rows = []
+    for arm, part in runs.groupby("arm", sort=False):
+        r = summary.loc[arm]
+        paired = "0" if arm == "sync" else interval(r.minus_sync, r.minus_sync_low, r.minus_sync_high)
+        rows.append([arm_label(arm), f"{len(part)} / {part.warm_seed.nunique()}",
+                     f"{int(part.collapsed.sum())} / {len(part)}", number(part.final_accuracy.mean()), paired,
+                     number(r.cos_prev), number(r.cos_bound), number(part.snr_batch.mean(), 2),
+                     number(r.kl_behaviour, 2)])
+    header = ["arm", "runs / warm starts", "collapsed", "final accuracy", "final − sync (paired)",
+              "consecutive cosine", "its cap SNR/(1+SNR)", "batch SNR", "KL to π_b"]
+    return markdown_table(header, rows) + "\n\n" + source_line({"llm_highsnr_runs.csv": runs})
+
+
 def snr_table(data: Path) -> str:
     """The per-group gradient SNR at the warm starts (``experiments.snr``): r per sample, with and without the tied
     groups, the samples per step that batch SNR 1 needs, and the batch SNR of the high-SNR configuration (2,048
@@ -256,6 +278,7 @@ TABLES: dict[str, Table] = {
     "testbed": Table(testbed_table),
     "warm-starts": Table(warm_start_table),
     "llm-snr": Table(snr_table),
+    "highsnr": Table(highsnr_table),
     "signature-gaps": Table(signature_gaps_table),
     "verdict": Table(verdict_table),
     "toy-verdict": Table(toy_verdict_table),

@@ -94,6 +94,28 @@ plt.show()
 # not an aligned overshoot.
 
 # %% [markdown]
+# ## The same question at batch SNR ≥ 1
+#
+# The testbed above is the **low-SNR reference**: at 128 samples per step its batch SNR is far below 1, so the bound
+# holds every cosine near 0 whatever the staleness. [Results: alignment at high SNR](../RESULTS.md#alignment-at-high-snr)
+# asks the question where the bound leaves room: 256 prompt groups × 8 samples per step with the all-tied groups
+# dropped (they carry no gradient), one update per step, and both importance ratios — the behaviour ratio used above
+# and the uncorrected one (stale data used as if it were fresh). A run *collapsed* when its held-out accuracy fell
+# below half of its best so far. The cell reads the committed runs (check the warm-start count before you conclude).
+
+# %%
+highsnr = pd.read_csv(data / "llm_highsnr_runs.csv")
+display(highsnr.groupby("arm", sort=False).agg(
+    runs=("warm_seed", "size"), warm_starts=("warm_seed", "nunique"), collapsed=("collapsed", "sum"),
+    final_accuracy=("final_accuracy", "mean"), cos_prev=("cos_prev", "mean"), cos_bound=("cos_bound", "mean"),
+    kl_behaviour=("kl_behaviour", "mean")).round(3))
+
+# %% [markdown]
+# Compare `cos_prev` with its cap `cos_bound` in each arm, and the arms with the uncorrected ratio with those with the
+# behaviour ratio: which failure does staleness cause here, and which arms avoid it? The answers, with their
+# intervals, are in the Results section linked above.
+
+# %% [markdown]
 # ## The mechanics: a run you can make here
 #
 # The rest of this notebook makes a run on your machine. It **loads the figure sweep's cached runs** when
