@@ -45,11 +45,9 @@ GRANULARITIES = ("cos_prev", "cos_prev_step", "cos_update")
 STALENESS = (0, 2, 4, 8, 16)
 CPU_CONFIGS = ("base", "batch=64x8", "updates=2", "updates=4", "ratio=proximal", "clip=1.0", "digits=2", "lr=1e-4")
 
-# quick: the subset that fits about 10 minutes on 2 free cores (two runs at a time, 55–85 CPU-s per 200-step
-# run of the small model, plus the warm start): s ∈ {0, 16} for the base, 2 updates per step and the proximal
-# ratio, 2 seeds (12 runs). full: every CPU configuration at every s (80 runs, about 90 min on 2 free cores).
-# gpu: the 25M model, 64 × 16 samples, 300 steps, 3 seeds of the key cells (sized for ≤ 8 minutes on one H200
-# by estimate, not measured on a device).
+# quick: s ∈ {0, 16} for the base, 2 updates per step and the proximal ratio, 2 seeds (12 runs of the small
+# model, plus the warm start). full: every CPU configuration at every s (80 runs). gpu: the 25M model, 64 × 16
+# samples, 300 steps, 3 seeds of the key cells (sized by estimate, not yet run on a device).
 PROFILES = {
     "quick": dict(base={}, seeds=(0, 1), cells={"base": (0, 16), "updates=2": (0, 16), "ratio=proximal": (0, 16)}),
     "full": dict(base={}, seeds=(0, 1), cells={name: STALENESS for name in CPU_CONFIGS}),

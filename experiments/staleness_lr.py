@@ -93,7 +93,7 @@ PROFILES = {"smoke": LawProfile(quad_steps=40, bandit_steps=30, seeds=2, grid_po
             "full": LawProfile(quad_steps=1000, bandit_steps=400, seeds=6, grid_points=18, refinements=2,
                                llm_warm_starts=(1, 2, 3))}
 """smoke is for tests (numbers meaningless); quick is the figure's default; full makes
-docs/data/staleness_lr_scaling.csv (sized to a few CPU-minutes on the shared 2-core machine)."""
+docs/data/staleness_lr_scaling.csv."""
 
 COLUMNS = ("scale", "criterion", "method", "staleness", "max_stable_lr", "lr_all_seeds", "lr_any_seed", "seeds",
            "seeds_censored_low", "seeds_censored_high", "seeds_nonmonotone", "bracket_ratio", "steps",

@@ -106,8 +106,6 @@ class Profile:
 
 
 PROFILES = {
-    # 120 RL steps (the GAC table ran 300; its sync − naive gap was 0.19 at step 75 and 0.25–0.3 at step 150): the
-    # horizon this 2-core machine affords for ~180 runs in a session.
     # v2 (issue "Verdict v2"): the testbed's configuration, warm starts and horizon; tuning on warm start 0 (never
     # reported, seed 10), reporting on the testbed's 8 warm starts × 2 seeds; no combinations (CPU budget).
     "v2": Profile(staleness=16, mild_staleness=4, steps=200, eval_every=20, tuning_warm=0, tuning_seed=10,
@@ -115,6 +113,7 @@ PROFILES = {
                   base=(("snr_every", 1000),), config="testbed", combinations=False,
                   arms=("sync", "naive", "gac gradient", "gac update", "gac momentum", "braking", "tis", "kl_target",
                         "m2po", "bapo", "vcpo")),
+    # full: 120 RL steps (the GAC table ran 300), a horizon that affords ~180 runs in one CPU session.
     "full": Profile(staleness=16, mild_staleness=4, steps=120, eval_every=40, tuning_warm=0, tuning_seed=10,
                     reporting_warms=(1, 2, 3), reporting_seeds=(0, 1), start_lrs=(7.5e-5, 1.5e-4, 3e-4),
                     base=(("snr_every", 50),)),

@@ -78,8 +78,8 @@ class VerdictProfile:
 PROFILES = {"smoke": VerdictProfile(bandit_steps=12, quad_steps=16, tuning_seeds=1, reporting_seeds=2),
             "quick": VerdictProfile(bandit_steps=120, quad_steps=300, tuning_seeds=1, reporting_seeds=2),
             "full": VerdictProfile(bandit_steps=400, quad_steps=800, tuning_seeds=2, reporting_seeds=4)}
-"""smoke is for tests (numbers meaningless). full is sized to what a shared 2-core machine gave in an hour (~3 min
-of CPU); fig8's full toys run longer (1500 / 3000 steps, 16 + 16 seeds)."""
+"""smoke is for tests (numbers meaningless). full: docs/data/verdict_toys.csv; fig8's full toys run
+longer (1500 / 3000 steps, 16 + 16 seeds)."""
 
 COLUMNS = ("sim", "optimizer", "structure", "staleness", "arm", "objective_fn", "direction_control", "gac_space",
            "step_control", "best_lr", "best_at_edge", "robust_low", "robust_high", "range_at_edge", "final",

@@ -1,8 +1,8 @@
 """`python -m theory.tables [stability|cosine|bound|stationary|assumptions|gac|rho|all]`: the tables as Markdown.
 
 Each table is computed here from the theory functions and their independent checks (no cached numbers).
-The bound table runs the full ``convergence.DEFAULT_SETTINGS`` grid (about a minute on 2 CPU cores); the
-stationary table about five minutes (runs of 5000–16 000 steps), the assumptions table about two.
+The bound table runs the full ``convergence.DEFAULT_SETTINGS`` grid; the stationary table (runs of 5000–16 000
+steps) and the assumptions table take longest.
 """
 
 from __future__ import annotations

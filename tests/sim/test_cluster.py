@@ -181,7 +181,7 @@ def test_progress_counts_the_tasks_still_running_beside_the_first_one_done():
     progress.done(tasks[0])
     elapsed_only.done(tasks[0])
     assert progress.eta_s() == pytest.approx(10 * 10 * 87 / 90 / 2)
-    assert elapsed_only.eta_s() == pytest.approx(190 * 87 / 90)  # about 4x too long here
+    assert elapsed_only.eta_s() == pytest.approx(190 * 87 / 90)  # several times too long here
     for task in tasks[1:]:  # the rest, one after another on one worker from here on: the last leaves nothing
         progress.started(task)
         now[0] += task.cost * 87 / 90
