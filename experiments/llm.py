@@ -30,7 +30,7 @@ import pandas as pd
 
 from experiments import cache, cluster
 from experiments.aggregate import measured, seed_std
-from experiments.pool import Task, run_tasks
+from experiments.pool import Progress, Task, run_tasks
 from sim import paths
 from sim.llm.train import Args, prepare_warm_start, run_records
 from sim.llm.warmstart import warm_start_path
@@ -193,6 +193,15 @@ class WarmStart:
 
     def done_line(self, where: str, elapsed_s: float) -> str:
         return f"warm start {self.args.size} {self.args.digits}-digit trained ({where})"
+
+
+def start_line(task: Task) -> str | None:
+    """The line that says a task has started, for a warm start to train (the one task that runs for minutes before
+    anything else can be reported); None for the others, which are reported as they finish."""
+    if not isinstance(task.spec, WarmStart) or task.cost <= WARM_START_FOUND_SECONDS:
+        return None
+    a = task.spec.args
+    return f"training the warm start {a.size} {a.digits}-digit, warm seed {a.warm_seed} (estimate {task.cost:.0f} s)"
 
 
 WARM_START_FOUND_SECONDS = 1.0
@@ -376,18 +385,27 @@ def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int |
     if jobs is None:
         jobs = default_jobs(largest_size(units), device=device) if ray_cluster is None else ray_cluster.cpus
     results, tasks = unit_tasks(units, cache.CACHE_DIR)
-    start, done, total = time.perf_counter(), len(results), len({u.name for u in units})
+    done, total, progress = len(results), len({u.name for u in units}), Progress(tasks, jobs)
+    log(f"[{name}] {total} runs, {done} cached; {len(tasks)} tasks on {jobs} workers")
+
+    def started(task: Task) -> None:
+        progress.started(task)
+        if (line := start_line(task)) is not None:
+            log(f"[{name}] {line}")
 
     def report(task: Task, result) -> None:
         nonlocal done
+        progress.done(task)
         for u, value in task.spec.unit_results(result):
             results[u.name] = value
             done += 1
             a = u.spec.args
             log(f"[{name} {done}/{total}] {a.run_method} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
-                f"{value['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.0f} s elapsed)")
+                f"{value['summary']['final_accuracy']:.3f} ({progress.line()})")
+        if (line := task.spec.done_line(progress.line(), progress.elapsed_s())) is not None:
+            log(f"[{name}] {line}")
 
-    run_tasks(tasks, jobs, report, None if ray_cluster is None else ray_cluster.executor)
+    run_tasks(tasks, jobs, report, None if ray_cluster is None else ray_cluster.executor, on_start=started)
     return [(r, results[u.name]) for r, u in zip(runs, units, strict=True)]
 
 
