@@ -190,9 +190,9 @@ def test_progress_counts_the_tasks_still_running_beside_the_first_one_done():
 
 
 def test_progress_by_counts_when_every_task_costs_the_same():
-    # Six tasks of the default cost on 2 workers, each taking 10 s: 4 left at t = 10 (two rounds: 20 s), and at
-    # t = 15 the two running ones are half done (15 s). With both workers busy the plain rule, elapsed time / work
-    # done × work left, reads the same.
+    # Six tasks of the default cost on 2 workers, each taking 10 on the clock: four left at t = 10 (two rounds, 20
+    # left), and at t = 15 the two running ones are half done (15 left). With both workers busy the plain rule,
+    # elapsed time / work done × work left, reads the same.
     now = [0.0]
     tasks = [Task(f"t{i}", str.upper) for i in range(6)]
     progress = Progress(tasks, jobs=2, clock=lambda: now[0])
