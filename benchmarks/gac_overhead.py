@@ -20,11 +20,14 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-import gac
 from sim.cli import parse
+
+if TYPE_CHECKING:
+    import torch
+
+# torch and gac are imported where the benchmark runs (--help answers without them)
 
 
 def transformer_shapes(total_millions: float) -> list[tuple[int, ...]]:
@@ -43,6 +46,10 @@ def transformer_shapes(total_millions: float) -> list[tuple[int, ...]]:
 def measure(total_millions: float, repeats: int, device: torch.device) -> dict:
     """GAC's ``apply()`` alone (general tracker: keep, project, project with a bf16 reference) beside the fused and
     the foreach AdamW step on the same parameters, alternately; ratios over the fused step."""
+    import torch
+
+    import gac
+
     torch.manual_seed(0)
     shapes = transformer_shapes(total_millions)
     params = [torch.nn.Parameter((torch.randn(shape) * 0.02).to(device)) for shape in shapes]
@@ -181,6 +188,10 @@ def contenders(baseline=None) -> list[Contender]:
 
 def build(contender: Contender | None, start: list[torch.Tensor]):
     """(params, optimizer) for a contender (None: the fused AdamW baseline), on a copy of ``start``."""
+    import torch
+
+    import gac
+
     params = [torch.nn.Parameter(t.clone()) for t in start]
     if contender is None or contender.space is None:
         foreach = contender is not None and contender.foreach
@@ -194,6 +205,8 @@ def build(contender: Contender | None, start: list[torch.Tensor]):
 
 
 def synchronize(device: torch.device) -> None:
+    import torch
+
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -238,6 +251,8 @@ def measure_pair(contender: Contender, start: list[torch.Tensor], grads: list[to
 
 def measure_steps(total_millions: float, repeats: int, device: torch.device, baseline=None):
     """Rows (contender, result) of ``measure_pair`` for each contender, on transformer-shaped parameters."""
+    import torch
+
     torch.manual_seed(0)
     start = [(torch.randn(shape) * 0.02).to(device) for shape in transformer_shapes(total_millions)]
     grads = [torch.randn_like(t) for t in start]
@@ -272,9 +287,12 @@ def print_steps(sizes: list[float], repeats: int, device: torch.device, baseline
 
 def _sharded_worker(rank: int, init_file: str, world: int, hidden: int, layers: int, repeats: int,
                     result_file: str) -> None:
+    import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
+
+    import gac
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -338,6 +356,7 @@ def sharded(hidden: int = 512, layers: int = 4, repeats: int = 7, world: int = 2
     import os
     import tempfile
 
+    import torch
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -383,6 +402,8 @@ class OverheadArgs:
     -C DIR') in each space, alternately with the fused AdamW step"""
 
     def __post_init__(self):
+        import torch
+
         if self.repeats < 1:
             raise ValueError(f"--repeats must be >= 1, got {self.repeats}")
         if not self.threads or any(t < 0 for t in self.threads):
@@ -404,6 +425,8 @@ class OverheadArgs:
 def main(argv=None) -> None:
     # a bad value: one line naming it, exit 2, before any timing
     args = parse(OverheadArgs, argv, prog="python -m benchmarks.gac_overhead")
+    import torch
+
     device = torch.device(args.device)
     all_threads = os.cpu_count() or torch.get_num_threads()
     baseline = load_baseline(args.baseline) if args.baseline else None

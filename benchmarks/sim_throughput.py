@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from sim.cli import parse
-from sim.grid import setting
-from sim.quadratic import QuadraticProblem, run_quadratic
+
+if TYPE_CHECKING:
+    from sim.quadratic import QuadraticProblem
+
+# torch and the simulator are imported where the benchmark runs (--help answers without them)
 
 STALENESS = (0, 1, 2, 4, 8, 16)
 METHODS = ("naive", "lr_scale", "gac")
@@ -29,6 +32,8 @@ TARGET_COPY_PASSES = 10.0  # one vectorized step, in copies of the runs × d ten
 
 
 def grid(lrs: list[float]) -> list:
+    from sim.grid import setting
+
     return [setting(m, s, lr) for m in METHODS for s in STALENESS for lr in lrs]
 
 
@@ -63,6 +68,8 @@ def loop_numpy(problem: QuadraticProblem, settings, steps: int, seeds: int, seed
 
 def copy_seconds(rows: int, dim: int, repeats: int = 200) -> float:
     """Median time of one ``y.copy_(x)`` of a (rows, dim) float64 tensor (batches of 10 copies)."""
+    import torch
+
     x = torch.randn(rows, dim, dtype=torch.float64)
     y = torch.empty_like(x)
     times = []
@@ -96,6 +103,10 @@ class ThroughputArgs:
 def main(argv=None) -> None:
     # a bad value: one line naming it, exit 2, before any timing
     args = parse(ThroughputArgs, argv, prog="python -m benchmarks.sim_throughput")
+    import torch
+
+    from sim.quadratic import QuadraticProblem, run_quadratic
+
     torch.set_num_threads(1)
     problem = QuadraticProblem(dim=args.dim, condition_number=100.0, noise=0.1)
     settings = grid(np.linspace(0.05, 0.3, args.lrs).tolist())

@@ -3,7 +3,7 @@ the local process pool would run go to a Ray cluster instead, one CPU each, the 
 arguments (torch on one thread), so the same bits and the same CSVs.
 
 ``connect`` starts a local cluster (no address) or joins one (``host:port``, or ``auto`` for the one ``ray start``
-made on this machine), then checks before any work what every node must share with this process, each failure a
+made on the local host), then checks before any work what every node must share with this process, each failure a
 one-line ValueError: the code (its fingerprint, ``experiments.cache.code_fingerprint``, must equal this checkout's,
 or a node would store other numbers under the same cache key) and the folders (a node writes its results into the
 run cache and reads warm starts that another node trained, so both must be the same shared folders, at the same
@@ -30,7 +30,7 @@ from sim import paths
 INSTALL_HINT = "pip install -e '.[cluster]'"
 START_ATTEMPTS = 2
 """Tries to start a local cluster: Ray waits a fixed 30 s for its node's processes to register (and its raylet
-~15 s for its agent), which a machine loaded far past its cores can miss (seen here at load average 7-12)."""
+waits for its agent), which a machine loaded far past its cores can miss."""
 PROBE_FILE = ".gac-lab-cluster-probe"
 """The file ``connect`` writes into each shared folder for the nodes to read back (removed after the check)."""
 

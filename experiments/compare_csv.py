@@ -13,7 +13,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 import tyro
 
 from sim.record import is_complete
@@ -29,6 +28,8 @@ class Comparison:
 def compare(old_path: Path, new_path: Path, rel_tol: float = 1e-12, allow_added: tuple[str, ...] = ()) -> Comparison:
     """Compare one CSV; columns only in the new file are allowed when every value there is NaN or empty, or
     when named in ``allow_added`` (a documented addition; reported)."""
+    import pandas as pd
+
     old, new = pd.read_csv(old_path), pd.read_csv(new_path)
     missing = [c for c in old.columns if c not in new.columns]
     added = [c for c in new.columns if c not in old.columns]

@@ -30,15 +30,15 @@ import pandas as pd
 
 from experiments import cache, cluster
 from experiments.aggregate import measured, seed_std
-from experiments.pool import Task, run_tasks
+from experiments.pool import Progress, Task, run_tasks
 from sim import paths
 from sim.llm.train import Args, prepare_warm_start, run_records
 from sim.llm.warmstart import warm_start_path
 from sim.schema import nonfinite
 from sim.stabilizers import NO_CONTROL
 
-# What each profile runs. quick: the "small" 0.6M model; every figure together takes about 14 min on 2 idle CPU
-# cores by estimate (benchmarks/README.md, "Figure pipeline").
+# What each profile runs. quick: the "small" 0.6M model (the CPU time of every quick figure: benchmarks/README.md,
+# "figure pipeline").
 PROFILES = {
     "quick": dict(base=dict(size="small", steps=80, prompts_per_step=16, group_size=8, minibatches=2,
                             eval_every=20, eval_problems=256, ratio_to="proximal"),
@@ -54,8 +54,8 @@ PROFILES = {
                  line_staleness=(0, 2, 4, 8, 16), high_staleness=16, gac_small_lrs=(1e-4, 3e-5),
                  sync_gac_small_lrs=(1e-4, 3e-5)),
     # gpu: the 25M-parameter model, 64 prompts × 16 samples, 300 steps, 3 seeds of the key cells (sync, naive
-    # async, GAC, TIS, M2PO at s = 16 and the controls), several runs at once on one GPU. Sized for about 8
-    # minutes on one H200 by estimate: not yet measured on a device.
+    # async, GAC, TIS, M2PO at s = 16 and the controls), several runs at once on one GPU (sized by
+    # estimate; not yet run on a device).
     "gpu": dict(base=dict(size="gpu", steps=300, prompts_per_step=64, group_size=16, minibatches=2,
                           eval_every=50, eval_problems=512, ratio_to="proximal"),
                 seeds=(0, 1, 2), main_lr=3e-4, small_lrs=(1e-4,), grid={3e-4: (0, 16)},
@@ -195,6 +195,15 @@ class WarmStart:
         return f"warm start {self.args.size} {self.args.digits}-digit trained ({where})"
 
 
+def start_line(task: Task) -> str | None:
+    """The line that says a task has started, for a warm start to train (the one task that runs for minutes before
+    anything else can be reported); None for the others, which are reported as they finish."""
+    if not isinstance(task.spec, WarmStart) or task.cost <= WARM_START_FOUND_SECONDS:
+        return None
+    a = task.spec.args
+    return f"training the warm start {a.size} {a.digits}-digit, warm seed {a.warm_seed} (estimate {task.cost:.0f} s)"
+
+
 WARM_START_FOUND_SECONDS = 1.0
 """The cost of a warm-start task whose checkpoint is already on disk (it only checks it): counted at the training
 cost, the finished work would look far ahead of the time it took and the seconds left read too few."""
@@ -216,15 +225,14 @@ def _warm_start(args: Args) -> None:
 GIB = 1 << 30
 MEASURED_PEAK_GIB = {"tiny": 0.48, "small": 0.58, "cpu": 0.68, "gpu": 4.49}
 """Peak RSS of one worker process computing one GRPO run on the CPU, one thread, torch and transformers loaded
-(``resource.getrusage`` ru_maxrss after ``run_records``; 2026-12-01, this project's 2-core machine): tiny 1-digit
-8 × 8 samples; small 2-digit 16 × 8 (the quick profile's batch); cpu 16 × 8 (measured earlier at 0.68 GiB); gpu
-(25M parameters) 2-digit 64 × 16, the gpu profile's batch, one step on the CPU. On a CUDA device the tensors live
-on the GPU, so the host figure is an upper bound there; GPU memory per worker is not measured."""
+(``resource.getrusage`` ru_maxrss after ``run_records``): tiny 1-digit 8 × 8 samples; small 2-digit 16 × 8 (the
+quick profile's batch); cpu 16 × 8; gpu (25M parameters) 2-digit 64 × 16, the gpu profile's batch, one step on the
+CPU. On a CUDA device the tensors live on the GPU, so the host figure is an upper bound there; GPU memory per
+worker is not measured."""
 WORKER_MEMORY = {"tiny": 0.75 * GIB, "small": 1 * GIB, "cpu": 1 * GIB, "gpu": 6 * GIB}
 """Memory a worker may take, by model size: MEASURED_PEAK_GIB with about a third to a half more for room. It holds
 for a task of ``batch_limit`` runs too: on the CPU only tiny runs are batched, and a worker training 8 of fig8's tiny
-runs (40 steps) peaked at 635 MiB against 607 MiB for one run (ru_maxrss, fresh process with ``experiments.tuning``
-imported, 2026-12-01), under 0.75 GiB."""
+runs peaks little above one run, inside the tiny budget."""
 CUDA_WORKERS = 4
 """Most worker processes that share one CUDA device: each trains a batch of up to CUDA_BATCH_RUNS runs, so a few
 processes keep the device busy while one samples on the host; more would add CUDA contexts, not throughput (a
@@ -254,9 +262,9 @@ def available_memory() -> int:
 def default_jobs(size: str = "small", jobs: int | None = None, device: str = "cpu") -> int:
     """Worker processes that compute at once: ``max(1, min(cores, available memory // WORKER_MEMORY[size]))``,
     ``size`` being the largest model the runs use. Each worker runs one task (a unit, or a batch of tiny runs) on
-    one thread, so one per core keeps the cores busy, and the memory bound keeps them out of swap: 2 on a 2-core
-    laptop; 16 on a 16-core, 128 GiB workstation for every size (gpu: 128 GiB / 6 GiB = 21 > 16); 5 there if only
-    30 GiB are free for gpu-size runs.
+    one thread, so one per core keeps the cores busy, and the memory bound keeps them out of swap. With cores = 16
+    and 128 GiB available: 16 workers of every size (gpu: 128 GiB / 6 GiB = 21 > 16); 5 gpu-size ones if only 30 GiB
+    are free.
 
     On a CUDA ``device`` the workers share the GPU, each with a batch of runs: at most CUDA_WORKERS of them (the
     host's cores and memory bound them as on the CPU).
@@ -291,12 +299,12 @@ def default_jobs(size: str = "small", jobs: int | None = None, device: str = "cp
 
 STEP_SECONDS = {"tiny": 0.05, "small": 0.18, "cpu": 0.4, "gpu": 0.5}
 """Rough CPU seconds per RL step by model size, for 2-digit sums, 16 × 8 samples, one update per step, the
-behaviour-policy ratio and no direction control (small: the testbed's 60-step runs took 10.7–10.9 CPU-s; tiny 40
-steps ≈ 2 s); ``estimated_seconds`` scales them to a run. They order the work of ``run_tasks`` and give the progress
+behaviour-policy ratio and no direction control (small: read off ``COST_CALIBRATION``; tiny: off 40-step
+runs); ``estimated_seconds`` scales them to a run. They order the work of ``run_tasks`` and give the progress
 line's seconds left; a wrong value costs time, not results."""
 COST_CALIBRATION = (
-    # (what was timed, its Args overrides on the small model, CPU-s measured): ``experiments.llm.compute_run``, one
-    # thread, idle 2-core machine, 2026-12-05, one run of each configuration the quick figures run
+    # (what was timed, its Args overrides on the small model, CPU-s): ``experiments.llm.compute_run`` on one
+    # thread, idle, one run of each configuration the quick figures run
     ("testbed sync, 60 steps", dict(steps=60, eval_problems=1000, method="sync"), 10.9),
     ("testbed naive s=16", dict(steps=60, eval_problems=1000, staleness=16), 10.7),
     ("testbed gac s=16", dict(steps=60, eval_problems=1000, staleness=16, method="gac"), 12.2),
@@ -314,17 +322,16 @@ COST_CALIBRATION = (
 """What ``estimated_seconds``'s factors were read off (tests/llm/test_experiments.py checks it stays within 25 %)."""
 WARM_START_SECONDS = {"tiny": 5.0, "small": 90.0}
 """Rough seconds to train a warm start; the same use as STEP_SECONDS, and the progress line's seconds left
-(``experiments.pool.Progress``) start from them. small: the quick pipeline's four plateau-trained warm starts took
-65–99 s each on 2026-12-05 (two at a time on 2 idle cores; the day ``COST_CALIBRATION`` was measured) and 144–164 s
-on 2026-12-04 at load 3, when the same runs took 1.47× longer; the 35–46 s measured before the testbed made the first
-ETA of a run 3× too long."""
+(``experiments.pool.Progress``) start from them. small: the quick pipeline's plateau-trained warm starts, timed beside
+``COST_CALIBRATION``'s runs. Too low a value makes the first seconds left of a run too many: the speed read off a
+finished warm start is then too slow."""
 
 
 def estimated_seconds(args: Args) -> float:
     """A rough cost of the run of ``args`` on one core (orders the work; never changes a number): ``STEP_SECONDS`` per
-    step, scaled by the samples per step, the sum's width (longer sequences; most of a small model's step is per-op
-    overhead, so 3 digits cost only 1.07× 2 digits), the extra forward of a proximal ratio or TIS (1.15×), each further
-    update per step (+10 %) and a direction control's cosines and projections (+12 % per update); see
+    step, scaled by the samples per step, the sum's width (longer sequences, × (digits + 12) / 14: most of a small
+    model's step is per-op overhead), the extra forward of a proximal ratio or TIS (× 1.15), each further update per
+    step (+10 %) and a direction control's cosines and projections (+12 % per update); see
     ``COST_CALIBRATION``."""
     samples = args.prompts_per_step * args.group_size / 128
     width = (args.digits + 12) / 14
@@ -378,18 +385,27 @@ def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int |
     if jobs is None:
         jobs = default_jobs(largest_size(units), device=device) if ray_cluster is None else ray_cluster.cpus
     results, tasks = unit_tasks(units, cache.CACHE_DIR)
-    start, done, total = time.perf_counter(), len(results), len({u.name for u in units})
+    done, total, progress = len(results), len({u.name for u in units}), Progress(tasks, jobs)
+    log(f"[{name}] {total} runs, {done} cached; {len(tasks)} tasks on {jobs} workers")
+
+    def started(task: Task) -> None:
+        progress.started(task)
+        if (line := start_line(task)) is not None:
+            log(f"[{name}] {line}")
 
     def report(task: Task, result) -> None:
         nonlocal done
+        progress.done(task)
         for u, value in task.spec.unit_results(result):
             results[u.name] = value
             done += 1
             a = u.spec.args
             log(f"[{name} {done}/{total}] {a.run_method} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
-                f"{value['summary']['final_accuracy']:.3f} ({time.perf_counter() - start:.0f} s elapsed)")
+                f"{value['summary']['final_accuracy']:.3f} ({progress.line()})")
+        if (line := task.spec.done_line(progress.line(), progress.elapsed_s())) is not None:
+            log(f"[{name}] {line}")
 
-    run_tasks(tasks, jobs, report, None if ray_cluster is None else ray_cluster.executor)
+    run_tasks(tasks, jobs, report, None if ray_cluster is None else ray_cluster.executor, on_start=started)
     return [(r, results[u.name]) for r, u in zip(runs, units, strict=True)]
 
 

@@ -20,19 +20,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
-import pandas as pd
 import tyro
 
-from experiments import stats
-from experiments.aggregate import measured
-from experiments.llm import Run, results_of
 from sim.cli import choice, folder, parse, whole
-from sim.llm.train import Args
-from sim.llm.warmstart import WarmStartRejected
 from sim.schema import nonfinite
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from experiments.llm import Run
+
+# pandas, the trainer and the run graph are imported where they run (--help answers without them)
 
 # One optimizer update per RL step (each update sees the whole batch: the most SNR per update), the clip ratio against
 # the behaviour policy, gradient clipping at 1, the 0.6M model on 2-digit sums, 16 × 8 samples per step: the batch is
@@ -72,6 +73,9 @@ def arm_name(method: str, space: str, staleness: int) -> str:
 def runs(profile: str = "full", device: str = "cpu", dry_run: bool = False) -> list[Run]:
     """The runs of both panels (a run in both, sync and naive s = 16, listed once with both roles); the figures'
     profile gpu takes the full runs (on the device given)."""
+    from experiments.llm import Run
+    from sim.llm.train import Args
+
     profile = "full" if profile == "gpu" else profile
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
@@ -98,6 +102,8 @@ def runs(profile: str = "full", device: str = "cpu", dry_run: bool = False) -> l
 def snr_bound(cos_halves: float) -> float:
     """The theory's bound on the consecutive cosine for s ≥ 1, SNR/(1+SNR), at the whole batch's SNR = 2 SNR_h,
     SNR_h = c/(1 − c) being the per-half SNR that the halves' cosine c implies (one update sees the whole batch)."""
+    from experiments.aggregate import measured
+
     if not (measured(cos_halves) and 0 < cos_halves < 1):
         return math.nan
     snr = 2 * cos_halves / (1 - cos_halves)
@@ -108,6 +114,10 @@ def run_table(results: list[tuple[Run, dict]]) -> pd.DataFrame:
     """One row per run: figure(s), warm seed, seed, arm, step size, start/final accuracy, mean cosine after the first
     fifth of the steps, mean halves' cosine and its bound, KL to π_b, whether it went non-finite or collapsed
     (``sim.llm.train.COLLAPSE_FRACTION``)."""
+    import pandas as pd
+
+    from experiments.aggregate import measured
+
     rows = []
     for run, result in results:
         a, records = run.args, result["records"]
@@ -134,6 +144,8 @@ def run_table(results: list[tuple[Run, dict]]) -> pd.DataFrame:
 def over_warm_starts(values: pd.Series, warm_seeds: pd.Series) -> tuple[float, float, float]:
     """(mean, low, high): the mean over warm starts of each warm start's seed mean, with a 95 % t-interval over warm
     starts (the unit that varies most); NaN bounds with one warm start."""
+    from experiments import stats
+
     means = values.groupby(warm_seeds.to_numpy()).mean().dropna().to_numpy()
     return stats.t_interval(means, 0.95) if len(means) else (math.nan, math.nan, math.nan)
 
@@ -142,6 +154,8 @@ def paired_summary(table: pd.DataFrame, reference: str = "sync") -> pd.DataFrame
     """Per arm: its gain over the warm start and its final accuracy minus ``reference``'s on the same warm start and
     RL seed (a paired difference: the warm start's share of the variance cancels), each the mean over warm starts of
     each warm start's seed mean with a 95 % t-interval over warm starts; the mean cosine and its bound."""
+    import pandas as pd
+
     ref = table[table.arm == reference].set_index(["warm_seed", "seed"]).final_accuracy
     out = []
     for arm, rows in table.groupby("arm", sort=False):
@@ -180,6 +194,8 @@ def with_run_means(rows: list[dict]) -> list[dict]:
     """``rows`` (per-step records of one panel, no final-eval rows) each with its run's mean cosine after the first
     fifth of the steps (NaN if the run diverged), its mean over all steps before divergence, and whether it diverged
     (fig1's table columns; a run is (staleness, warm seed, seed))."""
+    import pandas as pd
+
     if not rows:  # a figure drawn without its LLM runs (the toy panels' smoke test)
         return rows
     frame = pd.DataFrame(rows)
@@ -199,6 +215,11 @@ def band(rows: list[dict], key: str, arm: str, log: bool = False) -> tuple[np.nd
     """(steps, mean, low, high) of ``key`` for ``arm`` over warm starts (each warm start's seed mean first; 95 %
     t-interval over warm starts), diverged runs' rows left out; ``log``: the same on log(key), exponentiated back (a
     geometric mean and band, positive for a positive quantity such as a norm)."""
+    import pandas as pd
+
+    from experiments import stats
+    from experiments.aggregate import measured
+
     table = pd.DataFrame([r for r in rows if r["arm"] == arm and measured(r.get(key)) and not nonfinite(r)])
     if table.empty:
         return (np.array([]),) * 4
@@ -213,6 +234,8 @@ def mean_bound(rows: list[dict], stalenesses=None) -> tuple[float, float]:
     """(mean halves' cosine, the bound SNR/(1+SNR) at it) over the probes of ``rows`` (those with staleness in
     ``stalenesses`` if given): the bound of the mean SNR, not the mean of per-probe bounds (a probe's bound is
     undefined at a negative cosine, so that mean would leave the negative probes out and sit too high)."""
+    from experiments.aggregate import measured
+
     values = [r["cos_halves"] for r in rows if measured(r.get("cos_halves"))
               and (stalenesses is None or r["staleness"] in stalenesses)]
     mean = float(np.mean(values)) if values else math.nan
@@ -232,6 +255,8 @@ class Cli:
 
 
 def main(cli: Cli) -> pd.DataFrame:
+    from experiments.llm import results_of
+    from sim.llm.warmstart import WarmStartRejected
     from sim.record import check_output_dir
 
     check_output_dir(str(Path(cli.out).parent), "out")

@@ -26,16 +26,19 @@ import shlex
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-import pandas as pd
 import tyro
 
 from experiments import llm_figures
-from experiments.aggregate import measured
-from experiments.llm import Run, dry_run_args
 from sim.cli import choice, folder, parse, whole
-from sim.llm.train import Args
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from experiments.llm import Run
+
+# pandas, the trainer and the run graph are imported where they run (--help answers without them)
 
 BASE = dict(llm_figures.BASE, prompts_per_step=256, micro_batch=256, drop_tied_groups=True, sample_attempts=8)
 """The high-SNR configuration: the testbed's (small model, 2-digit sums, one update per step, clip at 1) with 256
@@ -73,6 +76,9 @@ def arm_name(method: str, space: str, staleness: int, ratio: str, lr: float = LR
 def runs(profile: str, warm_seeds: tuple[int, ...] | None = None) -> list[Run]:
     """The runs of ``profile`` (of its warm starts in ``warm_seeds`` only, if given), each listed once with every
     figure it serves."""
+    from experiments.llm import Run, dry_run_args
+    from sim.llm.train import Args
+
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
     p = PROFILES[profile]
@@ -104,12 +110,15 @@ def runs(profile: str, warm_seeds: tuple[int, ...] | None = None) -> list[Run]:
 
 def batch_snr(cos_halves: float) -> float:
     """The whole batch's SNR implied by the halves' cosine c: 2 c/(1 − c) (each half holds half the samples)."""
-    return 2 * cos_halves / (1 - cos_halves) if measured(cos_halves) and 0 < cos_halves < 1 else math.nan
+    measured = cos_halves is not None and math.isfinite(cos_halves)
+    return 2 * cos_halves / (1 - cos_halves) if measured and 0 < cos_halves < 1 else math.nan
 
 
 def run_table(results: list[tuple[Run, dict]]) -> pd.DataFrame:
     """The testbed's run table (``llm_figures.run_table``) with the ratio in the arm's name, the measured batch SNR
     (from the mean halves' cosine), the steps' mean tied fraction and samples drawn, and the collapse step."""
+    import pandas as pd
+
     table = llm_figures.run_table(results)
     extra = []
     for run, result in results:
@@ -133,6 +142,8 @@ STEP_COLUMNS = ("figure", "arm", "warm_seed", "seed", "method", "gac_space", "ra
 
 def step_table(results: list[tuple[Run, dict]]) -> pd.DataFrame:
     """Every run's per-step records with its arm, warm seed and ratio (the panels' curves)."""
+    import pandas as pd
+
     rows = []
     for run, result in results:
         a = run.args

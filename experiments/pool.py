@@ -212,6 +212,6 @@ class Progress:
         return max(0.0, left / speed - had) / max(1, min(self.jobs, self.left))
 
     def line(self) -> str:
-        """``"12 s elapsed, 40% of the estimated work, ~18 s left"``: the end of a progress log line."""
+        """``"E s elapsed, P% of the estimated work, ~L s left"``: the end of a progress log line."""
         share = self.done_cost / self.total if self.total > 0 else 1.0
         return f"{self.elapsed_s():.0f} s elapsed, {share:.0%} of the estimated work, ~{self.eta_s():.0f} s left"

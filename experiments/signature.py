@@ -12,20 +12,19 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 import tyro
-from scipy.stats import spearmanr
 
-from experiments import stats
-from experiments.aggregate import measured
-from experiments.llm import Run, dry_run_args, results_of, run_unit
 from experiments.outputs import check_output_files
 from sim.cli import choice, folder, parse
-from sim.llm.train import Args
-from sim.schema import nonfinite
-from sim.stabilizers import gac_config
+
+if TYPE_CHECKING:
+    from experiments.llm import Run
+    from sim.llm.train import Args
+
+# the trainer, the run graph and scipy are imported where they run (--help answers without them)
 
 # The base: one optimizer update per RL step, behaviour-policy clip ratio, no gradient-norm clipping, 3-digit
 # sums, the 0.6M "small" model (the leads of the issue: where a stale-aligned signature could show on a CPU).
@@ -45,11 +44,9 @@ GRANULARITIES = ("cos_prev", "cos_prev_step", "cos_update")
 STALENESS = (0, 2, 4, 8, 16)
 CPU_CONFIGS = ("base", "batch=64x8", "updates=2", "updates=4", "ratio=proximal", "clip=1.0", "digits=2", "lr=1e-4")
 
-# quick: the subset that fits about 10 minutes on 2 free cores (two runs at a time, 55–85 CPU-s per 200-step
-# run of the small model, plus the warm start): s ∈ {0, 16} for the base, 2 updates per step and the proximal
-# ratio, 2 seeds (12 runs). full: every CPU configuration at every s (80 runs, about 90 min on 2 free cores).
-# gpu: the 25M model, 64 × 16 samples, 300 steps, 3 seeds of the key cells (sized for ≤ 8 minutes on one H200
-# by estimate, not measured on a device).
+# quick: s ∈ {0, 16} for the base, 2 updates per step and the proximal ratio, 2 seeds (12 runs of the small
+# model, plus the warm start). full: every CPU configuration at every s (80 runs). gpu: the 25M model, 64 × 16
+# samples, 300 steps, 3 seeds of the key cells (sized by estimate, not yet run on a device).
 PROFILES = {
     "quick": dict(base={}, seeds=(0, 1), cells={"base": (0, 16), "updates=2": (0, 16), "ratio=proximal": (0, 16)}),
     "full": dict(base={}, seeds=(0, 1), cells={name: STALENESS for name in CPU_CONFIGS}),
@@ -72,6 +69,8 @@ def overrides(config: str) -> dict:
 
 def config_args(config: str, profile_base: dict | None = None, device: str = "cpu", **changes) -> Args:
     """The Args of ``config`` (on top of BASE and the profile's base), with ``changes`` (method, staleness...)."""
+    from sim.llm.train import Args
+
     settings = {**BASE, **(profile_base or {}), **overrides(config), **changes}
     return Args(**settings, device=device, progress=False, on_nonfinite="mark")
 
@@ -89,6 +88,8 @@ def check_profile(profile: str, device: str, dry_run: bool = False) -> dict:
 def sweep(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Run]:
     """The runs of ``profile``: naive async (sync at s = 0) for each configuration × staleness × seed; a dry run
     keeps one seed and shrinks each run with ``dry_run_args``."""
+    from experiments.llm import Run, dry_run_args
+
     p = check_profile(profile, device, dry_run)
     seeds = p["seeds"][:1] if dry_run else p["seeds"]
     shrink = dry_run_args if dry_run else (lambda args: args)
@@ -98,12 +99,16 @@ def sweep(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Run]
 
 def sweep_results(profile: str, device: str = "cpu", log=print, jobs: int | None = None) -> list[tuple[Run, dict]]:
     """Every run of the sweep with its result (cached, shared with the other LLM figures where args coincide)."""
+    from experiments.llm import results_of
+
     runs = sweep(profile, device)
     jobs = PROFILES[profile].get("jobs") if jobs is None and device.startswith("cuda") else jobs
     return results_of(runs, device, lambda *a: log(*a, flush=True), jobs, name="signature")
 
 
 def _mean(records: list[dict], key: str) -> float:
+    from experiments.aggregate import measured
+
     values = [r[key] for r in records if measured(r.get(key))]
     return float(np.mean(values)) if values else math.nan
 
@@ -116,6 +121,9 @@ def snr_reference(snr_h: float) -> float:
 def run_row(item: Run, result: dict, device: str = "cpu") -> dict:
     """One row per run: configuration, s, seed, the mean of every cosine after the first tenth of the steps (and
     per quarter of the run), the SNR probe, accuracy (start, per quarter, final), KL to π_b, divergence."""
+    from experiments.aggregate import measured
+    from sim.schema import nonfinite
+
     a, records = item.args, result["records"]
     ok = [r for r in records if not nonfinite(r)]
     late = [r for r in ok if r["step"] >= a.steps // 10]
@@ -143,6 +151,8 @@ def run_row(item: Run, result: dict, device: str = "cpu") -> dict:
 def seed_interval(values, confidence: float = 0.9) -> tuple[float, float, float]:
     """(mean, low, high): the mean over seeds and a percentile seed-bootstrap interval (``stats.bootstrap_interval``),
     NaN values (not measured) left out; NaN bounds with < 2 seeds."""
+    from experiments import stats
+
     values = np.asarray([v for v in values if v == v], dtype=float)
     if not len(values):
         return math.nan, math.nan, math.nan
@@ -155,30 +165,39 @@ GAC_TABLE = dict(config="updates=2", staleness=16, steps=300, seeds=(0, 1, 2), e
 one with the largest async − sync gap in both cosine and accuracy in the pilot map (see paper_figs/README.md)."""
 # The committed table also has "step" arms (reference: the previous RL step's summed gradient), made by the trainer
 # before it stepped with gac.wrap, whose reference is the previous optimizer update: they are not rerun.
-GAC_ARMS = {  # name -> (method, staleness, Args changes); in priority order (the first ones run first)
-    "sync": ("naive", 0, {}),
-    "naive": ("naive", GAC_TABLE["staleness"], {}),
-    "gac τ=0 update": ("gac", GAC_TABLE["staleness"], dict(gac=gac_config(threshold=0.0))),
-    "tis": ("tis", GAC_TABLE["staleness"], {}),
-    "m2po": ("m2po", GAC_TABLE["staleness"], {}),
-    "bapo": ("bapo", GAC_TABLE["staleness"], {}),
-    "sync + gac τ=0": ("gac", 0, dict(gac=gac_config(threshold=0.0))),
-    "gac τ=0.5 update": ("gac", GAC_TABLE["staleness"], dict(gac=gac_config(threshold=0.5))),
-    "gac τ=0.2 update": ("gac", GAC_TABLE["staleness"], dict(gac=gac_config(threshold=0.2))),
+GAC_ARMS = {  # name -> (method, staleness, GAC's τ or None); in priority order (the first ones run first)
+    "sync": ("naive", 0, None),
+    "naive": ("naive", GAC_TABLE["staleness"], None),
+    "gac τ=0 update": ("gac", GAC_TABLE["staleness"], 0.0),
+    "tis": ("tis", GAC_TABLE["staleness"], None),
+    "m2po": ("m2po", GAC_TABLE["staleness"], None),
+    "bapo": ("bapo", GAC_TABLE["staleness"], None),
+    "sync + gac τ=0": ("gac", 0, 0.0),
+    "gac τ=0.5 update": ("gac", GAC_TABLE["staleness"], 0.5),
+    "gac τ=0.2 update": ("gac", GAC_TABLE["staleness"], 0.2),
 }
 
 
 def gac_runs(arms=tuple(GAC_ARMS), device: str = "cpu", seeds: tuple[int, ...] = GAC_TABLE["seeds"]) -> list[Run]:
     """The GAC table's runs of ``arms`` on ``seeds`` (every seed of an arm before the next arm)."""
+    from experiments.llm import Run
+    from sim.stabilizers import gac_config
+
     t = GAC_TABLE
-    return [Run(config_args(t["config"], None, device, method=GAC_ARMS[arm][0], staleness=GAC_ARMS[arm][1],
-                            seed=seed, steps=t["steps"], eval_every=t["eval_every"], **GAC_ARMS[arm][2]), (arm,))
-            for arm in arms for seed in seeds]
+    runs = []
+    for arm in arms:
+        method, staleness, threshold = GAC_ARMS[arm]
+        changes = {} if threshold is None else dict(gac=gac_config(threshold=threshold))
+        runs += [Run(config_args(t["config"], None, device, method=method, staleness=staleness, seed=seed,
+                                 steps=t["steps"], eval_every=t["eval_every"], **changes), (arm,)) for seed in seeds]
+    return runs
 
 
 def small_step_run(gac_rows: list[dict], device: str = "cpu",
                    seeds: tuple[int, ...] = GAC_TABLE["seeds"]) -> list[Run]:
     """The damping control: naive async at lr × (mean parallel scale of GAC τ = 0, update reference), on ``seeds``."""
+    from experiments.llm import Run
+
     scale = np.mean([r["parallel_scale_mean"] for r in gac_rows if r["config"] == "gac τ=0 update"])
     lr = float(f"{BASE['lr'] * scale:.2g}")
     t = GAC_TABLE
@@ -189,6 +208,8 @@ def small_step_run(gac_rows: list[dict], device: str = "cpu",
 
 def gap_recovered(rows: list[dict], arm: str, confidence: float = 0.9) -> dict:
     """(acc_arm − acc_naive)/(acc_sync − acc_naive) over seeds, with a paired seed-bootstrap percentile interval."""
+    from experiments import stats
+
     names = (arm, "naive", "sync")
     by = {name: {r["seed"]: r["final_accuracy"] for r in rows if r["config"] == name} for name in names}
     seeds = sorted(set(by[arm]) & set(by["naive"]) & set(by["sync"]))
@@ -223,6 +244,8 @@ def gac_table(rows: list[dict]) -> list[dict]:
 def drift_correlation(rows: list[dict]) -> tuple[float, int]:
     """(Spearman ρ of final accuracy against the mean KL to π_b, number of runs) over the stale runs of the
     methods that do not reweight by the importance ratio (TIS does, so a large KL means less there)."""
+    from scipy.stats import spearmanr
+
     stale = [r for r in rows if r["staleness"] > 0 and r["method"] != "tis"]
     if len(stale) < 3:
         return math.nan, len(stale)
@@ -232,6 +255,8 @@ def drift_correlation(rows: list[dict]) -> tuple[float, int]:
 
 def cached_only(runs: list[Run]) -> list[tuple[Run, dict]]:
     """The runs already in the cache, with their results (nothing is computed); the missing ones are named."""
+    from experiments.llm import run_unit
+
     found = [(run, run_unit(run).lookup()) for run in runs]
     for run, result in found:
         if result is None:
@@ -259,6 +284,7 @@ def main(argv=None) -> int:
     from sim.record import write_records
 
     args = parse(GacTableArgs, argv, prog="python -m experiments.signature")
+    from experiments.llm import results_of
     try:  # before any run: a table that cannot be written is refused now, not after hours of runs
         check_output_files(args.out, [args.out, args.out.with_name(args.out.stem + "_runs.csv")], "full", True, "OUT")
     except ValueError as err:

@@ -39,18 +39,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 
-from experiments import toy
-from experiments.cache import one_thread, result, unit
-from sim.bandit import run_bandit
 from sim.cli import choice, fail, folder, parse
-from sim.grid import setting
-from sim.quadratic import QuadraticProblem, run_quadratic
-from theory.gac_stability import top_mode_limit
-from theory.stability import stability_boundary_closed_form
+
+if TYPE_CHECKING:
+    from sim.quadratic import QuadraticProblem
+
+# the simulators, the run cache and theory/ (sympy) are imported where they run (--help answers without them)
 
 STALENESS = (1, 2, 4, 8, 16)
 METHODS = ("naive", "gac")
@@ -92,7 +90,7 @@ PROFILES = {"smoke": LawProfile(quad_steps=40, bandit_steps=30, seeds=2, grid_po
             "full": LawProfile(quad_steps=1000, bandit_steps=400, seeds=6, grid_points=18, refinements=2,
                                llm_warm_starts=(1, 2, 3))}
 """smoke is for tests (numbers meaningless); quick is the figure's default; full makes
-docs/data/staleness_lr_scaling.csv (sized to a few CPU-minutes on the shared 2-core machine)."""
+docs/data/staleness_lr_scaling.csv."""
 
 COLUMNS = ("scale", "criterion", "method", "staleness", "max_stable_lr", "lr_all_seeds", "lr_any_seed", "seeds",
            "seeds_censored_low", "seeds_censored_high", "seeds_nonmonotone", "bracket_ratio", "steps",
@@ -255,6 +253,9 @@ def stability_of(gap: np.ndarray, initial_gap: float, diverged: np.ndarray, crit
 def quadratic_evaluator(problem: QuadraticProblem, steps: int, seeds: int, cell_list: list[tuple[str, int]],
                         criterion: str = "progress") -> Evaluate:
     """``Evaluate`` on the noisy quadratic: every pair one setting run on all seeds in one grid."""
+    from sim.grid import setting
+    from sim.quadratic import run_quadratic
+
     initial = float(problem.objective(problem.curvatures().new_full((problem.dim,), problem.init_scale)))
 
     def evaluate(pairs):
@@ -267,6 +268,10 @@ def quadratic_evaluator(problem: QuadraticProblem, steps: int, seeds: int, cell_
 def bandit_evaluator(advantage: str, steps: int, seeds: int, cell_list: list[tuple[str, int]],
                      criterion: str = "progress") -> Evaluate:
     """``Evaluate`` on the Gaussian bandit (``experiments.toy`` groups) with ``advantage``."""
+    from experiments import toy
+    from sim.bandit import run_bandit
+    from sim.grid import setting
+
     def evaluate(pairs):
         settings = [setting(cell_list[c][0], cell_list[c][1], lr) for c, lr in pairs]
         result = run_bandit(toy.GAUSSIAN, settings, steps, seeds, groups=toy.BANDIT_GROUPS,
@@ -312,6 +317,8 @@ def _stable_matrix(result, gap_of, initial_gap: float, pairs: int, seeds: int, c
 
 def evaluator(scale: str, profile: LawProfile, criterion: str) -> tuple[Evaluate, int]:
     """The scale's ``Evaluate`` under ``criterion`` and its run length."""
+    from experiments import toy
+
     if scale == "quadratic":
         return (quadratic_evaluator(toy.QUADRATIC, profile.quad_steps, profile.seeds, cells(), criterion),
                 profile.quad_steps)
@@ -325,6 +332,8 @@ def evaluator(scale: str, profile: LawProfile, criterion: str) -> tuple[Evaluate
 
 def theory_curvature(scale: str) -> float:
     """λ_max of the scale's stale-gradient model (NaN where none is known: GRPO's std-normalized advantages)."""
+    from experiments import toy
+
     if scale == "quadratic":
         return toy.QUADRATIC.curvature_max
     if scale == "bandit_gaussian_mean":
@@ -336,8 +345,17 @@ THEORY_NAMES = {"naive": "delayed GD a*(s) = 2 sin(pi/(2(2s+1))) / lambda_max",
                 "gac": "mean-field GAC limit 1/cos(pi/(2s+3)) / lambda_max (a lower bound, theory/README.md)"}
 
 
+def stability_boundary_closed_form(staleness):
+    """``theory.stability.stability_boundary_closed_form`` (a*(s)), imported on first use: sympy loads with it."""
+    from theory.stability import stability_boundary_closed_form as closed_form
+
+    return closed_form(staleness)
+
+
 def theory_step(method: str, staleness) -> np.ndarray:
     """Theory's largest stable η·λ_max at each staleness: a*(s) (naive) or the mean-field GAC limit (gac)."""
+    from theory.gac_stability import top_mode_limit
+
     s = np.atleast_1d(np.asarray(staleness))
     if method == "naive":
         return stability_boundary_closed_form(s)
@@ -372,11 +390,15 @@ def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
 def scale_unit(scale: str, profile: str, criterion: str = "progress"):
     """``search_scale`` as the command line's unit (figs3 declares its own unit of the same search, under another kind:
     the command line keeps the caller's torch thread count, the figure's worker runs on one)."""
+    from experiments.cache import unit
+
     return unit(f"staleness_lr_{scale}_{criterion}", search_scale, scale, profile, criterion)
 
 
 def run_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
     """``search_scale``, cached by profile and source (``scale_unit``)."""
+    from experiments.cache import result
+
     return result(scale_unit(scale, profile, criterion))
 
 
@@ -467,6 +489,7 @@ def main(argv=None) -> int:
     from sim.record import write_records
 
     args = parse(StalenessLRArgs, argv, prog="python -m experiments.staleness_lr")
+    from experiments.cache import one_thread
     try:
         check_output_files(args.out, [args.out, fit_path(args.out)], args.profile, args.force)
     except ValueError as err:

@@ -229,7 +229,7 @@ def toy_rows(sim: str, profile: str, device: str = "cpu", grid: TuningGrid | Non
 
 
 # The LLM's tuned comparison is the expensive part: short runs of the tiny model on one-digit addition
-# (quick: 7 settings × 4 step sizes × 3 seeds = 84 runs of 40 RL steps, a few seconds each on one core).
+# (quick: 7 settings × 4 step sizes × 3 seeds = 84 runs of 40 RL steps).
 # A first quick grid 3e-4..1e-2 had sync itself collapse to 0 accuracy from 3e-3 on; hence 3e-5..1e-3.
 LLM_METHODS = (NAIVE, "gac", "lr_scale", "tis", "m2po", "bapo")
 LLM_TUNING = {

@@ -25,17 +25,17 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 
-from experiments import stats
-from experiments.llm import Run, dry_run_args, results_of
-from experiments.signature import config_args
 from sim.cli import check_device, choice, folder, parse, whole
-from sim.llm.args import Args
 from sim.schema import nonfinite
-from sim.stabilizers import gac_config, parse_method
+
+if TYPE_CHECKING:
+    from experiments.llm import Run
+
+# the trainer and the run graph are imported where they run (--help answers without them)
 
 SIGNATURE = "updates=2"
 """The GAC table's configuration: 2 optimizer updates per RL step, clip ratio to π_b, no grad clip, 3 digits."""
@@ -48,18 +48,25 @@ LR_LADDER = tuple(3e-4 * 2.0 ** k for k in range(-6, 4))
 
 @dataclass(frozen=True)
 class Arm:
-    """One arm of the verdict: a method name (axes joined by +) and its Args changes."""
+    """One arm of the verdict: a method name (axes joined by +), its Args changes and, where it uses GAC, GAC's τ
+    (its GACConfig is made with the arm's Args)."""
 
     method: str
     changes: tuple = ()
+    gac_threshold: float | None = None
 
     def args_changes(self) -> dict:
-        return dict(self.changes)
+        changes = dict(self.changes)
+        if self.gac_threshold is not None:
+            from sim.stabilizers import gac_config
+
+            changes["gac"] = gac_config(threshold=self.gac_threshold)
+        return changes
 
 
 def gac_arm(space: str, method: str = "gac") -> Arm:
     """GAC (τ = 0, project, reference: the previous optimizer update) in ``space``, combined as ``method`` says."""
-    return Arm(method, (("gac", gac_config(threshold=0.0)), ("gac_space", space)))
+    return Arm(method, (("gac_space", space),), gac_threshold=0.0)
 
 
 ARMS: dict[str, Arm] = {
@@ -106,8 +113,6 @@ class Profile:
 
 
 PROFILES = {
-    # 120 RL steps (the GAC table ran 300; its sync − naive gap was 0.19 at step 75 and 0.25–0.3 at step 150): the
-    # horizon this 2-core machine affords for ~180 runs in a session.
     # v2 (issue "Verdict v2"): the testbed's configuration, warm starts and horizon; tuning on warm start 0 (never
     # reported, seed 10), reporting on the testbed's 8 warm starts × 2 seeds; no combinations (CPU budget).
     "v2": Profile(staleness=16, mild_staleness=4, steps=200, eval_every=20, tuning_warm=0, tuning_seed=10,
@@ -115,6 +120,7 @@ PROFILES = {
                   base=(("snr_every", 1000),), config="testbed", combinations=False,
                   arms=("sync", "naive", "gac gradient", "gac update", "gac momentum", "braking", "tis", "kl_target",
                         "m2po", "bapo", "vcpo")),
+    # full: 120 RL steps (the GAC table ran 300), a horizon that affords ~180 runs in one CPU session.
     "full": Profile(staleness=16, mild_staleness=4, steps=120, eval_every=40, tuning_warm=0, tuning_seed=10,
                     reporting_warms=(1, 2, 3), reporting_seeds=(0, 1), start_lrs=(7.5e-5, 1.5e-4, 3e-4),
                     base=(("snr_every", 50),)),
@@ -138,6 +144,9 @@ PROFILES = {
 def arm_args(profile: Profile, arm: Arm, lr: float, warm: int, seed: int, staleness: int | None = None,
              device: str = "cpu"):
     """The Args of one verdict run (the profile's configuration with its horizon)."""
+    from experiments.signature import config_args
+    from sim.llm.args import Args
+
     s = profile.staleness if staleness is None else staleness
     method = "naive" if arm.method == "sync" else arm.method
     changes = dict(method=method, staleness=0 if arm.method == "sync" else s, seed=seed, warm_seed=warm, lr=lr,
@@ -158,6 +167,8 @@ def late_accuracy(result: dict, steps: int) -> float:
 
 def run_row(arm_name: str, role: str, item: Run, result: dict) -> dict:
     """One row per run: the arm, its axes, warm start, seed, step size, accuracy and the drift/alignment means."""
+    from sim.stabilizers import parse_method
+
     a, records = item.args, [r for r in result["records"] if not nonfinite(r)]
     axes = parse_method(a.method)
 
@@ -186,6 +197,8 @@ def neighbours(lr: float) -> tuple[float | None, float | None]:
 
 def needs_widening(scores: dict[float, float]) -> float | None:
     """The next step size to try when the best sits at an edge of the tried ones (None when it is inside)."""
+    from experiments import stats
+
     lrs, best = sorted(scores), stats.best_step(scores, higher_is_better=True)
     below, above = neighbours(best)
     if best == lrs[0] and below is not None:
@@ -198,6 +211,9 @@ def needs_widening(scores: dict[float, float]) -> float | None:
 def tune(profile: Profile, arms: dict[str, Arm], device: str = "cpu", log=print, max_rounds: int = 4,
          jobs: int | None = None) -> list[dict]:
     """Tuning rows (arm, lr, score, …) on the tuning warm start: the start grid, then widened at an edge best."""
+    from experiments import stats
+    from experiments.llm import Run, results_of
+
     tried: dict[str, dict[float, tuple[Run, dict]]] = {name: {} for name in arms}
     pending = {name: list(profile.start_lrs) for name in arms}
     for _ in range(max_rounds):
@@ -239,6 +255,8 @@ def combination_arms(tuning_rows: list[dict]) -> dict[str, Arm]:
 def reporting_runs(profile: Profile, arms: dict[str, Arm], lrs: dict[str, float], role: str = "report",
                    staleness: int | None = None, device: str = "cpu",
                    seeds: tuple[int, ...] | None = None) -> list[Run]:
+    from experiments.llm import Run
+
     seeds = profile.reporting_seeds if seeds is None else seeds
     return [Run(arm_args(profile, arm, lrs[name], warm, seed, staleness, device), (name, role))
             for name, arm in arms.items() for warm in profile.reporting_warms for seed in seeds]
@@ -248,6 +266,8 @@ def step_norm_controls(profile: Profile, report_rows: list[dict], lrs: dict[str,
                        device: str = "cpu") -> list[Run]:
     """Naive async at each shrinking arm's measured mean ‖Δθ‖: lr = naive's best × ‖Δθ_arm‖ / ‖Δθ_naive‖ (AdamW's
     step norm is proportional to its step size at fixed gradient statistics), rounded to 2 digits."""
+    from experiments.llm import Run
+
     def norm(arm):
         return np.nanmean([r["step_norm_mean"] for r in report_rows if r["arm"] == arm and r["role"] == "report"])
 
@@ -264,6 +284,8 @@ def step_norm_controls(profile: Profile, report_rows: list[dict], lrs: dict[str,
 def gap_of_means(x: np.ndarray):
     """``stats.gap_recovered`` of the column means of an (..., n, 3) array [arm, naive, sync]: a hierarchical
     bootstrap's statistic."""
+    from experiments import stats
+
     m = x.mean(-2)
     return stats.gap_recovered(m[..., 0], m[..., 1], m[..., 2])
 
@@ -281,6 +303,8 @@ def mean_difference(first: int, second: int):
 def verdict_table(rows: list[dict], tuning_rows: list[dict], metric: str = "final_accuracy") -> list[dict]:
     """Per arm and role: accuracy with a hierarchical interval, gap recovered (paired with naive and sync on the same
     warm start and seed of the same staleness), robust range, and the drift/alignment means."""
+    from experiments import stats
+
     tuning = {r["arm"]: r for r in tuning_rows if r["lr"] == r["best_lr"]}
     table = []
     for (arm, role, s) in dict.fromkeys((r["arm"], r["role"], r["staleness"]) for r in rows):
@@ -320,6 +344,8 @@ def control_differences(rows: list[dict], metric: str = "final_accuracy") -> lis
     """Per shrinking arm: arm − its step-norm control (naive at the arm's ‖Δθ‖) and (sync + arm) − sync, paired on
     the controls' warm starts and seeds, with hierarchical intervals: does the arm do more than shrink the step, and
     does it cost anything without staleness?"""
+    from experiments import stats
+
     def by_key(arm, role):
         return {(r["warm_seed"], r["seed"]): r[metric] for r in rows if r["arm"] == arm and r["role"] == role}
 
@@ -369,6 +395,8 @@ def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: 
             dry_run: bool = False, jobs: int | None = None) -> dict[str, list[dict]]:
     """Every stage of the protocol (cached runs, ``jobs`` at a time: ``experiments.llm.results_of``): {"tuning",
     "runs", "table"} rows."""
+    from experiments.llm import Run, dry_run_args, results_of
+
     if profile_name not in PROFILES:
         raise ValueError(f"unknown profile {profile_name!r}; choose from {', '.join(PROFILES)}")
     profile = PROFILES[profile_name]
@@ -478,11 +506,11 @@ def committed_verdict(profile: str = "v2") -> dict[str, list[dict]]:
 
 
 def main(argv=None) -> int:
-    from experiments import cluster
     from experiments.outputs import check_output_files
     from sim.record import one_line_os_error, write_records
 
     args = parse(VerdictArgs, argv, prog="python -m experiments.verdict")
+    from experiments import cluster
     out = default_out(args.profile) if args.out is None else args.out
     try:  # before any work: a run of hours that cannot write its table is refused now
         check_device(args.device)

@@ -11,17 +11,14 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-import pandas as pd
-
-from experiments import stats, toy, tuning
-from experiments.cache import result, unit
-from sim.bandit import run_bandit
 from sim.cli import choice, fail, folder, parse
-from sim.grid import setting
-from sim.quadratic import run_quadratic
-from sim.stabilizers import parse_method
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# pandas and the simulators are imported where they run (--help answers without them)
 
 TOY_KL_TARGET = 0.02
 """κ of the toys' KL-target arms, fixed by a rule before any verdict run: κ = ε²/2, ε = 0.2 the clipped ratio's
@@ -78,8 +75,8 @@ class VerdictProfile:
 PROFILES = {"smoke": VerdictProfile(bandit_steps=12, quad_steps=16, tuning_seeds=1, reporting_seeds=2),
             "quick": VerdictProfile(bandit_steps=120, quad_steps=300, tuning_seeds=1, reporting_seeds=2),
             "full": VerdictProfile(bandit_steps=400, quad_steps=800, tuning_seeds=2, reporting_seeds=4)}
-"""smoke is for tests (numbers meaningless). full is sized to what a shared 2-core machine gave in an hour (~3 min
-of CPU); fig8's full toys run longer (1500 / 3000 steps, 16 + 16 seeds)."""
+"""smoke is for tests (numbers meaningless). full: docs/data/verdict_toys.csv; fig8's full toys run
+longer (1500 / 3000 steps, 16 + 16 seeds)."""
 
 COLUMNS = ("sim", "optimizer", "structure", "staleness", "arm", "objective_fn", "direction_control", "gac_space",
            "step_control", "best_lr", "best_at_edge", "robust_low", "robust_high", "range_at_edge", "final",
@@ -101,6 +98,10 @@ def profile_of(name: str) -> VerdictProfile:
 def _run_summaries(sim: str, structure: str, profile: str, settings: list) -> list[dict]:
     """One row per run of ``settings`` × seeds: run key (the setting's label), optimizer, staleness, lr, seed,
     final_gap (inf if diverged), cos_update, cos_prev, kl_behaviour."""
+    from experiments import toy
+    from sim.bandit import run_bandit
+    from sim.quadratic import run_quadratic
+
     p = profile_of(profile)
     seeds = p.tuning_seeds + p.reporting_seeds
     if sim == "quadratic":
@@ -118,12 +119,16 @@ def _run_summaries(sim: str, structure: str, profile: str, settings: list) -> li
 
 def _summaries(sim: str, structure: str, profile: str, settings: list, stage: str) -> list[dict]:
     """``_run_summaries``, cached (the command line and fig10's unit read the first stage's runs again)."""
+    from experiments.cache import result, unit
+
     return result(unit(f"verdict_toys_{sim}_{structure}_{stage}", _run_summaries, sim, structure, profile, settings))
 
 
 def best_gac_spaces(runs: pd.DataFrame, tuning_seeds) -> dict[tuple[str, int], str]:
     """(optimizer, staleness) → the GAC space whose GAC-alone arm has the lowest mean final gap at its own best
     step size, on the tuning seeds only (ties: the first of GAC_SPACES)."""
+    from experiments import tuning
+
     spaces = {}
     for optimizer, group in runs.groupby("optimizer"):
         picks = tuning.pick_lrs(group.rename(columns={"key": "method"}), tuning_seeds)
@@ -137,6 +142,10 @@ def run_rows(sim: str, structure: str, profile: str) -> list[dict]:
     """Every run of one sim and structure (``_summaries`` rows): first each arm alone at every step size, staleness
     and seed, both optimizers; then the combinations with GAC in the space ``best_gac_spaces`` picks from the first
     (run key ``arm@space``)."""
+    import pandas as pd
+
+    from sim.grid import setting
+
     p = profile_of(profile)
     alone = [(arm, 0 if arm == "sync" else s, *ARMS[arm]) for arm in SIM_ARMS[sim] if arm not in COMBINATIONS
              for s in ((0,) if arm == "sync" else STALENESS)]
@@ -154,12 +163,16 @@ def run_rows(sim: str, structure: str, profile: str) -> list[dict]:
 
 
 def _axes(method: str) -> dict:
+    from sim.stabilizers import parse_method
+
     axes = parse_method(method)
     return {"objective_fn": axes.objective, "direction_control": axes.direction, "step_control": axes.step}
 
 
 def verdict_table(runs: pd.DataFrame, sim: str, structure: str, optimizer: str, p: VerdictProfile) -> list[dict]:
     """fig8's protocol on one (sim, structure, optimizer): each arm's row of COLUMNS."""
+    from experiments import stats, tuning
+
     tuning_seeds = list(range(p.tuning_seeds))
     reporting_seeds = list(range(p.tuning_seeds, p.tuning_seeds + p.reporting_seeds))
     runs = runs[runs["optimizer"] == optimizer]
@@ -203,6 +216,8 @@ def verdict_table(runs: pd.DataFrame, sim: str, structure: str, optimizer: str, 
 
 def toy_verdict_rows(profile: str = "quick") -> list[dict]:
     """The verdict's arms in the toys: one row (COLUMNS) per arm × optimizer × structure × staleness × sim."""
+    import pandas as pd
+
     p = profile_of(profile)
     rows = []
     for sim, structures in SIM_STRUCTURES.items():

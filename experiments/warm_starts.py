@@ -16,17 +16,19 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
-import torch
 import tyro
 
 from sim.cli import folder, parse
-from sim.llm.args import Args
-from sim.llm.warmstart import WarmStartConfig, WarmStartRejected, train_warm_start, warm_start
 from sim.record import check_output_dir
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sim.llm.warmstart import WarmStartConfig
+
+# torch, pandas and the trainer are imported where they run (--help answers without them)
 COLUMNS = ("warm_seed", "size", "digits", "sft_problems", "threads", "steps", "heldout_accuracy",
            "heldout_problems", "target_accuracy", "accepted", "attempt", "seed_used", "stopped",
            "attempt_accuracies", "cpu_s", "machine")
@@ -34,6 +36,8 @@ COLUMNS = ("warm_seed", "size", "digits", "sft_problems", "threads", "steps", "h
 
 def machine() -> str:
     """The CPU model and torch version a warm start was trained with (float kernels differ between them)."""
+    import torch
+
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.processor() or "unknown cpu") \
         if Path("/proc/cpuinfo").exists() else (platform.processor() or "unknown cpu")
@@ -43,6 +47,7 @@ def machine() -> str:
 def figure_warm_start(seed: int) -> WarmStartConfig:
     """The warm start of the LLM figures' runs with warm seed ``seed`` (the trainer's defaults)."""
     from experiments.llm_figures import BASE
+    from sim.llm.args import Args
 
     return Args(**{k: v for k, v in BASE.items() if k.startswith("warm_") or k in ("size", "digits")},
                 warm_seed=seed).warm_start()
@@ -50,6 +55,10 @@ def figure_warm_start(seed: int) -> WarmStartConfig:
 
 def warm_start_row(config: WarmStartConfig, threads: int) -> dict:
     """Train ``config`` on ``threads`` threads (one thread: through the cache the runs read) and describe it."""
+    import torch
+
+    from sim.llm.warmstart import WarmStartRejected, train_warm_start, warm_start
+
     torch.set_num_threads(threads)
     start = time.process_time()
     base = {"warm_seed": config.seed, "size": config.size, "digits": config.digits,
@@ -86,6 +95,8 @@ class Cli:
 
 
 def main(cli: Cli) -> pd.DataFrame:
+    import pandas as pd
+
     check_output_dir(str(Path(cli.out).parent), "out")
     if cli.jobs < 1 or not cli.seeds or any(s < 0 for s in [*cli.seeds, *cli.compare_seeds]):
         raise SystemExit("error: --jobs >= 1 and non-negative --seeds (at least one) required")
@@ -113,6 +124,8 @@ def main(cli: Cli) -> pd.DataFrame:
 
 def merged(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     """``old``'s rows that ``new`` does not redo (same seed, threads and machine), then ``new``'s."""
+    import pandas as pd
+
     old = old.reindex(columns=list(COLUMNS))
     key = ["warm_seed", "threads", "machine"]
     redone = old[key].astype(str).apply(tuple, axis=1).isin(set(new[key].astype(str).apply(tuple, axis=1)))

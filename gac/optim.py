@@ -14,7 +14,7 @@ Spaces (``GACConfig.space``), with v the controlled vector and d its reference:
   d is built from previous proposed Δ; θ = θ_before + Δ' (skip: θ = θ_before), computed as θ_after − α·d.
   The inner optimizer's state stays as its step left it. Memory: the reference (one previous Δ per parameter) as
   state, and θ_before: one parameter-sized buffer, kept between steps and reused (a fresh one each step costs page
-  faults on CPU: 7× a copy into an existing buffer at 10M parameters). Δ is never stored whole: the tracker forms
+  faults on CPU, several times a copy into an existing buffer). Δ is never stored whole: the tracker forms
   it chunk by chunk (``gac.tracker.Difference``), and θ_after − α·d is written in the same pass. Peak: 2
   parameter-sized tensors (was 3: θ_before and Δ per step).
 - ``"momentum"``: v = the first moment m_t the inner step is about to form (Adam/AdamW:

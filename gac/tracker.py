@@ -32,9 +32,8 @@ CHUNK_NUMEL = 1 << 17
 """Elements per chunk of the float64 sums and of the in-place update; the scratch buffers cost at most this many
 elements each (float32 g', float64 copies of a chunk of v and d). A chunk of g, d and g' (3 × 512 KB in float32) stays
 in the last-level cache between the passes over it, so the acting step reads g and d and writes g' and d from and to
-memory once each. Each chunk costs a few torch ops (about 3 µs each on CPU), so larger chunks mean less overhead:
-2^17 measured 1.5–2.5 ms faster per step at 10M parameters than 2^16 (which fits the 1 MiB L2 of the benchmark
-machine), 2^15 and 2^14 slower (benchmarks/README.md, note 9)."""
+memory once each. Each chunk costs a few torch ops, so larger chunks mean less overhead; 2^17 was the fastest of
+2^14 … 2^17 under ``benchmarks.gac_overhead`` (the timings: the commit that set it)."""
 
 
 @dataclass
@@ -239,7 +238,7 @@ class GradientAlignmentControl:
     def take_spare(self, index: int, like: torch.Tensor) -> torch.Tensor:
         """A contiguous buffer shaped like ``like`` for parameter ``index``: the one kept from an earlier step when
         it fits, else a new one. Reusing it matters on CPU, where a fresh parameter-sized allocation costs page
-        faults (measured: 35 ms to clone 10M float32 numbers, 5 ms to copy them into an existing buffer)."""
+        faults, several times a copy into an existing buffer."""
         spare = self._spare.pop(index, None)
         if (spare is not None and spare.shape == like.shape and spare.dtype == like.dtype
                 and spare.device == like.device and spare.is_contiguous()):
@@ -256,7 +255,7 @@ class GradientAlignmentControl:
         buffer = self._scratch_buffers.get(key)
         if buffer is None or buffer.numel() < numel:
             buffer = self._scratch_buffers[key] = torch.empty(numel, dtype=key[0], device=like.device)
-        return buffer if buffer.numel() == numel else buffer[:numel]  # a slice is an op too (~3 µs per chunk)
+        return buffer if buffer.numel() == numel else buffer[:numel]  # a slice is an op too
 
     @staticmethod
     def _chunked(vector) -> bool:

@@ -189,8 +189,7 @@ def single_thread() -> Iterator[None]:
     """Run torch on one intra-op thread inside the block, then restore the previous count.
 
     For figures whose tensors are tiny (tens of rows × ~100 columns): a second thread brings nothing there,
-    and when another process holds a core it costs a lot (fig7_bound quick: 196 s with torch's default 2
-    threads next to a busy process on a 2-core machine, 8.4 s with 1 thread).
+    and when another process holds a core its spinning costs many times the work.
     """
     previous = torch.get_num_threads()
     torch.set_num_threads(1)

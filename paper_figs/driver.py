@@ -106,8 +106,13 @@ def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path 
         if (line := task.spec.done_line(where, elapsed)) is not None:
             say(f"[paper_figs] {line}", flush=True)
 
+    def started(task: Task) -> None:
+        done.started(task)
+        if (line := llm.start_line(task)) is not None:
+            say(f"[paper_figs] {line}", flush=True)
+
     try:
-        run_tasks(tasks, jobs, report, executor, on_start=done.started)
+        run_tasks(tasks, jobs, report, executor, on_start=started)
     finally:
         if bar is not None:
             bar.close()

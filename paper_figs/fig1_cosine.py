@@ -110,7 +110,7 @@ def plot(results: Results, out_dir: Path, panels=None) -> list[Path]:
     """Every panel with rows in ``results`` (a test may declare fewer units), then the table."""
     drawn = [(panel, rows) for panel in (PANELS if panels is None else panels) if (rows := panel.rows(results))]
     apply_style()
-    # At a page's width (7 in), two panels to a row (was one row of five at 16.5 x 2.6 in: 6:1).
+    # At a page's width (7 in), two panels to a row.
     cols = min(2, len(drawn))
     rows_of_panels = math.ceil(len(drawn) / cols)
     fig, axes = plt.subplots(rows_of_panels, cols, figsize=(3.5 * cols, 2.8 * rows_of_panels), squeeze=False,

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
-import numpy as np
-import pandas as pd
-
-from experiments import stats
 from experiments.llm_highsnr import FIG3_STALENESS, RATIOS, STEPCUT_LR, arm_name, batch_snr
-from paper_figs.common import apply_style, method_color, panel_letters, save_figure
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# matplotlib, pandas and the statistics are imported where they run (--help answers without them)
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS_CSV = ROOT / "docs" / "data" / "llm_highsnr_runs.csv"
@@ -40,6 +40,8 @@ def with_ratio(arm: str, ratio: str) -> str:
 def curves(steps: pd.DataFrame, arm: str, key: str, smooth: int = SMOOTH) -> pd.DataFrame:
     """Steps × warm starts: each run's ``key`` (moving average over ``smooth`` steps of the defined values), averaged
     over the seeds of each warm start."""
+    import pandas as pd
+
     part = steps[steps.arm == arm].dropna(subset=[key])
     if part.empty:
         return pd.DataFrame()
@@ -49,6 +51,8 @@ def curves(steps: pd.DataFrame, arm: str, key: str, smooth: int = SMOOTH) -> pd.
 
 
 def draw_band(ax, table: pd.DataFrame, color: str, style: str, label: str) -> None:
+    from experiments import stats
+
     if table.empty:
         return
     x = table.index.to_numpy()
@@ -74,6 +78,12 @@ def collapse_counts(runs: pd.DataFrame, arm: str) -> str:
 
 
 def draw(runs: pd.DataFrame, steps: pd.DataFrame, out_dir: Path) -> list[Path]:
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+
+    from paper_figs.common import apply_style, method_color, panel_letters, save_figure
+
     apply_style()
     paths = []
     warm = runs.warm_seed.nunique()
@@ -140,6 +150,8 @@ class Cli:
 
 
 def main(cli: Cli) -> list[Path]:
+    import pandas as pd
+
     from sim.record import check_output_dir
 
     check_output_dir(cli.out, "out")

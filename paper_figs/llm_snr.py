@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 import tyro
 
-from paper_figs.common import apply_style, panel_letters, save_figure
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data" / "llm_snr.csv"
@@ -41,6 +41,10 @@ def snr_at_cap(cosine):
 
 def draw(table: pd.DataFrame, out_dir: Path, name: str = "llm_snr") -> list[Path]:
     """The figure of ``table`` (``experiments.snr``'s columns) into ``out_dir``: one panel per reward."""
+    import matplotlib.pyplot as plt
+
+    from paper_figs.common import apply_style, panel_letters, save_figure
+
     apply_style()
     rewards = sorted(table.reward.unique(), key=lambda r: (r != "exact", r))
     fig, axes = plt.subplots(1, len(rewards), figsize=(3.4 * len(rewards), 3.0), sharey=True, squeeze=False)
@@ -86,6 +90,8 @@ class Cli:
 
 
 def main(cli: Cli) -> list[Path]:
+    import pandas as pd
+
     data = Path(cli.data)
     if not data.exists():
         raise SystemExit(f"error: {data} does not exist; make it with python -m experiments.snr {data}")

@@ -12,16 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import matplotlib.pyplot as plt
-import pandas as pd
 import tyro
 
-from experiments import llm_figures
-from paper_figs import fig1_cosine, fig3_divergence
-from paper_figs.common import apply_style, panel_letters, save_figure
-from sim.schema import LEGACY_LLM_COLUMNS
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS_CSV = ROOT / "docs" / "data" / "llm_figures_steps.csv"
@@ -34,6 +30,10 @@ STEP_COLUMNS = ("figure", "arm", "warm_seed", "seed", "method", "gac_space", "st
 def step_table(results) -> pd.DataFrame:
     """One row per (run, step) of ``results`` (``experiments.llm.results_of``'s list), plus each finished run's final
     held-out accuracy at step = steps (``final_eval`` True); ``figure`` names the figures the run belongs to."""
+    import pandas as pd
+
+    from experiments import llm_figures
+
     rows = [{**row, "figure": "+".join(run.roles)}
             for run, result in results for row in llm_figures.step_rows([(run, result)], run.roles[0])]
     table = pd.DataFrame(rows).reindex(columns=list(STEP_COLUMNS))
@@ -56,6 +56,12 @@ def rows_of(table: pd.DataFrame, role: str) -> list[dict]:
 
 def draw(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Both testbed figures from ``table`` (``step_table``'s columns) into ``out_dir``."""
+    import matplotlib.pyplot as plt
+
+    from experiments import llm_figures
+    from paper_figs import fig1_cosine, fig3_divergence
+    from paper_figs.common import apply_style, panel_letters, save_figure
+
     apply_style()
     paths = []
     fig1_rows = llm_figures.with_run_means([r for r in rows_of(table, "fig1") if not r["final_eval"]])
@@ -86,7 +92,11 @@ class Cli:
 
 
 def main(cli: Cli) -> list[Path]:
+    import pandas as pd
+
+    from experiments import llm_figures
     from sim.record import check_output_dir
+    from sim.schema import LEGACY_LLM_COLUMNS
 
     check_output_dir(cli.out, "out")
     data = Path(cli.data)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import gac_overhead, llm_speed, sim_throughput
+from benchmarks import cli_help, gac_overhead, llm_speed, sim_throughput
 
 
 @pytest.mark.parametrize(("module", "argv", "named"), [
@@ -18,12 +18,16 @@ from benchmarks import gac_overhead, llm_speed, sim_throughput
     (llm_speed, ["--configs", "huge"], "--configs: unknown huge"),
     (llm_speed, ["--baseline", "/nonexistent"], "not a checkout of this package"),
     (sim_throughput, ["--seeds", "0"], "--seeds must be >= 1"),
+    (cli_help, ["--rounds", "0"], "--rounds must be >= 1"),
+    (cli_help, ["--baseline", "/nonexistent"], "not a checkout of this package"),
 ])
 def test_bad_value_exits_2_before_any_work(module, argv, named, capsys, monkeypatch):
-    if module is llm_speed:  # its work is the child processes that train
+    if module in (llm_speed, cli_help):  # their work is child processes
         monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: pytest.fail("work started"))
     else:
-        monkeypatch.setattr(module.torch, "set_num_threads", lambda n: pytest.fail("work started"))
+        import torch
+
+        monkeypatch.setattr(torch, "set_num_threads", lambda n: pytest.fail("work started"))
     with pytest.raises(SystemExit) as exit_info:
         module.main(argv)
     assert exit_info.value.code == 2

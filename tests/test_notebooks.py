@@ -42,7 +42,7 @@ def _execute(path: Path, out: Path, env: dict):
 def executed(tmp_path_factory):
     """Every notebook executed once (as ``make site`` does, with the tiny LLM run): name -> the executed copy, or
     the error that stopped it. The site test renders these copies, so CI executes each notebook once. Two at a time
-    (each in its own kernel), so a 2-core machine's second core does not wait while one notebook runs."""
+    (each in its own kernel), so a second core does not wait while one notebook runs."""
     from course.build import kernel_environment
 
     out, env = tmp_path_factory.mktemp("executed"), kernel_environment({"GAC_LAB_NOTEBOOK_TEST": "1"})

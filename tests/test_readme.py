@@ -74,7 +74,7 @@ def test_readme_block_runs(how, code, tmp_path):
         raise AssertionError(f"unknown readme-test kind {how!r}")
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     if result.returncode != 0 and TEARDOWN_ABORT in result.stderr and how.startswith("torchrun"):
-        # A gloo worker occasionally aborts while the process group is torn down on this CPU torch;
+        # A gloo worker occasionally aborts while the process group is torn down under torch's CPU build;
         # that exact failure is retried once (in a clean log folder), anything else fails.
         shutil.rmtree(tmp_path / "logs", ignore_errors=True)
         result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -105,7 +105,7 @@ def first_five_minutes() -> tuple[list[str], dict]:
 @pytest.mark.slow
 def test_first_five_minutes_command_writes_its_figure_with_the_expected_counts(tmp_path):
     """The README's command as written (its python is this one; --out and the run cache in tmp, so it computes
-    from scratch and leaves the checkout alone). 14–18 s of CPU; its wall time follows the machine's load."""
+    from scratch and leaves the checkout alone)."""
     argv, expected = first_five_minutes()
     assert argv[0].endswith("python") and argv[1:3] == ["-m", "paper_figs"]
     env = {k: v for k, v in os.environ.items() if k != "GAC_LAB_JOBS"}  # the default job count, as a reader's

@@ -1,6 +1,6 @@
 """Tooling for `make mutation-sample`: a seeded random sample of mutmut's mutants, and the score per file.
 
-A full `mutmut run` of the six files (5 436 mutants) takes hours on a shared 2-core machine; a uniform sample
+A full `mutmut run` of the six files (5 436 mutants) takes hours of CPU; a uniform sample
 of each file's mutants estimates each file's score with a stated interval. mutmut has no sampling option, so
 this picks the names (from the `.meta` files mutmut writes when it generates the mutants) and scores them.
 

@@ -1,8 +1,8 @@
 """`python -m theory.tables [stability|cosine|bound|stationary|assumptions|gac|rho|all]`: the tables as Markdown.
 
 Each table is computed here from the theory functions and their independent checks (no cached numbers).
-The bound table runs the full ``convergence.DEFAULT_SETTINGS`` grid (about a minute on 2 CPU cores); the
-stationary table about five minutes (runs of 5000–16 000 steps), the assumptions table about two.
+The bound table runs the full ``convergence.DEFAULT_SETTINGS`` grid; the stationary table (runs of 5000–16 000
+steps) and the assumptions table take longest.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Literal
 
 import tyro
 
-from theory import convergence, cosine, gac_stability, stability
-
 
 def stability_table(max_staleness: int = 16) -> str:
+    from theory import stability
+
     lines = ["| s | a*(s) closed form | a*(s) numeric (bisection on roots) | abs diff | mean-square a, s_t ~ U{0..s} |",
              "|---|---|---|---|---|"]
     for s in range(max_staleness + 1):
@@ -27,6 +27,8 @@ def stability_table(max_staleness: int = 16) -> str:
 
 
 def cosine_table() -> str:
+    from theory import cosine, stability
+
     settings = [(frac * float(stability.stability_boundary_closed_form(s)), name, s, 1.0)
                 for frac, name, s in cosine.MC_SETTINGS]
     rows = cosine.check_cosine_against_simulation(settings, dim=1000, steps=3000, burn_in=1000, seed=0)
@@ -40,6 +42,8 @@ def cosine_table() -> str:
 
 
 def bound_table() -> str:
+    from theory import convergence
+
     rows = convergence.check_bound(convergence.DEFAULT_SETTINGS)
     lines = ["| noise σ_n | problem | s | η/η_max | mode (τ) | GAC acted | bound (a priori) | kept avg_t | "
              "avg_t E‖∇f‖² | bound/kept |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -53,6 +57,8 @@ def bound_table() -> str:
 
 
 def stationary_table() -> str:
+    from theory import convergence
+
     rows = convergence.stationary_tightness()
     lines = ["| s | mode | η/η_max | T (stationary run) | transient: bound / kept (T = 300) | stationary kept | "
              "stationary bound | stationary bound/kept |", "|---|---|---|---|---|---|---|---|"]
@@ -64,6 +70,8 @@ def stationary_table() -> str:
 
 
 def assumptions_table() -> str:
+    from theory import convergence
+
     lines = ["| case | breaks | mode | kept (2nd half) | bound | kept/bound |", "|---|---|---|---|---|---|"]
     for case, (breaks, _) in convergence.ASSUMPTION_CASES.items():
         for mode in ("project",) if case == "reference_uses_noise" else ("none", "project"):
@@ -73,6 +81,8 @@ def assumptions_table() -> str:
 
 
 def gac_table(stalenesses=(1, 2, 4, 8, 16, 32), rhos=(0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.95)) -> str:
+    from theory import gac_stability, stability
+
     lines = ["| s | a*(s) | 1/cos(π/(2s+3)) | " + " | ".join(f"ρ = {r}" for r in rhos) + " |",
              "|---" * (len(rhos) + 3) + "|"]
     for s in stalenesses:
@@ -83,6 +93,8 @@ def gac_table(stalenesses=(1, 2, 4, 8, 16, 32), rhos=(0.1, 0.2, 0.3, 0.5, 0.7, 0
 
 
 def rho_table() -> str:
+    from theory import gac_stability
+
     rows = gac_stability.check_self_consistent_rho(dim=2000, steps=3000, seeds=4)
     lines = ["| s | η·λ_max / a*(s) | ρ* (Lyapunov with filter) | measured mean removed coefficient | abs diff |",
              "|---|---|---|---|---|"]

@@ -66,6 +66,7 @@ def test_python_m_paper_figs_runs_the_graph_on_two_workers(tmp_path):
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "on 2 workers" in done.stdout and all(f"{name} done at" in done.stdout for name in NAMES)
+    assert "[paper_figs] training the warm start tiny" in done.stdout  # said as it starts, not only when done
     args = FigureArgs(names=NAMES, profile="quick", dry_run=True, out=out)
     runs = {u.name for units in driver.declare(args).values() for u in units if u.kind == "llm_grpo"}
     assert len(list((tmp_path / "cache").glob("llm_grpo-*.json"))) == len(runs)

@@ -12,6 +12,7 @@ import pytest
 
 from experiments import llm_highsnr as hs
 from experiments.llm import Run
+from sim.llm.train import Args
 
 
 def test_fig3_profile_runs_both_ratios_on_four_reported_warm_starts_at_one_step():
@@ -55,7 +56,7 @@ def test_batch_snr_from_the_halves_cosine_matches_a_simulated_gradient_of_known_
 
 
 def test_main_writes_the_runs_and_their_steps_with_provenance(tiny_checkpoint, torch_threads, tmp_path, monkeypatch):
-    base = hs.Args(size="tiny", model=str(tiny_checkpoint), digits=1, steps=4, prompts_per_step=4, group_size=4,
+    base = Args(size="tiny", model=str(tiny_checkpoint), digits=1, steps=4, prompts_per_step=4, group_size=4,
                    minibatches=1, micro_batch=8, drop_tied_groups=True, eval_every=2, eval_problems=8, snr_every=1,
                    temperature=2.0, lr=hs.LR, threads=torch_threads, progress=False, on_nonfinite="mark")
     tiny = [Run(replace(base, method="sync"), ("fig3",)),

@@ -193,12 +193,14 @@ def test_command_line_refuses_bad_input_before_work(argv, message, capsys, tmp_p
 
 
 def test_figure_draws_n_times_the_mean_r_and_the_cosine_cap(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
     from paper_figs import llm_snr
 
     table = pd.DataFrame({"warm_seed": [1, 2], "digits": 2, "group_size": 8, "reward": "exact",
                           "r_sample": [1e-3, 3e-3], "r_untied_sample": [4e-3, 8e-3]})
     drawn = {}
-    monkeypatch.setattr(llm_snr, "save_figure", lambda fig, out, name: drawn.setdefault("fig", fig) and [])
+    monkeypatch.setattr("paper_figs.common.save_figure", lambda fig, out, name: drawn.setdefault("fig", fig) and [])
     llm_snr.draw(table, tmp_path)
     assert len(drawn["fig"].axes) >= 1
     lines = {line.get_label(): line for line in drawn["fig"].axes[0].get_lines()}
@@ -207,7 +209,7 @@ def test_figure_draws_n_times_the_mean_r_and_the_cosine_cap(tmp_path, monkeypatc
     np.testing.assert_allclose(every.get_ydata() / every.get_xdata(), 2e-3)
     np.testing.assert_allclose(dropped.get_ydata() / dropped.get_xdata(), 6e-3)
     assert llm_snr.cap(1.0) == 0.5 and llm_snr.cap(4.0) == pytest.approx(0.8)
-    llm_snr.plt.close(drawn["fig"])
+    plt.close(drawn["fig"])
 
 
 def test_command_line_writes_a_row_per_warm_start_and_goes_on_past_a_refused_one(tmp_path, monkeypatch, capsys):

@@ -181,12 +181,44 @@ def test_progress_counts_the_tasks_still_running_beside_the_first_one_done():
     progress.done(tasks[0])
     elapsed_only.done(tasks[0])
     assert progress.eta_s() == pytest.approx(10 * 10 * 87 / 90 / 2)
-    assert elapsed_only.eta_s() == pytest.approx(190 * 87 / 90)  # about 4x too long here
+    assert elapsed_only.eta_s() == pytest.approx(190 * 87 / 90)  # several times too long here
     for task in tasks[1:]:  # the rest, one after another on one worker from here on: the last leaves nothing
         progress.started(task)
         now[0] += task.cost * 87 / 90
         progress.done(task)
     assert progress.eta_s() == 0.0 and progress.left == 0
+
+
+def test_progress_by_counts_when_every_task_costs_the_same():
+    # Six tasks of the default cost on 2 workers, each taking 10 on the clock: four left at t = 10 (two rounds, 20
+    # left), and at t = 15 the two running ones are half done (15 left). With both workers busy the plain rule,
+    # elapsed time / work done × work left, reads the same.
+    now = [0.0]
+    tasks = [Task(f"t{i}", str.upper) for i in range(6)]
+    progress = Progress(tasks, jobs=2, clock=lambda: now[0])
+    elapsed_only = Progress(tasks, jobs=2, clock=lambda: now[0])
+    for task in tasks[:2]:
+        progress.started(task)
+    now[0] = 10.0
+    for task in tasks[:2]:
+        progress.done(task)
+        elapsed_only.done(task)
+        progress.started(tasks[tasks.index(task) + 2])
+    assert progress.eta_s() == pytest.approx(20.0) and elapsed_only.eta_s() == pytest.approx(10 / 2 * 4)
+    now[0] = 15.0
+    assert progress.eta_s() == pytest.approx(15.0)
+    assert progress.line() == "15 s elapsed, 33% of the estimated work, ~15 s left"
+
+
+def test_a_warm_start_to_train_says_so_when_it_starts():
+    from experiments.llm import WARM_START_FOUND_SECONDS, WarmStart, start_line
+    from sim.llm.args import Args
+
+    args = Args(size="small", digits=2, warm_seed=3)
+    line = start_line(Task("warm", str.upper, cost=90.0, spec=WarmStart(args)))
+    assert line == "training the warm start small 2-digit, warm seed 3 (estimate 90 s)"
+    assert start_line(Task("warm", str.upper, cost=WARM_START_FOUND_SECONDS, spec=WarmStart(args))) is None  # on disk
+    assert start_line(Task("run", str.upper, cost=90.0)) is None  # a run is reported when it ends
 
 
 @pytest.mark.parametrize("argv, message", [

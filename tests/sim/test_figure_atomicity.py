@@ -56,8 +56,7 @@ def test_a_set_interrupted_while_publishing_has_no_marker(tmp_path):
 TRIALS = 50
 FILES = 100
 """Before publishers took turns, two processes publishing 100 files each at the same moment left a finished marker
-over a mix of both sets in 3-8 of 50 trials on a 2-core machine (the issue saw 7 of 20 with real figures): 50 trials
-catch it with probability ≈ 1 − 0.9^50 ≈ 99.5 %. About 2 s."""
+over a mix of both sets in about one trial of ten: 50 trials catch it with probability ≈ 1 − 0.9^50 ≈ 99.5 %."""
 
 
 def _publisher(out: str, tag: str, barrier) -> None:

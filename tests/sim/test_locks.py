@@ -9,9 +9,8 @@ import pytest
 from sim.record import exclusive_lock
 
 TRIALS = 200
-"""The old check-then-write pid lock let both processes in 26 of 1000 such trials on a 2-core machine (the issue
-saw 4 of 20 elsewhere), so 200 trials catch it with probability ≈ 1 − 0.974^200 ≈ 99.5 %; the flock never did
-(0 of 1000). About 6 s."""
+"""The old check-then-write pid lock let both processes in about one of 40 such trials, so 200 trials catch it with
+probability ≈ 1 − 0.974^200 ≈ 99.5 %; the flock never did."""
 
 
 def _contender(path: str, barrier, results) -> None:

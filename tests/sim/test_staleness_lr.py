@@ -14,8 +14,8 @@ DETERMINISTIC = QuadraticProblem(dim=1, condition_number=1.0, curvature_max=1.0,
 """x_{t+1} = x_t − η x_{t−s}: delayed GD on one direction, λ = 1, stable iff η < a*(s)."""
 DETERMINISTIC_STEPS = 300
 TOLERANCE = 0.03
-"""Largest relative distance allowed between the searched boundary and a*(s). Measured: 0.2–0.8 % at 500 steps (the
-run's transient makes the criterion err just below a*); the wrong formulas of ``WRONG`` miss by ≥ 4.7 % somewhere."""
+"""Largest relative distance allowed between the searched boundary and a*(s): the run's transient makes the criterion
+err just below a*, by far less than this; the wrong formulas of ``WRONG`` miss by ≥ 4.7 % somewhere."""
 
 
 def fake_evaluator(truth: np.ndarray, hole: tuple[int, int, float, float] | None = None):
