@@ -413,7 +413,12 @@ class GACOptimizer(torch.optim.Optimizer):
         return f"GACOptimizer({self.gac.cfg}, {self.optimizer!r})"
 
 
-@torch.compiler.disable
+_disable_dynamo = getattr(torch, "_disable_dynamo", torch.compiler.disable)
+"""``torch.compiler.disable`` that imports dynamo at the first call, not here (torch.optim's own methods use it):
+``torch.compiler.disable`` itself imports dynamo, which would cost every process that imports gac its import time."""
+
+
+@_disable_dynamo
 def refuse_compiled_step() -> None:
     """The one-line refusal of ``torch.compile(opt.step)``. Called while dynamo traces ``step``; disabled for dynamo,
     so it runs, and raises, for real instead of sending dynamo back to an eager rerun of the frame."""

@@ -137,7 +137,8 @@ from sim.llm.train import Args, run_records
 
 quick = llm.sweep("quick")
 cached = [(item, lookup("llm_grpo", llm.run_key(item.args))) for item in quick]
-use_cache = all(result is not None for _, result in cached) and not os.environ.get("GAC_LAB_NOTEBOOK_TEST")
+testing = bool(os.environ.get("GAC_LAB_NOTEBOOK_TEST"))  # the test suite: every cell, a smaller tiny run
+use_cache = all(result is not None for _, result in cached) and not testing
 print("using the cached quick sweep" if use_cache else "no complete cached sweep here: tiny run")
 
 # %% [markdown]
@@ -165,14 +166,16 @@ else:
 
     workdir = tempfile.mkdtemp()
     # the tests' tiny warm start: 50 supervised problems trained to a plateau (tests/data/tiny_warm_start)
+    warm_steps, steps = (25, 10) if testing else (100, 40)
     model, info = train_warm_start(WarmStartConfig(size="tiny", digits=1, sft_problems=50, target_accuracy=0.0,
                                                    ceiling_accuracy=1.0, lr=1e-2, batch_size=64, eval_every=25,
-                                                   min_steps=100, max_steps=600), log=lambda *a: None)
+                                                   min_steps=warm_steps, max_steps=6 * warm_steps),
+                                   log=lambda *a: None)
     save_model(model, Path(f"{workdir}/warm"))
     print(f"warm start: held-out accuracy {info['heldout_accuracy']:.2f}")
-    base = Args(size="tiny", model=f"{workdir}/warm", digits=1, steps=40, prompts_per_step=8, group_size=8,
-                minibatches=2, eval_every=10, eval_problems=64, lr=3e-4, ratio_to="proximal", progress=False,
-                out_dir=f"{workdir}/run", on_nonfinite="mark")
+    base = Args(size="tiny", model=f"{workdir}/warm", digits=1, steps=steps, prompts_per_step=8, group_size=8,
+                minibatches=2, eval_every=steps // 4, eval_problems=64, lr=3e-4, ratio_to="proximal",
+                progress=False, out_dir=f"{workdir}/run", on_nonfinite="mark")
     runs = {name: [run_records(replace(base, method=m, staleness=s), log=lambda *a: None)]
             for name, (m, s) in {"sync": ("sync", 0), "naive s=4": ("naive", 4), "gac s=4": ("gac", 4)}.items()}
 

@@ -3,13 +3,9 @@ the code ``make site`` uses) and the course site renders the executed copies."""
 
 import html
 import inspect
-import multiprocessing
-import os
 import re
 import shutil
 import subprocess
-from concurrent.futures import ProcessPoolExecutor
-from itertools import repeat
 from pathlib import Path
 
 import nbformat
@@ -28,33 +24,31 @@ def test_notebooks_are_stored_without_outputs():
                 assert not cell.outputs and cell.execution_count is None, f"{path.name} has stored outputs"
 
 
-def _execute(path: Path, out: Path, env: dict):
-    """``course.build.execute_notebook``'s executed copy, or the NotebookError that stopped it."""
-    from course.build import NotebookError, execute_notebook
-
-    try:
-        return execute_notebook(path, out, env, timeout=300)
-    except NotebookError as error:
-        return error
-
-
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory):
-    """Every notebook executed once (as ``make site`` does, with the tiny LLM run): name -> the executed copy, or
-    the error that stopped it. The site test renders these copies, so CI executes each notebook once. Two at a time
-    (each in its own kernel), so a second core does not wait while one notebook runs."""
-    from course.build import kernel_environment
+def execute(tmp_path_factory):
+    """``execute(path)``: the notebook's executed copy, or the NotebookError that stopped it; each notebook executed
+    once (as ``make site`` does, with the tiny LLM run), by its own test, so each test's time is its notebook's. The
+    site test renders these copies. `make test` runs this file's tests in one worker (pytest-xdist, --dist loadfile)
+    while the other worker runs other files."""
+    from course.build import NotebookError, execute_notebook, kernel_environment
 
     out, env = tmp_path_factory.mktemp("executed"), kernel_environment({"GAC_LAB_NOTEBOOK_TEST": "1"})
-    workers = min(2, os.cpu_count() or 1)
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return dict(zip((p.name for p in NOTEBOOKS), pool.map(_execute, NOTEBOOKS, repeat(out), repeat(env)),
-                        strict=True))
+    done = {}
+
+    def execute(path: Path):
+        if path.name not in done:
+            try:
+                done[path.name] = execute_notebook(path, out, env, timeout=300)
+            except NotebookError as error:
+                done[path.name] = error
+        return done[path.name]
+
+    return execute
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs(path, executed):
-    result = executed[path.name]
+def test_notebook_runs(path, execute):
+    result = execute(path)
     assert not isinstance(result, Exception), str(result)
     cells = [cell for cell in nbformat.read(result.path, as_version=4).cells if cell.cell_type == "code"]
     outputs = [out for cell in cells for out in cell.outputs]
@@ -67,13 +61,14 @@ def test_notebook_runs(path, executed):
 
 
 @pytest.fixture(scope="module")
-def site(executed, tmp_path_factory):
+def site(execute, tmp_path_factory):
     """The course site built once from the executed notebooks (MkDocs --strict, then every link checked)."""
     from course.build import build_site
 
-    if any(isinstance(result, Exception) for result in executed.values()):
+    executed = [execute(path) for path in NOTEBOOKS]
+    if any(isinstance(result, Exception) for result in executed):
         pytest.skip("a notebook failed (test_notebook_runs says which): no site")
-    return build_site(tmp_path_factory.mktemp("site") / "site", list(executed.values()))
+    return build_site(tmp_path_factory.mktemp("site") / "site", executed)
 
 
 def test_the_site_renders_the_executed_notebooks_and_the_results(site):
