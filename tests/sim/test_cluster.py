@@ -90,8 +90,8 @@ def test_grpo_runs_of_a_connected_process_go_to_the_cluster_with_the_same_record
             for method, s, seed in (("naive", 0, 0), ("naive", 4, 1), ("gac", 4, 0))]
     executors = []
     real_run_tasks = llm.run_tasks
-    monkeypatch.setattr(llm, "run_tasks", lambda tasks, jobs, report, executor=None: (
-        executors.append(executor), real_run_tasks(tasks, jobs, report, executor))[1])
+    monkeypatch.setattr(llm, "run_tasks", lambda tasks, jobs, report, executor=None, on_start=None: (
+        executors.append(executor), real_run_tasks(tasks, jobs, report, executor, on_start=on_start))[1])
     sent = llm.results_of(runs, log=lambda *a: None)
     assert len(executors) == 1 and executors[0] is not None  # the cluster's executor, not the local pool
     for (run, result) in sent:
