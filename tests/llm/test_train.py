@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import gac
-from sim.llm import checkpoint, grpo
+from sim.llm import checkpoint
 from sim.llm import train as train_module
 from sim.llm.__main__ import main
 from sim.llm.train import Args, NonFiniteError, collapse_step, rl_step, run_records, setup, summary, train
@@ -276,14 +276,14 @@ def test_collapse_is_half_the_best_accuracy_so_far():
 
 def test_nonfinite_loss_names_the_step_and_is_not_checkpointed(tiny_args, tmp_path, monkeypatch):
     calls = {"n": 0}
-    real = grpo.policy_loss
+    real = train_module.policy_loss
 
     def poisoned(*args, **kwargs):
         loss, stats = real(*args, **kwargs)
         calls["n"] += 1
         return (loss * float("nan") if calls["n"] == 10 else loss), stats  # step 3, update 1 (probe: 2 at step 0)
 
-    monkeypatch.setattr(grpo, "policy_loss", poisoned)
+    monkeypatch.setattr(train_module, "policy_loss", poisoned)
     args = tiny_args(steps=6, checkpoint_every=2, snr_every=1000, out_dir=str(tmp_path / "nan"))
     with pytest.raises(NonFiniteError, match="step 3"):
         run_records(args, **QUIET)
