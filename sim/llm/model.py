@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sim.llm.task import BOS, EOS, PAD, VOCAB
+from sim.record import atomic_write_bytes
 
 # Named sizes: (hidden, layers, heads, kv_heads, head_dim, mlp). "tiny" (19k parameters) is for tests,
 # "small" (0.6M) for the quick figures, "cpu" (1.2M) the CPU default, "gpu" (25M) one GPU.
@@ -126,12 +127,13 @@ def build_model(size: str, seed: int) -> Qwen3:
 
 
 def save_model(model: Qwen3, folder: Path) -> None:
-    """``config.json`` and ``model.safetensors`` (Hugging Face's layout; the tied head is not stored twice)."""
-    from safetensors.torch import save_file
+    """``config.json`` and ``model.safetensors`` (Hugging Face's layout; the tied head is not stored twice), each
+    written atomically with the umask's mode."""
+    from safetensors.torch import save
 
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(model.config, indent=1))
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, folder / "model.safetensors")
+    atomic_write_bytes(folder / "config.json", json.dumps(model.config, indent=1).encode())
+    atomic_write_bytes(folder / "model.safetensors", save({k: v.detach().cpu().contiguous()
+                                                           for k, v in model.state_dict().items()}))
 
 
 def load_model(path: str | Path) -> Qwen3:

@@ -27,7 +27,7 @@ from sim.fingerprint import code_fingerprint
 from sim.llm import checkpoint
 from sim.llm.model import SIZES, Qwen3, load_model, sample, token_logprobs
 from sim.llm.task import AdditionTask
-from sim.llm.warmstart import WarmStartConfig, heldout_accuracy, load_warm_start, warm_start
+from sim.llm.warmstart import WarmStartConfig, heldout_accuracy, load_warm_start
 from sim.record import RecordStream, check_output_dir
 from sim.schema import NO_REGIME, columns, make_row
 from sim.staleness import KINDS, Staleness, VersionRing
@@ -311,13 +311,6 @@ class Run:
         if bool(vector.detach().abs().max() > 0):
             self.previous[series] = vector.detach().double()
         return value
-
-
-def prepare_warm_start(args: Args, log=print) -> None:
-    """Train and cache the warm start of ``args`` unless it is cached (parallel runs then only load it)."""
-    if args.model is None:
-        torch.set_num_threads(args.threads)
-        warm_start(args.warm_start(), "cpu", log)
 
 
 def setup(args: Args, log=print) -> Run:

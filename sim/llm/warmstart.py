@@ -1,10 +1,9 @@
 """Warm start: a supervised stage so that RL starts from partial held-out accuracy, the same on any machine.
 
 Cross-entropy on ``sft_problems`` train-split problems until held-out accuracy plateaus (the data set's size sets
-the plateau). Accepted in [``target_accuracy``, ``ceiling_accuracy``], else retrained from the next seed of its own
+the plateau); accepted in [``target_accuracy``, ``ceiling_accuracy``], else retrained from the next seed of its own
 stream, and refused in one line after ``attempts``. Cached under ``runs/warmstart/<config hash>-<code hash>/``
-(Hugging Face's layout) for every run with the same config and code; ``python -m sim.llm.warmstart --out DIR``
-writes one into a folder of your choice.
+(Hugging Face's layout); ``python -m sim.llm.warmstart --out DIR`` writes one into a folder of your choice.
 """
 
 from __future__ import annotations
@@ -12,9 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,7 +21,7 @@ from sim import paths
 from sim.fingerprint import code_fingerprint
 from sim.llm.model import SIZES, build_model, load_model, sample, save_model, token_logprobs
 from sim.llm.task import AdditionTask, through_first_eos
-from sim.record import current_umask, exclusive_lock
+from sim.record import atomic_write_bytes, exclusive_lock
 
 RUNS_DIR = paths.runs_dir()
 """The warm-start cache's root (``sim.paths``: the checkout's runs/, else the user's cache folder; GAC_LAB_RUNS)."""
@@ -103,7 +100,7 @@ def train_attempt(cfg: WarmStartConfig, seed: int, device: str = "cpu", log=prin
     task = AdditionTask(digits=cfg.digits)
     model = build_model(cfg.size, seed).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    data = task.train_set(cfg.sft_problems, seed)
+    data = task.distinct_pairs(cfg.sft_problems, seed, heldout=False)  # the finite supervised data set
     generator = torch.Generator().manual_seed(seed + 10_000)
     heldout = task.heldout_set(cfg.eval_problems)
     accuracy, best, best_step, step, stopped, history = 0.0, -1.0, 0, 0, "max_steps", []
@@ -157,7 +154,7 @@ def warm_start_path(cfg: WarmStartConfig) -> Path:
 
 def warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tuple[Path, dict]:
     """(folder, info) of ``cfg``'s cached warm start, trained on first use under a lock that other processes wait
-    on; a staging folder left by a killed trainer is removed."""
+    on; a folder without its warmstart.json (left by a killed trainer) is trained again."""
     path = warm_start_path(cfg)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -167,9 +164,7 @@ def warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tuple[Pa
         raise ValueError(f"the warm-start folder {path.parent} cannot be written ({err.strerror}); set GAC_LAB_RUNS "
                          "to a folder you can write") from None
     with exclusive_lock(path.parent / f".{path.name}.lock", f"warm start {path}", wait=True):
-        for stale in path.parent.glob(f".{path.name}.staging*"):  # left by a killed trainer: nobody else stages
-            shutil.rmtree(stale, ignore_errors=True)
-        if path.exists():
+        if (path / "warmstart.json").exists():
             try:
                 return path, json.loads((path / "warmstart.json").read_text())["info"]
             except (OSError, ValueError, KeyError, TypeError) as err:
@@ -180,26 +175,13 @@ def warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tuple[Pa
 
 
 def save_warm_start(model, cfg: WarmStartConfig, info: dict, path: Path, command: str | None = None) -> None:
-    """``model`` and its ``warmstart.json`` (config, info, code fingerprint, the command that made it) into ``path``,
-    staged beside it and renamed into place; files 0666 and folders 0777 minus the umask."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.staging"))
-    try:
-        save_model(model.to("cpu"), staging)
-        meta = {"config": asdict(cfg), "info": info, "code_fingerprint": code_fingerprint(WARM_START_CODE),
-                **({"command": command} if command else {})}
-        (staging / "warmstart.json").write_text(json.dumps(meta, indent=1))
-        for item in [staging, *staging.rglob("*")]:
-            os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~current_umask())
-        old = path.with_name(f".{path.name}.old")
-        if path.exists():  # replaced only once the new one is complete
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-        os.replace(staging, path)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    """``model`` and its ``warmstart.json`` (config, info, code fingerprint, the command that made it) into ``path``.
+    warmstart.json is removed first and written last: a folder without it is an unfinished one."""
+    (path / "warmstart.json").unlink(missing_ok=True)
+    save_model(model.to("cpu"), path)
+    meta = {"config": asdict(cfg), "info": info, "code_fingerprint": code_fingerprint(WARM_START_CODE),
+            **({"command": command} if command else {})}
+    atomic_write_bytes(path / "warmstart.json", json.dumps(meta, indent=1).encode())
 
 
 def damaged(path: Path, why: str) -> ValueError:
