@@ -23,6 +23,7 @@ import torch
 import gac
 from sim import stabilizers
 from sim.advantages import group_advantages
+from sim.cli import check_device
 from sim.fingerprint import code_fingerprint
 from sim.llm import checkpoint
 from sim.llm.model import SIZES, Qwen3, load_model, sample, token_logprobs
@@ -188,11 +189,7 @@ class Args:
                              "holds more)")
         if self.gac.space != "gradient":  # the method configs checked their own values when they were built
             raise ValueError("the trainer places GAC with --gac-space, not --gac.space")
-        if self.device != "cpu" and self.device.split(":")[0] != "cuda":
-            raise ValueError(f"--device must be cpu, cuda or cuda:N, got {self.device!r}")
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"--device {self.device} but torch sees no CUDA device here (torch "
-                             f"{torch.__version__}); use --device cpu")
+        check_device(self.device)
         if self.bf16 and not self.device.startswith("cuda"):
             raise ValueError("--bf16 needs --device cuda (bfloat16 autocast is for the GPU; the CPU runs float32)")
         if self.model is not None:
