@@ -223,7 +223,7 @@ def _warm_start(args: Args) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    warm_start(args.warm_start(), "cpu", log=lambda *a: None)
+    warm_start(args.warm_start(), log=lambda *a: None)
 
 
 GIB = 1 << 30

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sim.llm.task import BOS, EOS, PAD, VOCAB
+from sim.llm.task import BOS, EOS, PAD, VOCAB, through_first_eos
 from sim.record import atomic_write_bytes
 
 # Named sizes: (hidden, layers, heads, kv_heads, head_dim, mlp). "tiny" (19k parameters) is for tests,
@@ -173,20 +173,18 @@ def sample(model: Qwen3, prompts: torch.Tensor, max_new_tokens: int, generator: 
     tokens = torch.full((n, max_new_tokens), PAD, dtype=torch.long, device=device)
     logprobs = torch.zeros((n, max_new_tokens), device=device)
     finished = torch.zeros(n, dtype=torch.bool, device=device)
-    mask = torch.zeros((n, max_new_tokens), dtype=torch.bool, device=device)
     for t in range(max_new_tokens):
         logp = torch.log_softmax(logits.float() / temperature, dim=-1)
         if greedy:
             token = logp.argmax(-1)
         else:  # inverse-CDF sampling
             token = torch.searchsorted(logp.exp().cumsum(-1), uniforms[t]).squeeze(1).clamp_max(logp.shape[-1] - 1)
-        mask[:, t] = ~finished
         tokens[:, t] = torch.where(finished, PAD, token)
         logprobs[:, t] = torch.where(finished, 0.0, logp.gather(1, token[:, None]).squeeze(1))
         finished = finished | (token == EOS)
         if t + 1 < max_new_tokens:
             logits = model(token[:, None], cache, length + t)[:, -1]
-    return tokens, logprobs, mask
+    return tokens, logprobs, through_first_eos(tokens)  # tokens after the first EOS are PAD
 
 
 def token_logprobs(model: Qwen3, prompts: torch.Tensor, responses: torch.Tensor, temperature: float = 1.0,

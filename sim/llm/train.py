@@ -318,7 +318,7 @@ def setup(args: Args, log=print) -> Run:
     if args.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     model, info = ((load_model(args.model), {"source": args.model}) if args.model is not None
-                   else load_warm_start(args.warm_start(), "cpu", log))
+                   else load_warm_start(args.warm_start(), log))
     model = model.to(args.device)
     optimizer = inner = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     if args.axes.direction == "gac":
