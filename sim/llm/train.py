@@ -82,8 +82,6 @@ class Args:
     """ε of the clipped ratio"""
     ratio_to: str = "behaviour"
     """clip-ratio denominator (naive/gac/lr_scale): behaviour = π_b; proximal = π_θ at the step's start (as if fresh)"""
-    kl_coef: float = 0.0
-    """β of the KL penalty to the reference (warm-start) policy; 0 disables it"""
     temperature: float = 1.0
     """sampling temperature of the rollouts"""
     max_grad_norm: float = 1.0
@@ -180,8 +178,6 @@ class Args:
                 raise ValueError(f"{flag(name)} must be a finite number > 0, got {getattr(self, name)}")
         if not self.max_grad_norm > 0:
             raise ValueError(f"--max-grad-norm must be > 0 (inf: no clipping), got {self.max_grad_norm}")
-        if not (self.kl_coef >= 0 and math.isfinite(self.kl_coef)):
-            raise ValueError(f"--kl-coef must be a finite number >= 0, got {self.kl_coef}")
         if self.checkpoint_every < 0:
             raise ValueError(f"--checkpoint-every must be >= 0, got {self.checkpoint_every}")
         if self.eval_problems > MAX_EVAL_PROBLEMS:  # a smaller split is used whole: the summary says how many
@@ -253,7 +249,7 @@ def policy_loss(method: str, logp: torch.Tensor, behaviour_logp: torch.Tensor, a
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Token-mean k3 estimate of KL(π_θ ‖ π_ref) on tokens sampled near π_θ: E[ρ − 1 − log ρ], ρ = π_ref/π_θ."""
+    """Token-mean k3 estimate of KL(π ‖ π_ref) on tokens sampled near π: E[ρ − 1 − log ρ], ρ = π_ref/π."""
     log_ratio = ref_logp - logp
     return masked_mean(torch.exp(log_ratio) - 1 - log_ratio, mask.float())
 
@@ -292,7 +288,6 @@ class Run:
     generator: torch.Generator
     warm_info: dict
     behaviour: Qwen3 | None = None
-    reference: Qwen3 | None = None
     records: list = field(default_factory=list)
     previous: dict = field(default_factory=dict)  # the last non-zero vector of each cosine's series
     step: int = 0
@@ -331,8 +326,7 @@ def setup(args: Args, log=print) -> Run:
               schedule=Staleness(args.staleness, args.staleness_kind).sample(
                   args.steps, generator=torch.Generator().manual_seed(args.seed + 7)),
               ring=VersionRing(args.staleness + 1), generator=torch.Generator().manual_seed(args.seed),
-              warm_info=info, behaviour=copy.deepcopy(model).requires_grad_(False) if args.staleness else None,
-              reference=copy.deepcopy(model).requires_grad_(False) if args.kl_coef > 0 else None)
+              warm_info=info, behaviour=copy.deepcopy(model).requires_grad_(False) if args.staleness else None)
     if saved is not None:
         checkpoint.restore(run, saved)
         log(f"[train] resumed from {Path(args.out_dir) / 'checkpoint.pt'} at step {run.step}")
@@ -464,10 +458,6 @@ def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
         share = mask.sum() / tokens
         loss, stats = policy_loss(args.axes.objective, logp, pick["old_logp"], pick["advantages"], mask,
                                   args.clip_eps, params, pick.get("prox_logp"))
-        if args.kl_coef > 0:
-            with torch.no_grad(), autocast(args):
-                ref_logp, _ = token_logprobs(run.reference, pick["prompts"], pick["responses"], args.temperature)
-            loss = loss + args.kl_coef * kl_k3(logp, ref_logp, mask)
         (loss * share).backward()
         totals.update(loss=float(loss.detach() * share), clip_frac=stats["clip_frac"] * float(share),
                       kl_behaviour=float(kl_k3(pick["behaviour_logp"], logp.detach(), mask)) * float(share),

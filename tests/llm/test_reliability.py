@@ -243,7 +243,7 @@ def test_without_the_research_extra_the_cli_is_one_line_naming_it(tmp_path, caps
 
 
 @pytest.mark.parametrize("flags,named", [(["--steps", "-5"], "--steps"), (["--eval-every", "0"], "--eval-every"),
-                                         (["--lr", "0"], "--lr"), (["--kl-coef", "-1"], "--kl-coef"),
+                                         (["--lr", "0"], "--lr"), (["--clip-eps", "-1"], "--clip-eps"),
                                          (["--threads", "0"], "--threads")])
 def test_a_bad_number_is_one_line_naming_its_flag(tmp_path, capsys, monkeypatch, flags, named):
     from sim.llm import train

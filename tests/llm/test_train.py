@@ -137,7 +137,7 @@ def test_micro_batches_give_the_gradient_of_the_whole_batch(tiny_args):
     """One update's gradient accumulated over micro-batches of 8, 16 and the whole 32 samples: equal to float
     rounding (each micro-batch's token sum is divided by the update's token count). Responses differ in length, so
     dividing each micro-batch by its own tokens would fail this."""
-    run = setup(tiny_args(temperature=2.0, kl_coef=0.1), **QUIET)
+    run = setup(tiny_args(temperature=2.0), **QUIET)
     data = train_module.rollouts(run, run.model)
     samples = torch.arange(32)
     lengths = data["mask"][samples].sum(1)
@@ -324,8 +324,8 @@ def test_wrap_is_what_steps_the_gac_runs(tiny_args):
     (["--lr", "nan"], "--lr must be a finite number > 0"),
     (["--lr", "inf"], "--lr must be a finite number > 0"),
     (["--lr", "-1e-3"], "--lr must be a finite number > 0"),
-    (["--kl-coef", "nan"], "--kl-coef must be a finite number >= 0"),
-    (["--kl-coef", "inf"], "--kl-coef must be a finite number >= 0"),
+    (["--clip-eps", "nan"], "--clip-eps must be a finite number > 0"),
+    (["--temperature", "inf"], "--temperature must be a finite number > 0"),
     (["--threads", "100000"], "--threads 100000 but this machine has"),
     (["--prompts-per-step", "100000000"], "samples per step; at most"),
     (["--eval-problems", "1000000000000"], "--eval-problems 1000000000000: at most"),
