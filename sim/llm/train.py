@@ -382,8 +382,8 @@ def rl_step(run: Run) -> dict:
         regime=Counter(u["regime"] for u in updates).most_common(1)[0][0],
         kl_behaviour=updates[0]["kl_behaviour"], entropy=updates[0]["entropy"],
         response_length=float(data["mask"].sum(1).float().mean()), behaviour_version=version, ratio_to=args.ratio_to,
-        objective_fn=args.axes.objective, direction_control=args.axes.direction,
-        step_control=args.axes.step, tied_frac=data["tied_frac"], samples_drawn=data["samples_drawn"])
+        objective_fn=args.axes.objective, direction_control=args.axes.direction, step_control=args.axes.step,
+        tied_frac=data["tied_frac"], samples_drawn=data["samples_drawn"])
     run.records.append(record)
     run.step += 1
     return record
@@ -402,12 +402,12 @@ def rollouts(run: Run, policy: Qwen3) -> dict:
             responses, logp, mask = sample(policy, prompts, task.answer_len, run.generator, args.temperature,
                                            group=group)
         reward = task.verify(operands, responses)
-        draws.append((prompts.to(args.device), responses, logp, mask, reward))
+        draws.append({"prompts": prompts.to(args.device), "responses": responses, "behaviour_logp": logp,
+                      "mask": mask, "reward": reward})
         untied += int((reward.view(-1, group) != reward.view(-1, group)[:, :1]).any(1).sum())
         if untied >= args.prompts_per_step:
             break
-    data = {name: torch.cat(tensors) for name, tensors in
-            zip(("prompts", "responses", "behaviour_logp", "mask", "reward"), zip(*draws, strict=True), strict=True)}
+    data = {name: torch.cat([draw[name] for draw in draws]) for name in draws[0]}
     tied = (data["reward"].view(-1, group) == data["reward"].view(-1, group)[:, :1]).all(1)
     # Dynamic sampling keeps the untied groups first; short of P of them, tied ones fill the batch.
     order = torch.argsort(tied.to(torch.int8), stable=True) if args.drop_tied_groups else torch.arange(len(tied))
