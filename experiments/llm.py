@@ -32,8 +32,8 @@ from experiments import cache, cluster
 from experiments.aggregate import measured, seed_std
 from experiments.pool import Progress, Task, run_tasks
 from sim import paths
-from sim.llm.train import Args, prepare_warm_start, run_records
-from sim.llm.warmstart import warm_start_path
+from sim.llm.train import Args, run_records
+from sim.llm.warmstart import warm_start, warm_start_path
 from sim.schema import nonfinite
 from sim.stabilizers import NO_CONTROL
 
@@ -219,7 +219,11 @@ def warm_start_task(args: Args) -> Task:
 
 
 def _warm_start(args: Args) -> None:
-    prepare_warm_start(args, log=lambda *a: None)
+    """Train and cache the warm start of ``args`` unless it is cached (its runs then only load it)."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    warm_start(args.warm_start(), log=lambda *a: None)
 
 
 GIB = 1 << 30

@@ -126,8 +126,6 @@ def group_gradients(args: Args, groups: int, reward: str = "exact", log=print) -
     the untied groups' X_i (module docstring), which groups are tied, and the CPU seconds (``time.process_time``)
     of generation and of the trainer's batched backward over the tied and the untied samples (what a training step
     on these samples costs; the per-group gradients are the measurement's own cost, timed apart)."""
-    if args.kl_coef > 0:
-        raise ValueError("--kl-coef > 0 gives tied groups a gradient; the estimator takes theirs to be 0")
     run = setup(args, log)
     if reward == "partial":
         run.task = PartialCreditTask(digits=args.digits)

@@ -145,7 +145,7 @@ def arm_args(profile: Profile, arm: Arm, lr: float, warm: int, seed: int, stalen
              device: str = "cpu"):
     """The Args of one verdict run (the profile's configuration with its horizon)."""
     from experiments.signature import config_args
-    from sim.llm.args import Args
+    from sim.llm.train import Args
 
     s = profile.staleness if staleness is None else staleness
     method = "naive" if arm.method == "sync" else arm.method

@@ -47,7 +47,7 @@ def machine() -> str:
 def figure_warm_start(seed: int) -> WarmStartConfig:
     """The warm start of the LLM figures' runs with warm seed ``seed`` (the trainer's defaults)."""
     from experiments.llm_figures import BASE
-    from sim.llm.args import Args
+    from sim.llm.train import Args
 
     return Args(**{k: v for k, v in BASE.items() if k.startswith("warm_") or k in ("size", "digits")},
                 warm_seed=seed).warm_start()

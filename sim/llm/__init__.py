@@ -1,4 +1,3 @@
 """Small-LLM GRPO with stale rollouts, read top to bottom: the task (task.py), the Qwen3 model (model.py), its warm
-start (warmstart.py), the GRPO losses (grpo.py), the configuration (args.py), one training loop on
-``gac.wrap(torch.optim.AdamW)`` (train.py), checkpoints (checkpoint.py) and the command line (``python -m sim.llm``).
-The sweeps over it live in ``experiments/``."""
+start (warmstart.py), the configuration, GRPO losses and one training loop on ``gac.wrap(torch.optim.AdamW)``
+(train.py), checkpoints (checkpoint.py) and the command line (``python -m sim.llm``). Sweeps: ``experiments/``."""

@@ -7,7 +7,7 @@ write (disk full, permissions), 130 Ctrl-C.
 from __future__ import annotations
 
 import errno
-import importlib
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -16,8 +16,7 @@ import gac
 from sim.cli import Refused, checked_registry
 from sim.llm.checkpoint import out_dir_lock, prepare_out_dir
 from sim.llm.train import Args, NonFiniteError, run_records
-from sim.record import atomic_write_bytes, check_output_dir, write_records
-from sim.schema import columns
+from sim.record import atomic_write_bytes, check_output_dir, one_line_os_error
 from sim.stabilizers import BAPOConfig, BrakingConfig, KLTargetConfig, M2POConfig, TISConfig, VCPOConfig
 
 METHOD_GROUPS = {"gac": ("--gac.", "--gac-space", "--gac_space"),
@@ -54,13 +53,8 @@ def rerun(out_dir: Path | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    missing = []
-    for name in ("tyro", "tqdm", "safetensors"):  # the research extra, not a dependency of the library
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError:
-            missing.append(name)
-    if missing:
+    missing = [name for name in ("tyro", "tqdm", "safetensors") if importlib.util.find_spec(name) is None]
+    if missing:  # the research extra, not a dependency of the library
         print(f"error: python -m sim.llm needs the research extra ({', '.join(missing)} not installed): "
               "pip install -e '.[research]' (or pip install 'gac-lab[research]')", file=sys.stderr)
         return 2
@@ -84,7 +78,6 @@ def main(argv: list[str] | None = None) -> int:
         with out_dir_lock(out_dir):
             prepare_out_dir(args)
             result = run_records(args, records_path=out_dir / "records.csv")  # streamed: a killed run keeps them
-            write_records(result["records"], out_dir / "records.csv", columns("llm"))
             atomic_write_bytes(out_dir / "summary.json", json.dumps(result["summary"], indent=1).encode())
     except (ValueError, Refused) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -98,11 +91,10 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 130
     except OSError as err:  # disk full, a folder made read-only during the run, ...
-        reason = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[0]
         fix = ("free disk space" if err.errno in (errno.ENOSPC, errno.EDQUOT) else
                "make the folder writable (or choose another --out-dir)"
                if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else "fix that")
-        print(f"error: {err.filename or out_dir}: {reason}; {fix}, then {rerun(out_dir)}", file=sys.stderr)
+        print(f"error: {one_line_os_error(err, out_dir)}; {fix}, then {rerun(out_dir)}", file=sys.stderr)
         return 4
     done = result["summary"]
     failed = " (non-finite)" if done["nonfinite_at"] is not None else " (collapsed)" if done["collapsed"] else ""

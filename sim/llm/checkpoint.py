@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from sim.fingerprint import changed_files, code_fingerprint, source_hashes
-from sim.llm.args import Args
 from sim.record import atomic_write_bytes, current_umask, exclusive_lock
 
 CODE = ("gac", "sim")
@@ -25,7 +24,7 @@ depend on it."""
 RUN_FILES = ("records.csv", "summary.json", "checkpoint.pt", "checkpoint.pt.sha256")
 
 if TYPE_CHECKING:
-    from sim.llm.train import Run
+    from sim.llm.train import Args, Run
 
 
 def checkpoint_payload(run: Run) -> dict:

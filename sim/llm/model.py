@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sim.llm.task import BOS, EOS, PAD, VOCAB
+from sim.llm.task import BOS, EOS, PAD, VOCAB, through_first_eos
+from sim.record import atomic_write_bytes
 
 # Named sizes: (hidden, layers, heads, kv_heads, head_dim, mlp). "tiny" (19k parameters) is for tests,
 # "small" (0.6M) for the quick figures, "cpu" (1.2M) the CPU default, "gpu" (25M) one GPU.
@@ -30,8 +31,6 @@ RMS_EPS = 1e-6
 
 def model_config(size: str) -> dict:
     """The Hugging Face ``Qwen3Config`` fields of a named size (vocabulary = the task's characters, tied head)."""
-    if size not in SIZES:
-        raise ValueError(f"unknown model size {size!r}; choose from {', '.join(SIZES)}")
     hidden, layers, heads, kv_heads, head_dim, mlp = SIZES[size]
     return {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": len(VOCAB),
             "hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
@@ -39,16 +38,6 @@ def model_config(size: str) -> dict:
             "max_position_embeddings": MAX_POSITIONS, "tie_word_embeddings": True, "pad_token_id": PAD,
             "bos_token_id": BOS, "eos_token_id": EOS, "rms_norm_eps": RMS_EPS, "rope_theta": ROPE_THETA,
             "hidden_act": "silu", "attention_bias": False, "use_sliding_window": False, "torch_dtype": "float32"}
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        return self.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + RMS_EPS)).to(x.dtype)
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -65,7 +54,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
         self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
-        self.q_norm, self.k_norm = RMSNorm(head_dim), RMSNorm(head_dim)
+        self.q_norm, self.k_norm = nn.RMSNorm(head_dim, RMS_EPS), nn.RMSNorm(head_dim, RMS_EPS)
 
     def forward(self, x, cos, sin, cache: torch.Tensor | None, start: int) -> torch.Tensor:
         n, s, _ = x.shape
@@ -88,7 +77,7 @@ class Qwen3(nn.Module):
         c = self.config = config
         hidden, mlp, dim = c["hidden_size"], c["intermediate_size"], c["head_dim"]
         layer = lambda: nn.ModuleDict(dict(  # HF's decoder layer: its names, in its parameter order
-            input_layernorm=RMSNorm(hidden), post_attention_layernorm=RMSNorm(hidden),
+            input_layernorm=nn.RMSNorm(hidden, RMS_EPS), post_attention_layernorm=nn.RMSNorm(hidden, RMS_EPS),
             self_attn=Attention(hidden, c["num_attention_heads"], c["num_key_value_heads"], dim),
             mlp=nn.ModuleDict(dict(gate_proj=nn.Linear(hidden, mlp, bias=False),
                                    up_proj=nn.Linear(hidden, mlp, bias=False),
@@ -96,7 +85,7 @@ class Qwen3(nn.Module):
         self.model = nn.Module()
         self.model.embed_tokens = nn.Embedding(c["vocab_size"], hidden)
         self.model.layers = nn.ModuleList(layer() for _ in range(c["num_hidden_layers"]))
-        self.model.norm = RMSNorm(hidden)
+        self.model.norm = nn.RMSNorm(hidden, RMS_EPS)
         inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
         angles = torch.outer(torch.arange(c["max_position_embeddings"], dtype=torch.float32), inv_freq)
         self.register_buffer("cos", torch.cat([angles, angles], -1).cos(), persistent=False)
@@ -126,12 +115,13 @@ def build_model(size: str, seed: int) -> Qwen3:
 
 
 def save_model(model: Qwen3, folder: Path) -> None:
-    """``config.json`` and ``model.safetensors`` (Hugging Face's layout; the tied head is not stored twice)."""
-    from safetensors.torch import save_file
+    """``config.json`` and ``model.safetensors`` (Hugging Face's layout; the tied head is not stored twice), each
+    written atomically with the umask's mode."""
+    from safetensors.torch import save
 
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(model.config, indent=1))
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, folder / "model.safetensors")
+    atomic_write_bytes(folder / "config.json", json.dumps(model.config, indent=1).encode())
+    atomic_write_bytes(folder / "model.safetensors", save({k: v.detach().cpu().contiguous()
+                                                           for k, v in model.state_dict().items()}))
 
 
 def load_model(path: str | Path) -> Qwen3:
@@ -183,20 +173,18 @@ def sample(model: Qwen3, prompts: torch.Tensor, max_new_tokens: int, generator: 
     tokens = torch.full((n, max_new_tokens), PAD, dtype=torch.long, device=device)
     logprobs = torch.zeros((n, max_new_tokens), device=device)
     finished = torch.zeros(n, dtype=torch.bool, device=device)
-    mask = torch.zeros((n, max_new_tokens), dtype=torch.bool, device=device)
     for t in range(max_new_tokens):
         logp = torch.log_softmax(logits.float() / temperature, dim=-1)
         if greedy:
             token = logp.argmax(-1)
         else:  # inverse-CDF sampling
             token = torch.searchsorted(logp.exp().cumsum(-1), uniforms[t]).squeeze(1).clamp_max(logp.shape[-1] - 1)
-        mask[:, t] = ~finished
         tokens[:, t] = torch.where(finished, PAD, token)
         logprobs[:, t] = torch.where(finished, 0.0, logp.gather(1, token[:, None]).squeeze(1))
         finished = finished | (token == EOS)
         if t + 1 < max_new_tokens:
             logits = model(token[:, None], cache, length + t)[:, -1]
-    return tokens, logprobs, mask
+    return tokens, logprobs, through_first_eos(tokens)  # tokens after the first EOS are PAD
 
 
 def token_logprobs(model: Qwen3, prompts: torch.Tensor, responses: torch.Tensor, temperature: float = 1.0,

@@ -76,10 +76,6 @@ class AdditionTask:
         """The fixed held-out problems of every evaluation (distinct: standard error ≤ 0.5/√n)."""
         return self.distinct_pairs(n, 1234, heldout=True)
 
-    def train_set(self, n: int, seed: int) -> torch.Tensor:
-        """A warm start's finite supervised data set."""
-        return self.distinct_pairs(n, seed, heldout=False)
-
     def prompts(self, operands: torch.Tensor) -> torch.Tensor:
         """Token ids (n, 2·digits + 3) of "<bos>a+b="."""
         column = lambda token: torch.full((len(operands), 1), token, dtype=torch.long)

@@ -1,9 +1,10 @@
-"""GRPO on a small Qwen3 model with stale rollouts, one loop: ``python -m sim.llm --method gac --staleness 8``.
+"""GRPO on a small Qwen3 model with stale rollouts: ``python -m sim.llm --method gac --staleness 8``.
 
-One RL step (``rl_step``): the policy of s_t steps ago (a ring of state dicts) samples G responses to each of P
-prompts → rewards, group advantages → ``minibatches`` updates, each a gradient accumulated over micro-batches → step
-control → braking → clip → ``gac.wrap(AdamW)`` → the record. A cosine is NaN where a norm is 0, and a zero vector
-never becomes the next reference ("no gradient" is not "orthogonal"), the rule ``gac`` follows.
+Read top to bottom: the configuration (``Args``), the GRPO losses, then one RL step (``rl_step``): the policy of s_t
+steps ago (a ring of state dicts) samples G responses to each of P prompts → rewards, group advantages →
+``minibatches`` updates, each a gradient accumulated over micro-batches → step control → braking → clip →
+``gac.wrap(AdamW)`` → the record. A cosine is NaN where a norm is 0, and a zero vector never becomes the next
+reference ("no gradient" is not "orthogonal"), the rule ``gac`` follows.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -19,24 +21,240 @@ from pathlib import Path
 import torch
 
 import gac
-from gac.cosine64 import as_float64, cosine64
 from sim import stabilizers
 from sim.advantages import group_advantages
+from sim.cli import check_device
 from sim.fingerprint import code_fingerprint
-from sim.llm import checkpoint, grpo
-from sim.llm.args import Args
-from sim.llm.model import Qwen3, load_model, sample, token_logprobs
+from sim.llm import checkpoint
+from sim.llm.model import SIZES, Qwen3, load_model, sample, token_logprobs
 from sim.llm.task import AdditionTask
-from sim.llm.warmstart import heldout_accuracy, load_warm_start, warm_start
-from sim.record import RecordStream
+from sim.llm.warmstart import WarmStartConfig, heldout_accuracy, load_warm_start
+from sim.record import RecordStream, check_output_dir
 from sim.schema import NO_REGIME, columns, make_row
-from sim.staleness import Staleness, VersionRing
+from sim.staleness import KINDS, Staleness, VersionRing
 
+MAX_EVAL_PROBLEMS = 1_000_000
+MAX_SAMPLES_PER_STEP = 1 << 20
+"""Most samples one RL step may hold (prompts × group size): beyond it the rollout tensors alone outgrow memory."""
 COLLAPSE_FRACTION = 0.5
 """A run collapsed when its held-out accuracy falls below this fraction of the best of its evaluations so far (the
 start included): the failure AdamW with clipping actually shows (a non-finite run is counted apart)."""
 
 
+def flag(name: str) -> str:
+    """The command-line flag of the ``Args`` field ``name`` (tyro writes underscores as hyphens)."""
+    return "--" + name.replace("_", "-")
+
+
+@dataclass
+class Args:
+    method: str = "naive"
+    """sim/stabilizers.py's methods, one per axis joined by + (e.g. gac+tis), naive (none) or sync (naive at s=0)"""
+    staleness: int = 0
+    """staleness s: rollouts of step t come from the policy of step t − s (max s when kind is random)"""
+    staleness_kind: str = "fixed"
+    """fixed: s at every step; random: s_t uniform in 0..s"""
+    steps: int = 200
+    """number of RL steps (rollout batches)"""
+    seed: int = 0
+    """seed of prompts, sampling and minibatch order (the warm start has its own seed)"""
+    lr: float = 1e-3
+    """AdamW step size of the RL stage"""
+    size: str = "cpu"
+    """model size in sim/llm/model.py: tiny, small, cpu, gpu"""
+    model: str | None = None
+    """local checkpoint directory (save_pretrained format) to start from instead of the warm start"""
+    digits: int = 2
+    """task difficulty: operand width of the addition problems"""
+    prompts_per_step: int = 16
+    """P: distinct prompts per RL step"""
+    group_size: int = 8
+    """G: samples per prompt (GRPO group)"""
+    minibatches: int = 2
+    """optimizer updates per RL step (the P prompt groups are split into this many, one pass)"""
+    micro_batch: int = 0
+    """samples per forward/backward (an update's gradient accumulated over them, the same update); 0: all at once"""
+    drop_tied_groups: bool = False
+    """dynamic sampling (DAPO): drop groups whose rewards are all equal (no gradient), draw again until P are left"""
+    sample_attempts: int = 8
+    """with drop_tied_groups: most draws of P prompts per step (short of P untied groups, tied ones fill the rest)"""
+    clip_eps: float = 0.2
+    """ε of the clipped ratio"""
+    ratio_to: str = "behaviour"
+    """clip-ratio denominator (naive/gac/lr_scale): behaviour = π_b; proximal = π_θ at the step's start (as if fresh)"""
+    temperature: float = 1.0
+    """sampling temperature of the rollouts"""
+    max_grad_norm: float = 1.0
+    """clip_grad_norm_ after GAC"""
+    gac: gac.GACConfig = field(default_factory=stabilizers.gac_config)
+    """method gac: its parameters (--gac.threshold, --gac.mode, ...)"""
+    gac_space: str = "gradient"
+    """where gac.wrap places GAC: gradient (before AdamW), update (AdamW's proposed Δθ) or momentum (its 1st moment)"""
+    tis: stabilizers.TISConfig = field(default_factory=stabilizers.TISConfig)
+    """method tis: its parameters"""
+    m2po: stabilizers.M2POConfig = field(default_factory=stabilizers.M2POConfig)
+    """method m2po: its parameters"""
+    bapo: stabilizers.BAPOConfig = field(default_factory=stabilizers.BAPOConfig)
+    """method bapo: its parameters"""
+    braking: stabilizers.BrakingConfig = field(default_factory=stabilizers.BrakingConfig)
+    """method braking (Adaptive Braking): its parameter"""
+    kl_target: stabilizers.KLTargetConfig = field(default_factory=stabilizers.KLTargetConfig)
+    """method kl_target (step control by the KL to π_b): its parameters"""
+    vcpo: stabilizers.VCPOConfig = field(default_factory=stabilizers.VCPOConfig)
+    """method vcpo (step size by the ESS of the update's importance weights, off-policy baseline): its parameters"""
+    eval_every: int = 20
+    """held-out accuracy every this many steps"""
+    eval_problems: int = 1000
+    """distinct held-out problems per evaluation (a fixed set, the warm start's own: the first n of it)"""
+    snr_every: int = 10
+    """SNR probe (cos_halves) every this many steps: one extra backward at the step's start"""
+    warm_target: float = 0.1
+    """warm start: its acceptance target (held-out accuracy at its plateau; below it is retrained or refused)"""
+    warm_ceiling: float = 1.0
+    """warm start: the top of its acceptance range (above it is retrained or refused)"""
+    warm_seed: int = 0
+    """seed of the warm start's initialisation and data"""
+    warm_sft_problems: int = 512
+    """warm start: size of its finite supervised data set (sets its plateau)"""
+    warm_max_steps: int = 3000
+    """warm start: most supervised steps (a plateau usually stops it first)"""
+    warm_attempts: int = 3
+    """warm start: tries (the next seed of its stream each) before it is refused"""
+    checkpoint_every: int = 0
+    """save a checkpoint every this many steps (0: never)"""
+    out_dir: str = "runs/llm"
+    """folder of the run's records.csv, summary.json and checkpoint.pt"""
+    resume: bool = False
+    """continue from out_dir/checkpoint.pt (same numbers as an uninterrupted run)"""
+    overwrite: bool = False
+    """replace the run already in out_dir (its records, summary and checkpoint) instead of refusing"""
+    allow_code_change: bool = False
+    """with --resume: continue although the source (gac/, sim/) changed since the checkpoint was written"""
+    device: str = "cpu"
+    """torch device: cpu, cuda or cuda:N"""
+    bf16: bool = False
+    """CUDA only: forward and backward under bfloat16 autocast (weights, AdamW and GAC stay float32)"""
+    threads: int = 1
+    """torch CPU threads; part of the run's identity (long sums' last bits depend on the count)"""
+    progress: bool = True
+    """show a progress bar"""
+    on_nonfinite: str = "raise"
+    """non-finite loss/gradient: raise (error naming the step) or mark (record nonfinite=True, stop the run)"""
+
+    def validate(self) -> None:
+        """Raise ValueError (one line) for any bad setting, before work starts."""
+        if self.method != "sync":
+            stabilizers.parse_method(self.method, stabilizers.STALE_DATA)
+        if self.method == "sync" and self.staleness != 0:
+            raise ValueError(f"method sync means staleness 0, got --staleness {self.staleness}; use --method naive")
+        for name, choices in (("staleness_kind", KINDS), ("size", SIZES), ("gac_space", stabilizers.GAC_SPACES),
+                              ("ratio_to", ("behaviour", "proximal")), ("on_nonfinite", ("raise", "mark"))):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{flag(name)} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        Staleness(self.staleness, self.staleness_kind)
+        for name in ("steps", "prompts_per_step", "eval_every", "eval_problems", "digits", "snr_every", "threads",
+                     "warm_attempts", "sample_attempts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{flag(name)} must be >= 1, got {getattr(self, name)}")
+        AdditionTask(digits=self.digits)
+        if self.group_size < 2:
+            raise ValueError(f"--group-size must be >= 2 (group-normalised advantages), got {self.group_size}")
+        if self.prompts_per_step * self.group_size > MAX_SAMPLES_PER_STEP:
+            raise ValueError(f"--prompts-per-step × --group-size = {self.prompts_per_step * self.group_size} samples "
+                             f"per step; at most {MAX_SAMPLES_PER_STEP} (use fewer, or --micro-batch for memory)")
+        if self.threads > (os.cpu_count() or 1):
+            raise ValueError(f"--threads {self.threads} but this machine has {os.cpu_count()} CPUs")
+        if self.minibatches < 1 or self.prompts_per_step % self.minibatches:
+            raise ValueError(f"--minibatches {self.minibatches} must divide --prompts-per-step {self.prompts_per_step}")
+        update = self.prompts_per_step // self.minibatches * self.group_size
+        if self.micro_batch < 0 or self.micro_batch > update or (self.micro_batch and update % self.micro_batch):
+            raise ValueError(f"--micro-batch {self.micro_batch} must divide an update's {update} samples "
+                             "(prompts-per-step / minibatches × group-size), or be 0 for the whole update")
+        if self.micro_batch and self.micro_batch < update and self.axes.objective in ("m2po", "bapo"):
+            raise ValueError(f"--method {self.method}: its mask or clip bounds are computed over the whole update's "
+                             "ratios, so it cannot accumulate micro-batches; use --micro-batch 0")
+        for name in ("lr", "clip_eps", "temperature"):
+            if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
+                raise ValueError(f"{flag(name)} must be a finite number > 0, got {getattr(self, name)}")
+        if not self.max_grad_norm > 0:
+            raise ValueError(f"--max-grad-norm must be > 0 (inf: no clipping), got {self.max_grad_norm}")
+        if self.checkpoint_every < 0:
+            raise ValueError(f"--checkpoint-every must be >= 0, got {self.checkpoint_every}")
+        if self.eval_problems > MAX_EVAL_PROBLEMS:  # a smaller split is used whole: the summary says how many
+            raise ValueError(f"--eval-problems {self.eval_problems}: at most {MAX_EVAL_PROBLEMS} (no held-out split "
+                             "holds more)")
+        if self.gac.space != "gradient":  # the method configs checked their own values when they were built
+            raise ValueError("the trainer places GAC with --gac-space, not --gac.space")
+        check_device(self.device)
+        if self.bf16 and not self.device.startswith("cuda"):
+            raise ValueError("--bf16 needs --device cuda (bfloat16 autocast is for the GPU; the CPU runs float32)")
+        if self.model is not None:
+            load_model(self.model)  # one line naming --model unless it is a loadable checkpoint of this task
+        else:
+            self.warm_start().validate()
+        if self.checkpoint_every:
+            check_output_dir(self.out_dir, "--out-dir")
+        if self.resume and not (Path(self.out_dir) / "checkpoint.pt").exists():
+            raise ValueError(f"--resume but {self.out_dir}/checkpoint.pt does not exist")
+
+    def warm_start(self) -> WarmStartConfig | None:
+        """The warm start a run of these args begins from (None when ``--model`` names a checkpoint)."""
+        if self.model is not None:
+            return None
+        return WarmStartConfig(size=self.size, digits=self.digits, seed=self.warm_seed,
+                               sft_problems=self.warm_sft_problems, target_accuracy=self.warm_target,
+                               ceiling_accuracy=self.warm_ceiling, max_steps=self.warm_max_steps,
+                               attempts=self.warm_attempts)
+
+    @property
+    def axes(self) -> stabilizers.Combination:
+        """The run's objective, direction control and step control."""
+        return (stabilizers.Combination() if self.method == "sync"
+                else stabilizers.parse_method(self.method, stabilizers.STALE_DATA))
+
+    @property
+    def run_method(self) -> str:
+        """The records' ``method`` (and ``label``): the canonical method name, sync for naive at s = 0."""
+        return stabilizers.record_method(self.axes, self.staleness)
+
+
+# -- the GRPO losses -----------------------------------------------------------------------------------------------
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (values * mask).sum() / mask.sum().clamp_min(1)
+
+
+def policy_loss(method: str, logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torch.Tensor,
+                mask: torch.Tensor, clip_eps: float, params: dict,
+                prox_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+    """The token-level loss of objective ``method`` (a sum over valid tokens divided by their count) on logp,
+    behaviour_logp, mask (n, T) and advantages (n,), with its clip_frac and clip bounds (NaN for m2po). The clipped
+    surrogate −min(r·A, clip(r, 1−ε, 1+ε)·A), r = π_θ/π_b; tis clips π_θ/π_prox (``prox_logp``: the policy at the
+    step's start) and weighs by min(π_prox/π_b, C); bapo clips with the batch's adaptive bounds; m2po takes r·A
+    unclipped on the tokens ``m2po_mask`` keeps. ``params``: the objective's config as a dict."""
+    adv, valid = advantages[:, None], mask.float()
+    if method == "m2po":
+        log_ratio = logp - behaviour_logp
+        surrogate = torch.exp(log_ratio) * adv * stabilizers.m2po_mask(log_ratio, mask, params["m2_threshold"]).float()
+        clipped, c_low, c_high = torch.zeros_like(valid), math.nan, math.nan
+    else:
+        ratio = torch.exp(logp - (prox_logp if method == "tis" else behaviour_logp))
+        c_low, c_high = (stabilizers.bapo_clip_bounds(ratio.detach(), adv, mask, stabilizers.BAPOConfig(**params))
+                         if method == "bapo" else (1 - clip_eps, 1 + clip_eps))
+        surrogate = torch.minimum(ratio * adv, ratio.clamp(c_low, c_high) * adv)
+        if method == "tis":
+            surrogate = surrogate * stabilizers.tis_weights(prox_logp - behaviour_logp, params["tis_cap"])
+        clipped = ((ratio - ratio.clamp(c_low, c_high)) * adv).detach() > 0  # the min picked the clipped branch
+    loss = -(surrogate * valid).sum() / valid.sum().clamp_min(1)  # a masked-out token counts as 0, as in M2PO
+    return loss, {"clip_frac": float(masked_mean(clipped.float(), valid)), "clip_low": c_low, "clip_high": c_high}
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Token-mean k3 estimate of KL(π ‖ π_ref) on tokens sampled near π: E[ρ − 1 − log ρ], ρ = π_ref/π."""
+    log_ratio = ref_logp - logp
+    return masked_mean(torch.exp(log_ratio) - 1 - log_ratio, mask.float())
+
+
+# -- the run -------------------------------------------------------------------------------------------------------
 class NonFiniteError(FloatingPointError):
     """A non-finite loss or gradient; the message names the RL step."""
 
@@ -52,10 +270,8 @@ def collapse_step(accuracies: list[tuple[int, float]]) -> int | None:
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor | None) -> float:
-    """cos(a, b) as gac computes it (``gac.cosine64``); NaN where either vector is 0 or there is no b."""
-    if b is None or not (bool(a.detach().abs().max() > 0) and bool(b.detach().abs().max() > 0)):
-        return math.nan
-    return float(cosine64(as_float64(a.detach()), as_float64(b.detach())))
+    """cos(a, b) as gac computes it (``gac.alignment`` in float64); NaN where either vector is 0 or there is no b."""
+    return math.nan if b is None else float(gac.alignment(a.detach().double(), b.detach().double()))
 
 
 @dataclass
@@ -72,7 +288,6 @@ class Run:
     generator: torch.Generator
     warm_info: dict
     behaviour: Qwen3 | None = None
-    reference: Qwen3 | None = None
     records: list = field(default_factory=list)
     previous: dict = field(default_factory=dict)  # the last non-zero vector of each cosine's series
     step: int = 0
@@ -90,13 +305,6 @@ class Run:
         return value
 
 
-def prepare_warm_start(args: Args, log=print) -> None:
-    """Train and cache the warm start of ``args`` unless it is cached (parallel runs then only load it)."""
-    if args.model is None:
-        torch.set_num_threads(args.threads)
-        warm_start(args.warm_start(), "cpu", log)
-
-
 def setup(args: Args, log=print) -> Run:
     """Validate ``args``, build the run, and restore it from the checkpoint with ``--resume``."""
     args.validate()
@@ -105,7 +313,7 @@ def setup(args: Args, log=print) -> Run:
     if args.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     model, info = ((load_model(args.model), {"source": args.model}) if args.model is not None
-                   else load_warm_start(args.warm_start(), "cpu", log))
+                   else load_warm_start(args.warm_start(), log))
     model = model.to(args.device)
     optimizer = inner = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     if args.axes.direction == "gac":
@@ -118,8 +326,7 @@ def setup(args: Args, log=print) -> Run:
               schedule=Staleness(args.staleness, args.staleness_kind).sample(
                   args.steps, generator=torch.Generator().manual_seed(args.seed + 7)),
               ring=VersionRing(args.staleness + 1), generator=torch.Generator().manual_seed(args.seed),
-              warm_info=info, behaviour=copy.deepcopy(model).requires_grad_(False) if args.staleness else None,
-              reference=copy.deepcopy(model).requires_grad_(False) if args.kl_coef > 0 else None)
+              warm_info=info, behaviour=copy.deepcopy(model).requires_grad_(False) if args.staleness else None)
     if saved is not None:
         checkpoint.restore(run, saved)
         log(f"[train] resumed from {Path(args.out_dir) / 'checkpoint.pt'} at step {run.step}")
@@ -135,8 +342,13 @@ def autocast(args: Args):
     return torch.autocast("cuda", dtype=torch.bfloat16) if args.bf16 else contextlib.nullcontext()
 
 
+def group_samples(groups: torch.Tensor, group_size: int, device) -> torch.Tensor:
+    """Sample indices of whole prompt groups (each group's G samples are contiguous)."""
+    return (groups[:, None] * group_size + torch.arange(group_size)).reshape(-1).to(device)
+
+
 # -- one RL step ---------------------------------------------------------------------------------------------------
-def rl_step(run: Run, log=print) -> dict:
+def rl_step(run: Run) -> dict:
     """One RL step: sample from the stale policy, reward, advantage, (SNR probe), updates, record."""
     args, step = run.args, run.step
     accuracy = evaluate(run) if step % args.eval_every == 0 else math.nan
@@ -146,14 +358,14 @@ def rl_step(run: Run, log=print) -> dict:
         run.behaviour.load_state_dict(run.ring.get(version))
     data = rollouts(run, run.behaviour if run.behaviour is not None else run.model)
     cos_halves = snr_probe(run, data) if step % args.snr_every == 0 else math.nan
+    names = dict(step=step, seed=args.seed, method=args.run_method, label=args.run_method, staleness=args.staleness)
     # Updates split the batch by prompt group, so consecutive updates share no samples.
     order = torch.randperm(args.prompts_per_step, generator=run.generator)
     updates, step_gradient = [], None
     for groups in order.chunk(args.minibatches):
-        numbers, raw = update(run, data, grpo.group_samples(groups, args.group_size, args.device), f"step {step}")
+        numbers, raw = update(run, data, group_samples(groups, args.group_size, args.device))
         if numbers is None:
-            run.records.append(make_row("llm", step=step, seed=args.seed, method=args.run_method,
-                                        label=args.run_method, staleness=args.staleness, nonfinite=True))
+            run.records.append(make_row("llm", **names, nonfinite=True))
             return run.records[-1]
         updates.append(numbers)
         step_gradient = raw if step_gradient is None else step_gradient + raw
@@ -164,8 +376,7 @@ def rl_step(run: Run, log=print) -> dict:
         means[key] = sum(values) / len(values) if values else math.nan
     reward = float(data["reward"].mean())
     record = make_row(
-        "llm", step=step, seed=args.seed, method=args.run_method, label=args.run_method, staleness=args.staleness,
-        objective=reward, train_accuracy=reward, accuracy=accuracy, **means,  # the reward is exact match
+        "llm", **names, objective=reward, train_accuracy=reward, accuracy=accuracy, **means,  # exact-match reward
         cos_prev_step=run.cosine_and_keep("step", step_gradient), cos_halves=cos_halves,
         snr_halves=cos_halves / (1 - cos_halves) if 0 < cos_halves < 1 else math.nan,
         regime=Counter(u["regime"] for u in updates).most_common(1)[0][0],
@@ -180,9 +391,10 @@ def rl_step(run: Run, log=print) -> dict:
 
 @torch.no_grad()
 def rollouts(run: Run, policy: Qwen3) -> dict:
-    """P groups of G samples from ``policy`` with their log-probs, rewards and advantages, as tensors of the batch."""
+    """P groups of G samples from ``policy`` with their log-probs, rewards and advantages, as tensors of the batch.
+    With ``drop_tied_groups``, P more prompts are drawn until P groups have unequal rewards (or the attempts end)."""
     args, task, group = run.args, run.task, run.args.group_size
-    draws = []
+    draws, untied = [], 0
     for _ in range(args.sample_attempts if args.drop_tied_groups else 1):
         operands = task.sample_operands(args.prompts_per_step, run.generator).repeat_interleave(group, 0)
         prompts = task.prompts(operands)
@@ -190,39 +402,35 @@ def rollouts(run: Run, policy: Qwen3) -> dict:
             responses, logp, mask = sample(policy, prompts, task.answer_len, run.generator, args.temperature,
                                            group=group)
         reward = task.verify(operands, responses)
-        tied = (reward.view(-1, group) == reward.view(-1, group)[:, :1]).all(1)
         draws.append({"prompts": prompts.to(args.device), "responses": responses, "behaviour_logp": logp,
-                      "mask": mask, "reward": reward, "tied": tied})
-        if sum(int((~d["tied"]).sum()) for d in draws) >= args.prompts_per_step:
+                      "mask": mask, "reward": reward})
+        untied += int((reward.view(-1, group) != reward.view(-1, group)[:, :1]).any(1).sum())
+        if untied >= args.prompts_per_step:
             break
-    tied = torch.cat([d["tied"] for d in draws])
+    data = {name: torch.cat([draw[name] for draw in draws]) for name in draws[0]}
+    tied = (data["reward"].view(-1, group) == data["reward"].view(-1, group)[:, :1]).all(1)
     # Dynamic sampling keeps the untied groups first; short of P of them, tied ones fill the batch.
     order = torch.argsort(tied.to(torch.int8), stable=True) if args.drop_tied_groups else torch.arange(len(tied))
-    chosen = order[:args.prompts_per_step]
-
-    def batch(name: str) -> torch.Tensor:
-        grouped = torch.cat([d[name].view(-1, group, *d[name].shape[1:]) for d in draws])
-        return grouped[chosen.to(grouped.device)].flatten(0, 1)
-
-    data = {name: batch(name) for name in ("prompts", "responses", "behaviour_logp", "mask", "reward")}
+    chosen = group_samples(order[:args.prompts_per_step], group, "cpu")
+    data = {name: tensor[chosen.to(tensor.device)] for name, tensor in data.items()}
     data |= {"tied_frac": float(tied.float().mean()), "samples_drawn": len(tied) * group,
              "advantages": group_advantages(data["reward"].view(-1, group)).view(-1).to(args.device)}
-    everything = micro_batches(run, torch.arange(len(data["prompts"]), device=args.device))
+    vcpo_baseline = args.axes.step == "vcpo" and args.vcpo.vcpo_baseline
     if args.axes.objective == "tis" or args.ratio_to == "proximal" or args.axes.step == "vcpo":
-        with autocast(args):
-            data["prox_logp"] = torch.cat([token_logprobs(run.model, data["prompts"][c], data["responses"][c],
-                                                          args.temperature)[0] for c in everything])
-    if args.axes.step == "vcpo" and args.vcpo.vcpo_baseline:  # (R − b)/(std + ε), b the off-policy baseline
-        weights, norms = [], []
-        for c in everything:
-            logp, _, logp_all = token_logprobs(run.model, data["prompts"][c], data["responses"][c], args.temperature,
-                                               True)
-            valid = data["mask"][c].float()
-            weights.append((logp - data["behaviour_logp"][c]) * valid)
-            norms.append(stabilizers.logit_score_sq(logp_all, logp, valid))
-        weights = stabilizers.sequence_weights(torch.cat(weights), data["mask"].float()).view(-1, group)
+        prox_logp, score_sq = [], []  # π_θ at the step's start (and VCPO's score norms in logit space)
+        for c in micro_batches(run, torch.arange(len(data["prompts"]), device=args.device)):
+            with autocast(args):
+                logp, _, logp_all = token_logprobs(run.model, data["prompts"][c], data["responses"][c],
+                                                   args.temperature, True)
+            prox_logp.append(logp)
+            if vcpo_baseline:
+                score_sq.append(stabilizers.logit_score_sq(logp_all, logp, data["mask"][c].float()))
+        data["prox_logp"] = torch.cat(prox_logp)
+    if vcpo_baseline:  # (R − b)/(std + ε), b the off-policy baseline
+        valid = data["mask"].float()
+        weights = stabilizers.sequence_weights((data["prox_logp"] - data["behaviour_logp"]) * valid, valid)
         rewards = data["reward"].to(weights.device, weights.dtype).view(-1, group)
-        baseline = stabilizers.vcpo_baseline(rewards, weights, torch.cat(norms).view(-1, group))
+        baseline = stabilizers.vcpo_baseline(rewards, weights.view(-1, group), torch.cat(score_sq).view(-1, group))
         data["advantages"] = group_advantages(rewards, baseline=baseline).view(-1).float()
     # The clip's denominator: π_b, or with ratio_to=proximal π_θ at the step's start (stale data used as if fresh).
     proximal = args.ratio_to == "proximal" and args.axes.objective == "none"
@@ -248,23 +456,19 @@ def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
             logp, entropy = token_logprobs(run.model, pick["prompts"], pick["responses"], args.temperature)
         mask = pick["mask"]
         share = mask.sum() / tokens
-        loss, stats = grpo.policy_loss(args.axes.objective, logp, pick["old_logp"], pick["advantages"], mask,
-                                       args.clip_eps, params, pick.get("prox_logp"))
-        if args.kl_coef > 0:
-            with torch.no_grad(), autocast(args):
-                ref_logp, _ = token_logprobs(run.reference, pick["prompts"], pick["responses"], args.temperature)
-            loss = loss + args.kl_coef * grpo.kl_k3(logp, ref_logp, mask)
+        loss, stats = policy_loss(args.axes.objective, logp, pick["old_logp"], pick["advantages"], mask,
+                                  args.clip_eps, params, pick.get("prox_logp"))
         (loss * share).backward()
         totals.update(loss=float(loss.detach() * share), clip_frac=stats["clip_frac"] * float(share),
-                      kl_behaviour=float(grpo.kl_k3(pick["behaviour_logp"], logp.detach(), mask)) * float(share),
-                      entropy=float(grpo.masked_mean(entropy.detach(), mask.float()) * share))
+                      kl_behaviour=float(kl_k3(pick["behaviour_logp"], logp.detach(), mask)) * float(share),
+                      entropy=float(masked_mean(entropy.detach(), mask.float()) * share))
         log_ratios.append(((logp.detach() - pick["behaviour_logp"]) * mask).double())
     weights = stabilizers.sequence_weights(torch.cat(log_ratios), valid.double())
     return {**totals, "clip_low": stats["clip_low"], "clip_high": stats["clip_high"],
             "ess_ratio": float(stabilizers.effective_sample_size(weights)[1])}
 
 
-def update(run: Run, data: dict, samples: torch.Tensor, where: str) -> tuple[dict | None, torch.Tensor | None]:
+def update(run: Run, data: dict, samples: torch.Tensor) -> tuple[dict | None, torch.Tensor | None]:
     """One update on ``samples``: gradient → step size → braking → clip → (GAC-)AdamW; its numbers and raw
     gradient, or (None, None) when a non-finite loss or gradient stopped the run."""
     args, optimizer, params = run.args, run.optimizer, run.params
@@ -273,7 +477,8 @@ def update(run: Run, data: dict, samples: torch.Tensor, where: str) -> tuple[dic
     raw = torch.cat([p.grad.reshape(-1) for p in params])
     if not (math.isfinite(stats["loss"]) and bool(torch.isfinite(raw).all())):
         if args.on_nonfinite == "raise":
-            raise NonFiniteError(f"non-finite {'loss' if not math.isfinite(stats['loss']) else 'gradient'} at {where}")
+            what = "loss" if not math.isfinite(stats["loss"]) else "gradient"
+            raise NonFiniteError(f"non-finite {what} at step {run.step}")
         run.nonfinite_at = run.step
         return None, None
     lr = args.lr / (1 + int(run.schedule[run.step])) if args.axes.step == "lr_scale" else args.lr
@@ -314,7 +519,7 @@ def snr_probe(run: Run, data: dict) -> float:
         return math.nan
     for half in halves:
         run.optimizer.zero_grad(set_to_none=True)
-        accumulate_gradient(run, data, grpo.group_samples(half, run.args.group_size, run.args.device))
+        accumulate_gradient(run, data, group_samples(half, run.args.group_size, run.args.device))
         gradients.append(torch.cat([p.grad.reshape(-1) for p in run.params]))
     run.optimizer.zero_grad(set_to_none=True)
     return cosine(*gradients)
@@ -331,13 +536,13 @@ def train(args: Args, run: Run | None = None, log=print) -> Iterator[dict]:
     ``checkpoint_every``, in the locked out_dir, saving checkpoints. A ``nonfinite`` record (``mark``) is the last."""
     run = setup(args, log) if run is None else run
     with checkpoint.out_dir_lock(args.out_dir) if args.checkpoint_every else contextlib.nullcontext():
-        if args.checkpoint_every and run.step == 0:
+        if args.checkpoint_every:
             checkpoint.prepare_out_dir(args)
         from tqdm.auto import tqdm
         bar = tqdm(range(run.step, args.steps), disable=not args.progress, initial=run.step, total=args.steps,
                    desc=f"{args.run_method} s={args.staleness}", leave=False)
         for _ in bar:
-            record = rl_step(run, log)
+            record = rl_step(run)
             yield record
             if record["nonfinite"]:
                 break

@@ -1,10 +1,9 @@
-"""Warm start: a supervised stage so that RL starts from partial held-out accuracy, the same on any machine.
+"""Warm start: a supervised stage on the CPU so that RL starts from partial held-out accuracy, the same on any machine.
 
 Cross-entropy on ``sft_problems`` train-split problems until held-out accuracy plateaus (the data set's size sets
-the plateau). Accepted in [``target_accuracy``, ``ceiling_accuracy``], else retrained from the next seed of its own
+the plateau); accepted in [``target_accuracy``, ``ceiling_accuracy``], else retrained from the next seed of its own
 stream, and refused in one line after ``attempts``. Cached under ``runs/warmstart/<config hash>-<code hash>/``
-(Hugging Face's layout) for every run with the same config and code; ``python -m sim.llm.warmstart --out DIR``
-writes one into a folder of your choice.
+(Hugging Face's layout); ``python -m sim.llm.warmstart --out DIR`` writes one into a folder of your choice.
 """
 
 from __future__ import annotations
@@ -12,9 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,7 +21,7 @@ from sim import paths
 from sim.fingerprint import code_fingerprint
 from sim.llm.model import SIZES, build_model, load_model, sample, save_model, token_logprobs
 from sim.llm.task import AdditionTask, through_first_eos
-from sim.record import current_umask, exclusive_lock
+from sim.record import atomic_write_bytes, exclusive_lock
 
 RUNS_DIR = paths.runs_dir()
 """The warm-start cache's root (``sim.paths``: the checkout's runs/, else the user's cache folder; GAC_LAB_RUNS)."""
@@ -98,19 +95,19 @@ def heldout_accuracy(model, task: AdditionTask, operands: torch.Tensor) -> float
     return float(task.verify(operands, responses).mean())
 
 
-def train_attempt(cfg: WarmStartConfig, seed: int, device: str = "cpu", log=print) -> tuple[torch.nn.Module, dict]:
+def train_attempt(cfg: WarmStartConfig, seed: int, log=print) -> tuple[torch.nn.Module, dict]:
     """One supervised run from ``seed`` to a plateau (or ``max_steps``); (model, info)."""
     task = AdditionTask(digits=cfg.digits)
-    model = build_model(cfg.size, seed).to(device)
+    model = build_model(cfg.size, seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    data = task.train_set(cfg.sft_problems, seed)
+    data = task.distinct_pairs(cfg.sft_problems, seed, heldout=False)  # the finite supervised data set
     generator = torch.Generator().manual_seed(seed + 10_000)
     heldout = task.heldout_set(cfg.eval_problems)
     accuracy, best, best_step, step, stopped, history = 0.0, -1.0, 0, 0, "max_steps", []
     for step in range(1, cfg.max_steps + 1):
         batch = data[torch.randint(0, len(data), (cfg.batch_size,), generator=generator)]
-        answers = task.answers(batch).to(device)  # cross-entropy of the answer through its EOS (not the PAD after)
-        logp, _ = token_logprobs(model, task.prompts(batch).to(device), answers)
+        answers = task.answers(batch)  # cross-entropy of the answer through its EOS (not the PAD after)
+        logp, _ = token_logprobs(model, task.prompts(batch), answers)
         valid = through_first_eos(answers)
         loss = -(logp * valid).sum() / valid.sum()
         optimizer.zero_grad(set_to_none=True)
@@ -132,12 +129,12 @@ def train_attempt(cfg: WarmStartConfig, seed: int, device: str = "cpu", log=prin
                    "heldout_problems": len(heldout), "history": history}
 
 
-def train_warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tuple[torch.nn.Module, dict]:
+def train_warm_start(cfg: WarmStartConfig, log=print) -> tuple[torch.nn.Module, dict]:
     """(model, info) of the first attempt in the acceptance range; ``WarmStartRejected`` when none lands in it."""
     cfg.validate()
     tried = []
     for attempt in range(cfg.attempts):
-        model, info = train_attempt(cfg, cfg.seed + ATTEMPT_STRIDE * attempt, device, log)
+        model, info = train_attempt(cfg, cfg.seed + ATTEMPT_STRIDE * attempt, log)
         tried.append(round(info["heldout_accuracy"], 4))
         if cfg.target_accuracy <= info["heldout_accuracy"] <= cfg.ceiling_accuracy:
             return model, {**info, "attempt": attempt, "attempt_accuracies": tried, "accepted": True,
@@ -155,9 +152,9 @@ def warm_start_path(cfg: WarmStartConfig) -> Path:
     return RUNS_DIR / "warmstart" / f"{cfg.size}-d{cfg.digits}-{key}-{code_fingerprint(WARM_START_CODE)[:8]}"
 
 
-def warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tuple[Path, dict]:
+def warm_start(cfg: WarmStartConfig, log=print) -> tuple[Path, dict]:
     """(folder, info) of ``cfg``'s cached warm start, trained on first use under a lock that other processes wait
-    on; a staging folder left by a killed trainer is removed."""
+    on; a folder without its warmstart.json (left by a killed trainer) is trained again."""
     path = warm_start_path(cfg)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -167,49 +164,34 @@ def warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tuple[Pa
         raise ValueError(f"the warm-start folder {path.parent} cannot be written ({err.strerror}); set GAC_LAB_RUNS "
                          "to a folder you can write") from None
     with exclusive_lock(path.parent / f".{path.name}.lock", f"warm start {path}", wait=True):
-        for stale in path.parent.glob(f".{path.name}.staging*"):  # left by a killed trainer: nobody else stages
-            shutil.rmtree(stale, ignore_errors=True)
-        if path.exists():
+        if (path / "warmstart.json").exists():
             try:
                 return path, json.loads((path / "warmstart.json").read_text())["info"]
             except (OSError, ValueError, KeyError, TypeError) as err:
                 raise damaged(path, f"warmstart.json: {type(err).__name__}") from None
-        model, info = train_warm_start(cfg, device, log)
+        model, info = train_warm_start(cfg, log)
         save_warm_start(model, cfg, info, path)
     return path, info
 
 
 def save_warm_start(model, cfg: WarmStartConfig, info: dict, path: Path, command: str | None = None) -> None:
-    """``model`` and its ``warmstart.json`` (config, info, code fingerprint, the command that made it) into ``path``,
-    staged beside it and renamed into place; files 0666 and folders 0777 minus the umask."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.staging"))
-    try:
-        save_model(model.to("cpu"), staging)
-        meta = {"config": asdict(cfg), "info": info, "code_fingerprint": code_fingerprint(WARM_START_CODE),
-                **({"command": command} if command else {})}
-        (staging / "warmstart.json").write_text(json.dumps(meta, indent=1))
-        for item in [staging, *staging.rglob("*")]:
-            os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~current_umask())
-        old = path.with_name(f".{path.name}.old")
-        if path.exists():  # replaced only once the new one is complete
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-        os.replace(staging, path)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    """``model`` and its ``warmstart.json`` (config, info, code fingerprint, the command that made it) into ``path``.
+    warmstart.json is removed first and written last: a folder without it is an unfinished one."""
+    (path / "warmstart.json").unlink(missing_ok=True)
+    save_model(model, path)
+    meta = {"config": asdict(cfg), "info": info, "code_fingerprint": code_fingerprint(WARM_START_CODE),
+            **({"command": command} if command else {})}
+    atomic_write_bytes(path / "warmstart.json", json.dumps(meta, indent=1).encode())
 
 
 def damaged(path: Path, why: str) -> ValueError:
     return ValueError(f"cached warm start {path} is damaged ({why}); delete that folder and rerun to train it again")
 
 
-def load_warm_start(cfg: WarmStartConfig, device: str = "cpu", log=print) -> tuple[torch.nn.Module, dict]:
-    path, info = warm_start(cfg, device, log)
+def load_warm_start(cfg: WarmStartConfig, log=print) -> tuple[torch.nn.Module, dict]:
+    path, info = warm_start(cfg, log)
     try:
-        return load_model(path).to(device), info
+        return load_model(path), info
     except ValueError as err:
         raise damaged(path, str(err).split(": ", 1)[-1]) from None
 

@@ -37,7 +37,7 @@ def test_results_of_trains_each_warm_start_once_before_its_runs(tmp_path, monkey
 
     monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
     events = []
-    monkeypatch.setattr(llm, "prepare_warm_start", lambda args, log: events.append(("warm", args.digits)))
+    monkeypatch.setattr(llm, "warm_start", lambda config, log: events.append(("warm", config.digits)))
     monkeypatch.setattr(llm, "run_records", lambda args, log: events.append(("run", args.digits)) or
                         {"records": [], "summary": {"final_accuracy": 0.0}})
     # Costs that would put every run before a warm start, were it not for the wait.

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from sim.advantages import group_advantages
-from sim.llm import grpo
+from sim.llm.train import policy_loss
 from sim.stabilizers import method_params
 
 
@@ -19,12 +19,12 @@ def test_on_policy_loss_gradient_is_the_policy_gradient_and_clip_acts_off_policy
     logp = torch.log_softmax(logits, -1)[:, 0].reshape(3, 2)
     adv = torch.tensor([1.0, -0.5, 2.0])
     mask = torch.tensor([[True, True], [True, False], [True, True]])
-    loss, stats = grpo.policy_loss("none", logp, logp.detach(), adv, mask, 0.2, {})
+    loss, stats = policy_loss("none", logp, logp.detach(), adv, mask, 0.2, {})
     (g,) = torch.autograd.grad(loss, logits, retain_graph=True)
     (expected,) = torch.autograd.grad(-(logp * adv[:, None] * mask).sum() / mask.sum(), logits)
     assert torch.allclose(g, expected, atol=1e-6) and stats["clip_frac"] == 0.0
     # Behaviour log-probs far below: ratio > 1 + ε for every token; positive advantages get clipped.
-    _, stats = grpo.policy_loss("none", logp, logp.detach() - 1.0, adv, mask, 0.2, {})
+    _, stats = policy_loss("none", logp, logp.detach() - 1.0, adv, mask, 0.2, {})
     assert abs(stats["clip_frac"] - 4 / 5) < 1e-6  # the 4 valid tokens with A > 0
 
 
@@ -32,10 +32,10 @@ def test_m2po_and_tis_use_the_registry():
     logp = torch.zeros(2, 3)
     behaviour = torch.tensor([[0.0, -0.05, -2.0], [0.0, 0.1, 0.0]])
     mask = torch.ones(2, 3, dtype=torch.bool)
-    loss, _ = grpo.policy_loss("m2po", logp, behaviour, torch.ones(2), mask, 0.2, method_params("m2po"))
+    loss, _ = policy_loss("m2po", logp, behaviour, torch.ones(2), mask, 0.2, method_params("m2po"))
     kept = torch.exp(logp - behaviour) * torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])  # the (log r)² = 4 token
     assert torch.allclose(loss, -kept.sum() / 6)  # is dropped, and counted in the token mean
-    loss, _ = grpo.policy_loss("tis", logp, behaviour, torch.ones(2), mask, 0.2, method_params("tis"),
+    loss, _ = policy_loss("tis", logp, behaviour, torch.ones(2), mask, 0.2, method_params("tis"),
                                prox_logp=logp)
     weights = torch.exp(logp - behaviour).clamp(max=2.0)
     assert torch.allclose(loss, -weights.mean())
@@ -55,7 +55,7 @@ def test_bapo_loss_gradient_equals_the_hand_computation():
     logp = (behaviour + torch.tensor(BAPO_RATIOS, dtype=torch.float64).log()[:, None]).requires_grad_()
     mask = torch.tensor([[True]] * 5 + [[False]])
     adv = torch.tensor(BAPO_ADV, dtype=torch.float64)
-    loss, stats = grpo.policy_loss("bapo", logp, behaviour, adv, mask, 0.2, method_params("bapo", **BAPO_PARAMS))
+    loss, stats = policy_loss("bapo", logp, behaviour, adv, mask, 0.2, method_params("bapo", **BAPO_PARAMS))
     (grad,) = torch.autograd.grad(loss, logp)
     # d(−r·A/N)/d log π_θ = −r·A/N on an unclipped valid token (N = 5 valid tokens); the token r = 0.65,
     # A = −2 is below c_low = 0.7 (clipped, no gradient), and the padding token has none.
@@ -64,6 +64,6 @@ def test_bapo_loss_gradient_equals_the_hand_computation():
     assert (stats["clip_low"], stats["clip_high"]) == (pytest.approx(0.7), pytest.approx(1.5))
     assert stats["clip_frac"] == pytest.approx(1 / 5)
     # The fixed clip [0.8, 1.2] would clip r = 1.35 (A > 0) and r = 0.65, 0.75 (A < 0): a different gradient.
-    fixed, fixed_stats = grpo.policy_loss("none", logp, behaviour, adv, mask, 0.2, {})
+    fixed, fixed_stats = policy_loss("none", logp, behaviour, adv, mask, 0.2, {})
     (fixed_grad,) = torch.autograd.grad(fixed, logp)
     assert not torch.allclose(fixed_grad[:, 0], expected) and fixed_stats["clip_frac"] == pytest.approx(3 / 5)

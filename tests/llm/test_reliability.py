@@ -132,13 +132,13 @@ def test_disk_full_or_read_only_at_the_end_is_one_line_with_the_next_step(run_di
     argv, out = run_dir
     before = (out / "records.csv").read_bytes()
 
-    def failing(rows, path, columns=None):
+    def failing(path, data):
         raise OSError(code, os.strerror(code), str(path))
 
-    monkeypatch.setattr(cli, "write_records", failing)
+    monkeypatch.setattr(cli, "atomic_write_bytes", failing)  # the summary, written at the end
     assert cli.main([*argv, "--resume", "--steps", "5"]) == 4
     err = one_line(capsys)
-    assert str(out / "records.csv") in err and needle in err and "--resume" in err
+    assert str(out / "summary.json") in err and needle in err and "--resume" in err
     kept = (out / "records.csv").read_bytes()  # the streamed records: 2 restored, 3 made again
     assert kept.startswith(before) and len(kept.splitlines()) == 1 + 5
 
@@ -190,18 +190,18 @@ def test_warm_start_is_keyed_by_the_warm_start_code(warm_dir, monkeypatch):
     assert second != first and len(trained) == 2
 
 
-def test_warm_start_files_follow_the_umask_and_a_killed_trainers_staging_is_cleaned(warm_dir):
-    folder, _ = warm_dir
-    stale = folder / f".{warmstart.warm_start_path(FAST_WARM).name}.staging_killed"
-    stale.mkdir(parents=True)
-    (stale / "model.safetensors").write_bytes(b"half")
+def test_warm_start_files_follow_the_umask_and_a_killed_trainers_folder_is_trained_again(warm_dir):
+    folder, trained = warm_dir
     previous = os.umask(0o022)
     try:
+        unfinished = warmstart.warm_start_path(FAST_WARM)  # a trainer killed while saving: no warmstart.json yet
+        unfinished.mkdir(parents=True)
+        (unfinished / "model.safetensors").write_bytes(b"half")
         path, _ = warmstart.warm_start(FAST_WARM, log=lambda *a: None)
     finally:
         os.umask(previous)
-    assert not stale.exists()
-    assert sorted(p.name for p in folder.iterdir()) == [path.name]  # no staging folder, no lock file
+    assert path == unfinished and len(trained) == 1 and warmstart.load_warm_start(FAST_WARM)[0] is not None
+    assert sorted(p.name for p in folder.iterdir()) == [path.name]  # no lock file left
     assert oct(path.stat().st_mode & 0o777) == "0o755"
     assert {oct(p.stat().st_mode & 0o777) for p in path.iterdir()} == {"0o644"}
 
@@ -243,7 +243,7 @@ def test_without_the_research_extra_the_cli_is_one_line_naming_it(tmp_path, caps
 
 
 @pytest.mark.parametrize("flags,named", [(["--steps", "-5"], "--steps"), (["--eval-every", "0"], "--eval-every"),
-                                         (["--lr", "0"], "--lr"), (["--kl-coef", "-1"], "--kl-coef"),
+                                         (["--lr", "0"], "--lr"), (["--clip-eps", "-1"], "--clip-eps"),
                                          (["--threads", "0"], "--threads")])
 def test_a_bad_number_is_one_line_naming_its_flag(tmp_path, capsys, monkeypatch, flags, named):
     from sim.llm import train
@@ -262,11 +262,11 @@ def test_records_are_streamed_so_a_killed_run_keeps_its_steps_with_their_types(r
     argv, finished = run_dir
     real_step, made = train.rl_step, []
 
-    def killed_at_step_3(state, log=print):
+    def killed_at_step_3(state):
         if len(made) == 2:
             raise KeyboardInterrupt  # as a kill after two steps
         made.append(1)
-        return real_step(state, log)
+        return real_step(state)
 
     monkeypatch.setattr(train, "rl_step", killed_at_step_3)
     out = tmp_path / "killed"

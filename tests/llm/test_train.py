@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import gac
-from sim.llm import checkpoint, grpo
+from sim.llm import checkpoint
 from sim.llm import train as train_module
 from sim.llm.__main__ import main
 from sim.llm.train import Args, NonFiniteError, collapse_step, rl_step, run_records, setup, summary, train
@@ -137,7 +137,7 @@ def test_micro_batches_give_the_gradient_of_the_whole_batch(tiny_args):
     """One update's gradient accumulated over micro-batches of 8, 16 and the whole 32 samples: equal to float
     rounding (each micro-batch's token sum is divided by the update's token count). Responses differ in length, so
     dividing each micro-batch by its own tokens would fail this."""
-    run = setup(tiny_args(temperature=2.0, kl_coef=0.1), **QUIET)
+    run = setup(tiny_args(temperature=2.0), **QUIET)
     data = train_module.rollouts(run, run.model)
     samples = torch.arange(32)
     lengths = data["mask"][samples].sum(1)
@@ -276,14 +276,14 @@ def test_collapse_is_half_the_best_accuracy_so_far():
 
 def test_nonfinite_loss_names_the_step_and_is_not_checkpointed(tiny_args, tmp_path, monkeypatch):
     calls = {"n": 0}
-    real = grpo.policy_loss
+    real = train_module.policy_loss
 
     def poisoned(*args, **kwargs):
         loss, stats = real(*args, **kwargs)
         calls["n"] += 1
         return (loss * float("nan") if calls["n"] == 10 else loss), stats  # step 3, update 1 (probe: 2 at step 0)
 
-    monkeypatch.setattr(grpo, "policy_loss", poisoned)
+    monkeypatch.setattr(train_module, "policy_loss", poisoned)
     args = tiny_args(steps=6, checkpoint_every=2, snr_every=1000, out_dir=str(tmp_path / "nan"))
     with pytest.raises(NonFiniteError, match="step 3"):
         run_records(args, **QUIET)
@@ -324,8 +324,8 @@ def test_wrap_is_what_steps_the_gac_runs(tiny_args):
     (["--lr", "nan"], "--lr must be a finite number > 0"),
     (["--lr", "inf"], "--lr must be a finite number > 0"),
     (["--lr", "-1e-3"], "--lr must be a finite number > 0"),
-    (["--kl-coef", "nan"], "--kl-coef must be a finite number >= 0"),
-    (["--kl-coef", "inf"], "--kl-coef must be a finite number >= 0"),
+    (["--clip-eps", "nan"], "--clip-eps must be a finite number > 0"),
+    (["--temperature", "inf"], "--temperature must be a finite number > 0"),
     (["--threads", "100000"], "--threads 100000 but this machine has"),
     (["--prompts-per-step", "100000000"], "samples per step; at most"),
     (["--eval-problems", "1000000000000"], "--eval-problems 1000000000000: at most"),

@@ -87,9 +87,9 @@ def test_heldout_and_train_sets_are_distinct_fixed_and_in_their_split():
         assert len(held) == available and len(torch.unique(held, dim=0)) == available
         assert task.is_heldout(held[:, 0], held[:, 1]).all() and torch.equal(held, task.heldout_set(1000))
         assert torch.equal(task.heldout_set(10), held[:10])  # a smaller set is the first n of the same problems
-        train = task.train_set(500, seed=3)
+        train = task.distinct_pairs(500, 3, heldout=False)
         assert len(torch.unique(train, dim=0)) == 500 and not task.is_heldout(train[:, 0], train[:, 1]).any()
-        assert not torch.equal(train, task.train_set(500, seed=4))
+        assert not torch.equal(train, task.distinct_pairs(500, 4, heldout=False))
     assert len(AdditionTask(digits=1).heldout_set(1000)) == 12  # the whole 1-digit held-out split
 
 

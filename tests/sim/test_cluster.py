@@ -212,7 +212,7 @@ def test_progress_by_counts_when_every_task_costs_the_same():
 
 def test_a_warm_start_to_train_says_so_when_it_starts():
     from experiments.llm import WARM_START_FOUND_SECONDS, WarmStart, start_line
-    from sim.llm.args import Args
+    from sim.llm.train import Args
 
     args = Args(size="small", digits=2, warm_seed=3)
     line = start_line(Task("warm", str.upper, cost=90.0, spec=WarmStart(args)))
