@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 BASE = dict(size="small", digits=2, prompts_per_step=16, group_size=8, minibatches=1, ratio_to="behaviour",
             max_grad_norm=1.0, lr=3e-4, eval_every=20, eval_problems=1000, snr_every=10, warm_ceiling=0.5,
             warm_attempts=10)
-CONFIG = "16×8 samples, 1 update/step, behaviour ratio, lr 3e-4"
+CONFIG = "16 prompts × 8 samples, one update per step, behaviour ratio, step size 3e-4"
 """The figures' name of this configuration."""
 FIG1_STALENESS = (0, 2, 4, 8, 16)
 FIG3_STALENESS = 16

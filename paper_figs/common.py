@@ -73,20 +73,25 @@ SIM_TITLES = {"quadratic": "noisy quadratic", "quadratic_adam": "noisy quadratic
 """A simulator's name in words, for panel titles."""
 WORDS = {"gac": "GAC", "tis": "TIS", "m2po": "M2PO", "bapo": "BAPO", "vcpo": "VCPO", "dc": "delay compensation",
          "lr": "step", "naive": "naive async", "sync": "sync", "ema": "EMA", "ref": "reference", "adam": "(Adam)",
-         "adaptive": "adaptive τ", "gradient": "on the gradient", "update": "on the update", "braking": "braking",
-         "kl": "KL", "target": "target"}
+         "adaptive": "adaptive τ", "gradient": "on the gradient", "update": "on the update",
+         "momentum": "on the momentum", "braking": "braking", "kl": "KL", "target": "target"}
 
 
 def label_words(label: str) -> str:
-    """A run label of the registries (``gac_cap_t0.5_ema_ref``, ``lr_scale``, ``naive_adam``) in words for a legend
-    or a tick: 'GAC cap τ = 0.5 EMA reference', 'step ÷ (1 + s)', 'naive async (Adam)'."""
-    if label == "lr_scale":
-        return "step ÷ (1 + s)"
-    words = []
-    for token in label.split("_"):
-        threshold = re.fullmatch(r"t(\d+(?:\.\d+)?)", token)
-        words.append(f"τ = {threshold[1]}" if threshold else WORDS.get(token, token))
-    return " ".join(words).replace("lr scale", "step ÷ (1 + s)")
+    """A run label of the registries (``gac_cap_t0.5_ema_ref``, ``lr_scale``, ``naive_adam``, ``gac update``,
+    ``kl_target+gac``) in words for a legend or a tick: 'GAC cap τ = 0.5 EMA reference', 'step ÷ (1 + s)', 'naive async
+    (Adam)', 'GAC on the update', 'KL target + GAC'."""
+    parts = []
+    for part in label.split("+"):
+        if part.strip() == "lr_scale":
+            parts.append("step ÷ (1 + s)")
+            continue
+        words = []
+        for token in re.split(r"[_ ]", part.strip()):
+            threshold = re.fullmatch(r"t(\d+(?:\.\d+)?)", token)
+            words.append(f"τ = {threshold[1]}" if threshold else WORDS.get(token, token))
+        parts.append(" ".join(w for w in words if w))
+    return " + ".join(parts)
 
 
 def method_color(method: str) -> str:
@@ -147,20 +152,36 @@ MIN_BAND_RUNS = 3
 """A band (an interval over warm starts or seeds) needs at least this many of them; fewer are drawn one by one."""
 
 
-def spread(ax, rows: list[dict], key: str, arm: str, band: tuple, color: str, limits: tuple | None = None,
+def band(ax, x, low, high, runs: int, color, limits: tuple | None = None, alpha: float = 0.12):
+    """Fill between ``low`` and ``high`` over ``x`` (``x`` None: across the whole width): an interval over ``runs``
+    runs (warm starts, seeds), clipped to the metric's ``limits`` (a cosine in [−1, 1], an accuracy in [0, 1], a norm
+    above 0). The band is named "band over N runs" (its gid), so that a reader check can count them. ValueError with
+    fewer than ``MIN_BAND_RUNS`` runs: draw each run instead."""
+    if runs < MIN_BAND_RUNS:
+        raise ValueError(f"a band over {runs} runs: a band needs at least {MIN_BAND_RUNS}; draw each run instead")
+    low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+    if limits is not None:
+        low, high = np.clip(low, *limits), np.clip(high, *limits)
+    if x is None:
+        artist = ax.axhspan(float(low), float(high), color=color, alpha=alpha, lw=0)
+    else:
+        artist = ax.fill_between(x, low, high, color=color, alpha=alpha, lw=0)
+    artist.set_gid(f"band over {runs} runs")
+    return artist
+
+
+def spread(ax, rows: list[dict], key: str, arm: str, interval: tuple, color: str, limits: tuple | None = None,
            smooth: Callable = lambda values: values) -> None:
-    """The spread around an arm's mean line: ``band`` = (steps, low, high) filled and clipped to the metric's
-    ``limits`` (a cosine in [−1, 1], an accuracy in [0, 1], a norm above 0) when the arm has at least
-    ``MIN_BAND_RUNS`` warm starts; with fewer, each warm start's own line (its seeds' mean), thin."""
+    """The spread around an arm's mean line: ``interval`` = (steps, low, high) as a ``band`` clipped to the metric's
+    ``limits`` when the arm has at least ``MIN_BAND_RUNS`` warm starts; with fewer, each warm start's own line (its
+    seeds' mean), thin."""
     mine = [r for r in rows if r["arm"] == arm and isinstance(r.get(key), (int, float)) and np.isfinite(r[key])
             and not r.get("diverged")]
     warm_starts = sorted({r["warm_seed"] for r in mine})
     if len(warm_starts) >= MIN_BAND_RUNS:
-        steps, low, high = band
-        low, high = smooth(np.asarray(low, dtype=float)), smooth(np.asarray(high, dtype=float))
-        if limits is not None:
-            low, high = np.clip(low, *limits), np.clip(high, *limits)
-        ax.fill_between(steps, low, high, color=color, alpha=0.12, lw=0)
+        steps, low, high = interval
+        band(ax, steps, smooth(np.asarray(low, dtype=float)), smooth(np.asarray(high, dtype=float)),
+             len(warm_starts), color, limits)
         return
     for warm_start in warm_starts:
         by_step: dict = {}

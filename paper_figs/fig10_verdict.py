@@ -60,6 +60,20 @@ def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]
     return [toys, *[run_unit(r) for r in reporting]]
 
 
+COMMITTED_TOYS = Path(__file__).resolve().parents[1] / "docs" / "data" / "verdict_toys.csv"
+"""The toys' verdict of the full profile (``python -m experiments.verdict_toys --profile full``)."""
+
+
+def committed_results() -> Results:
+    """The full profile's results without a run: its toy unit's value read from ``COMMITTED_TOYS`` (the provenance
+    columns set aside); ``plot`` reads the committed LLM verdict itself (``llm_verdict``)."""
+    from sim.record import read_records
+
+    toys = [{c: r[c] for c in verdict_toys.COLUMNS} for r in read_records(COMMITTED_TOYS)]
+    (toy_unit,) = runs("full")
+    return Results("full", items=((toy_unit, toys),))
+
+
 def draws_committed(results: Results) -> bool:
     """Whether the LLM panels draw the committed verdict: the profile declared no GRPO run (full, see ``runs``)."""
     return not results.runs()
@@ -90,10 +104,9 @@ def plot_gap(ax, table: list[dict]) -> None:
                         capsize=2, lw=0.8)
     ax.set_yticks(range(len(rows)), [f"{label_words(r['arm'])} (step {r['lr']:.2g})" for r in rows], fontsize=6.5)
     ax.invert_yaxis()
-    ax.axvline(0, color="#d62728", lw=0.8, label="naive async")
-    ax.set(xlabel="final accuracy − naive async's (paired)\n(bar: mean; whisker: 90 % hierarchical interval)",
-           title="(a) each arm against naive async")
-    ax.legend(loc="lower right", fontsize=6)
+    ax.axvline(0, color="#d62728", lw=0.8)
+    ax.set(xlabel="final accuracy − naive async's\n(paired; bar: mean, whisker: 90 %\nhierarchical interval)",
+           title="(a) arm − naive async (red line)")
 
 
 def plot_drift(ax, runs: list[dict]) -> None:
@@ -104,16 +117,17 @@ def plot_drift(ax, runs: list[dict]) -> None:
         ax.scatter(max(r["kl_behaviour_mean"], 1e-6), r["final_accuracy"], color=arm_color(r), s=10,
                    marker="x" if r["diverged"] else "o", alpha=0.7)
     ax.set_xscale("log")
-    ax.set(xlabel="mean KL(π_b ‖ π_θ) over the run\n(log scale; sync runs drawn at 1e-6)",
+    ax.set(xlabel="mean KL($\\pi_b \\,\\|\\, \\pi_\\theta$) over the run\n(log scale; sync runs drawn at 1e-6)",
            ylabel="final held-out accuracy",
-           title=f"(b) drift vs outcome: Spearman ρ = {rho:+.2f}\n({n} stale runs, TIS left out)")
+           title=f"(b) drift: Spearman ρ = {rho:+.2f}\n({n} stale runs, TIS left out)")
 
 
 def plot_alignment(ax, table: list[dict]) -> None:
     rows = [r for r in table if r["role"] == "report"]
-    ax.bar(range(len(rows)), [r["cos_update"] for r in rows], color=[arm_color(r) for r in rows])
-    ax.set_xticks(range(len(rows)), [label_words(r["arm"]) for r in rows], rotation=60, ha="right", fontsize=6.5)
-    ax.set(ylabel=r"mean $\cos(\Delta\theta_t, \Delta\theta_{t-1})$", ylim=(-0.1, 1.0),
+    ax.barh(range(len(rows)), [r["cos_update"] for r in rows], color=[arm_color(r) for r in rows])
+    ax.set_yticks(range(len(rows)), [label_words(r["arm"]) for r in rows], fontsize=6.5)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set(xlabel=r"mean $\cos(\Delta\theta_t, \Delta\theta_{t-1})$", xlim=(-0.1, 1.0),
            title="(c) alignment of the applied update")
 
 
@@ -129,15 +143,16 @@ def plot_tuning_or_runs(ax, tuning: list[dict], runs: list[dict]) -> None:
         ax.set_xscale("log")
         ax.set(xlabel="AdamW step size", ylabel="late held-out accuracy\n(tuning warm start)",
                title="(d) tuning: each arm's own step size")
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(fontsize=6, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25))  # below, not on a curve
         return
     report = [r for r in runs if r["role"] == "report"]
     arms = list(dict.fromkeys(r["arm"] for r in report))
     for i, arm in enumerate(arms):
         mine = [r for r in report if r["arm"] == arm]
-        ax.scatter([i] * len(mine), [r["final_accuracy"] for r in mine], color=arm_color(mine[0]), s=12)
-    ax.set_xticks(range(len(arms)), [label_words(a) for a in arms], rotation=60, ha="right", fontsize=6.5)
-    ax.set(ylabel="final held-out accuracy\n(one dot per warm start × seed)",
+        ax.scatter([r["final_accuracy"] for r in mine], [i] * len(mine), color=arm_color(mine[0]), s=12)
+    ax.set_yticks(range(len(arms)), [label_words(a) for a in arms], fontsize=6.5)
+    ax.set_ylim(len(arms) - 0.5, -0.5)
+    ax.set(xlabel="final held-out accuracy\n(one dot per warm start × seed)",
            title="(d) per run (one fixed step size, no tuning)")
 
 
@@ -159,7 +174,8 @@ def plot_toys(ax_final, ax_cos, fig, toys: list[dict], staleness: int = 16) -> N
             i, j = arms.index(r["arm"]), columns.index(key)
             ratio[i, j] = np.log10(r["final"] / sync[key]) if r["final"] > 0 and sync.get(key, 0) > 0 else np.nan
             cos[i, j] = r["cos_update"]
-    short = {"bandit_gaussian": "bandit", "sgd_momentum": "SGD-m", "one_update": "1 update", "llm": "LLM-like"}
+    short = {"bandit_gaussian": "bandit", "sgd_momentum": "momentum\nSGD", "one_update": "1 update", "llm": "LLM-like",
+             "adam": "Adam"}
     labels = ["\n".join(short.get(part, part) for part in c) for c in columns]
     for ax, values, cmap, vmin, vmax, title, key in (
             (ax_final, ratio, "Reds", 0, 2, f"(e) toys, s = {staleness}: final objective relative to sync, each arm "
@@ -207,8 +223,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     plot_toys(fig.add_subplot(grid[2, :]), fig.add_subplot(grid[3, :]), fig, toys)
     paths = [write_records(toys, out_dir / f"{NAME}_toys.csv")]
     committed = draws_committed(results)
-    source = (f"committed {COMMITTED} verdict, code {runs[0]['code']}" if committed and runs
-              else f"{results.profile} profile")
+    source = "the committed verdict" if committed and runs else f"{results.profile} profile"
     staleness = verdict_mod.PROFILES[COMMITTED if committed else results.profile].staleness
     fig.suptitle(f"What closes the async gap (LLM, s = {staleness}, {source})")
     paths += [write_records(runs, out_dir / f"{NAME}.csv"), write_records(table, out_dir / f"{NAME}_table.csv")]

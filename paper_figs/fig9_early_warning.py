@@ -17,7 +17,7 @@ from experiments.cache import Unit
 from experiments.early_warning import HORIZONS, SIGNALS, check_request, evaluate, llm_rows
 from experiments.llm import run_unit, sweep
 from paper_figs import fig1_cosine, fig3_divergence
-from paper_figs.common import SIM_TITLES, Results, apply_style, save_figure
+from paper_figs.common import SIM_TITLES, Results, apply_style, panel_letters, save_figure
 from sim.record import write_records
 
 NAME = "fig9_early_warning"
@@ -41,7 +41,7 @@ def toy_rows(results: Results) -> list[dict]:
             for row in results.value(u.spec, [])]
 
 
-def plot_sim(axes, table: list[dict], sim: str, signals, horizons) -> None:
+def plot_sim(axes, table: list[dict], sim: str, signals, horizons, first: bool = True) -> None:
     """AUC bars (one per k) per signal, and the median lead time at the largest k with the detected share."""
     ax_auc, ax_lead = axes
     mine = {(r["signal"], r["k"]): r for r in table if r["sim"] == sim}
@@ -55,12 +55,12 @@ def plot_sim(axes, table: list[dict], sim: str, signals, horizons) -> None:
                     label="collapsing runs only" if j == 0 else None)
     for i, s in enumerate(signals):
         if not mine[(s, horizons[0])]["scored_steps"]:
-            ax_auc.text(i, 0.02, "not\nrecorded", ha="center", va="bottom", fontsize=5, color="grey")
-    first = next(iter(mine.values()))
+            ax_auc.text(i, 0.02, "not recorded", ha="center", va="bottom", rotation=90, fontsize=5, color="grey")
+    found = next(iter(mine.values()))
     ax_auc.axhline(0.5, color="grey", ls="--", lw=0.8)
-    ax_auc.set(ylim=(0, 1), ylabel="ROC AUC (higher value = warning)",
-               title=f"{SIM_TITLES.get(sim, sim)}: {first['collapses']} collapses in {first['runs']} runs")
-    ax_auc.set_xticks(x, [SIGNAL_WORDS.get(s, s) for s in signals], rotation=45, ha="right")
+    ax_auc.set(ylim=(0, 1), ylabel="ROC AUC\n(0.5: no warning)" if first else None,
+               title=f"{SIM_TITLES.get(sim, sim)}: {found['collapses']} collapses in {found['runs']} runs")
+    ax_auc.set_xticks(x, [SIGNAL_WORDS.get(s, s) for s in signals], rotation=45, ha="right", rotation_mode="anchor")
     longest = max(horizons)
     lead = [mine[(s, longest)]["median_lead"] for s in signals]
     ax_lead.bar(x, lead, color="#4292c6")
@@ -69,8 +69,9 @@ def plot_sim(axes, table: list[dict], sim: str, signals, horizons) -> None:
         if not math.isnan(detected):
             ax_lead.text(i, (lead[i] if not math.isnan(lead[i]) else 0) + 0.3, f"{detected:.0%}", ha="center",
                          fontsize=6)
-    ax_lead.set(ylim=(0, longest * 1.15), ylabel=f"median lead (steps), k = {longest}\n(label: collapses detected)")
-    ax_lead.set_xticks(x, [SIGNAL_WORDS.get(s, s) for s in signals], rotation=45, ha="right")
+    ax_lead.set(ylim=(0, longest * 1.15), ylabel="median lead (steps)" if first else None,
+                title=f"lead at a 10 % false-alarm rate, k = {longest}\n(label: share of collapses detected)")
+    ax_lead.set_xticks(x, [SIGNAL_WORDS.get(s, s) for s in signals], rotation=45, ha="right", rotation_mode="anchor")
 
 
 def markdown(table: list[dict]) -> str:
@@ -100,7 +101,8 @@ def plot(results: Results, out_dir: Path, signals=tuple(SIGNALS), horizons=HORIZ
     fig, axes = plt.subplots(2, max(1, len(sims)), figsize=(3.6 * max(1, len(sims)), 5.2), squeeze=False,
                              layout="constrained")
     for i, sim in enumerate(sims):
-        plot_sim((axes[0][i], axes[1][i]), table, sim, list(signals), list(horizons))
+        plot_sim((axes[0][i], axes[1][i]), table, sim, list(signals), list(horizons), first=i == 0)
+    panel_letters(axes[:, :len(sims)].ravel())  # reading order: the AUC row, then the lead row
     fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside upper center", ncol=len(horizons) + 1)
     paths = [write_records(table, out_dir / f"{NAME}.csv"), write_records(events, out_dir / f"{NAME}_collapses.csv"),
              *save_figure(fig, out_dir, NAME)]

@@ -1,13 +1,17 @@
-"""figs2_llm_signature: where the stale-aligned signature appears at LLM scale, one factor at a time.
+"""figs2_llm_signature: whether staleness raises the consecutive-gradient cosine at LLM scale, one factor of the GRPO
+setup varied at a time, beside what it does to the accuracy.
 
-(a–c) the mean consecutive cosine at each granularity (optimizer updates, RL steps, applied Δθ) against
-staleness, one line per configuration (seed mean, bars: seed-bootstrap interval); (d) final held-out accuracy;
-(e) the RL-step cosine against the measured per-half SNR (from cos_halves), under the signal-only reference
-2·SNR_h/(1 + 2·SNR_h). Runs come from experiments/signature.py (cached with the other LLM figures).
+One message, two panels on one x scale, one row per configuration: async at its largest s minus sync, paired by seed,
+(a) in the cosine of consecutive RL steps' gradients (the signature), (b) in the final held-out accuracy; each seed a
+dot, the mean a bar. The CSVs keep every run (each granularity's cosine, the SNR probe, KL), the per-(configuration, s)
+summary with seed-bootstrap intervals and the paired gaps. Runs come from experiments/signature.py (cached with the
+other LLM figures); ``python -m paper_figs.committed figs2_llm_signature`` redraws the committed quick profile from
+docs/data/figs2_llm_signature.csv.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -22,16 +26,10 @@ from sim.record import write_records
 
 NAME = "figs2_llm_signature"
 PANEL_KEYS = (*signature.GRANULARITIES, "final_accuracy")
-TITLES = {"cos_prev": "(a) consecutive optimizer updates (raw g)",
-          "cos_prev_step": "(b) consecutive RL steps (summed g)", "cos_update": "(c) consecutive applied updates Δθ",
-          "final_accuracy": "(d) final held-out accuracy"}
-YLABELS = {"cos_prev": "mean cosine of consecutive\nupdates' gradients", "cos_prev_step": "mean cosine of consecutive\n"
-           "RL steps' summed gradients", "cos_update": "mean cosine of consecutive\napplied updates Δθ",
-           "final_accuracy": "final held-out accuracy"}
-"""Each panel's y axis in words (the CSV column is the key)."""
+"""The quantities of the summary table (the CSV column names)."""
 CONFIG_WORDS = {"batch": "{} prompts × {} samples per step", "updates": "{} optimizer updates per RL step",
                 "ratio": "{} ratio (stale data used as if fresh)", "clip": "gradient-norm clip at {}",
-                "digits": "{}-digit addition", "lr": "AdamW lr {}"}
+                "digits": "{}-digit addition", "lr": "AdamW step size {}"}
 
 
 def config_label(config: str) -> str:
@@ -66,18 +64,24 @@ def summary_table(rows: list[dict]) -> list[dict]:
 GAP_KEYS = (*PANEL_KEYS, "kl_behaviour_mean", "cos_prev_q1", "cos_prev_step_q1", "accuracy_q1", "accuracy_q2")
 
 
-def gaps(rows: list[dict]) -> list[dict]:
-    """Per configuration: async at its largest s minus sync, paired by seed, for each of GAP_KEYS (mean over seeds
-    and seed-bootstrap interval), with sync's per-half SNR: the numbers behind the hypotheses H1–H4."""
-    out = []
+def paired(rows: list[dict]):
+    """Per configuration with a stale cell: (configuration, its largest s, {seed: sync row}, {seed: stale row}, the
+    seeds both have), sync and async paired by seed."""
     for config in dict.fromkeys(r["config"] for r in rows):
         mine = [r for r in rows if r["config"] == config]
         s_max = max(r["staleness"] for r in mine)
         sync = {r["seed"]: r for r in mine if r["staleness"] == 0}
         stale = {r["seed"]: r for r in mine if r["staleness"] == s_max}
         seeds = sorted(set(sync) & set(stale))
-        if s_max == 0 or not seeds:
-            continue
+        if s_max > 0 and seeds:
+            yield config, s_max, sync, stale, seeds
+
+
+def gaps(rows: list[dict]) -> list[dict]:
+    """Per configuration: async at its largest s minus sync, paired by seed, for each of GAP_KEYS (mean over seeds
+    and seed-bootstrap interval), with sync's per-half SNR: the numbers behind the hypotheses H1–H4."""
+    out = []
+    for config, s_max, sync, stale, seeds in paired(rows):
         row = {"config": config, "staleness": s_max, "seeds": len(seeds),
                "sync_snr_halves": signature.seed_interval([sync[k]["snr_halves"] for k in seeds])[0],
                "async_snr_halves": signature.seed_interval([stale[k]["snr_halves"] for k in seeds])[0]}
@@ -88,30 +92,31 @@ def gaps(rows: list[dict]) -> list[dict]:
     return out
 
 
-def plot_vs_staleness(ax, table: list[dict], key: str, colors: dict) -> None:
-    for config, color in colors.items():
-        mine = sorted((r for r in table if r["config"] == config), key=lambda r: r["staleness"])
-        s = np.array([r["staleness"] for r in mine])
-        mean = np.array([r[key] for r in mine])
-        err = np.abs(np.array([[r[f"{key}_low"], r[f"{key}_high"]] for r in mine]).T - mean)
-        ax.errorbar(s, mean, yerr=np.nan_to_num(err), color=color, marker="o", ms=3, capsize=2,
-                    label=config_label(config))
-    ax.axhline(0, color="grey", lw=0.6)
-    ax.set(xlabel="staleness $s$", ylabel=YLABELS[key], title=TITLES[key])
+SHOWN = (("cos_prev_step", "(a) cosine of consecutive RL steps' gradients"),
+         ("final_accuracy", "(b) final held-out accuracy"))
+"""The two quantities the figure sets side by side: the signature and the outcome."""
 
 
-def plot_snr(ax, table: list[dict], colors: dict) -> None:
-    """RL-step cosine against the measured per-half SNR, with the signal-only reference curve."""
-    for r in table:
-        ax.scatter(r["snr_halves"], r["cos_prev_step"], color=colors[r["config"]], marker="o" if r["staleness"] == 0
-                   else "^", s=10 + 2 * r["staleness"], alpha=0.8)
-    snr = np.linspace(0, max([0.5] + [r["snr_halves"] for r in table if r["snr_halves"] == r["snr_halves"]]), 100)
-    ax.plot(snr, [signature.snr_reference(x) for x in snr], color="black", ls="--",
-            label=r"signal only: $2\,\mathrm{SNR}_h/(1+2\,\mathrm{SNR}_h)$")
-    ax.set(xlabel=r"per-half $\mathrm{SNR}_h$, measured from the half-batch cosine",
-           ylabel="mean cosine of consecutive\nRL steps' summed gradients",
-           title="(e) RL-step cosine vs SNR (○ sync, ▲ async; size: s)")
-    ax.legend(loc="upper left")
+def plot_gaps(axes, rows: list[dict]) -> None:
+    """Async at its largest s minus sync, paired by seed, one row per configuration: each seed's difference a dot,
+    the mean a bar; both panels on one x scale, so that a gap in one and none in the other can be seen."""
+    pairs = list(paired(rows))
+    width = max([0.05] + [abs(stale[k][key] - sync[k][key]) for _, _, sync, stale, seeds in pairs
+                          for k in seeds for key, _ in SHOWN if math.isfinite(stale[k][key] - sync[k][key])])
+    for ax, (key, title) in zip(axes, SHOWN, strict=True):
+        for i, (_, _, sync, stale, seeds) in enumerate(pairs):
+            diffs = [stale[k][key] - sync[k][key] for k in seeds]
+            ax.scatter(diffs, [i] * len(diffs), color="#1f77b4", s=14, alpha=0.7, zorder=3)
+            ax.scatter([float(np.mean(diffs))], [i], color="black", marker="|", s=300, lw=2, zorder=4)
+        ax.axvline(0, color="grey", lw=0.8)
+        ax.set(title=title, xlim=(-1.15 * width, 1.15 * width), ylim=(len(pairs) - 0.5, -0.5),
+               xlabel="async − sync, paired by seed")
+    axes[0].set_yticks(range(len(pairs)), [f"{config_label(c)}\n(s = {s})" for c, s, *_ in pairs])
+    seeds = sorted({len(p[-1]) for p in pairs})
+    handles = [plt.Line2D([], [], ls="", marker="o", color="#1f77b4", label="one seed"),
+               plt.Line2D([], [], ls="", marker="|", color="black", ms=12, mew=2,
+                          label=f"mean over {'/'.join(map(str, seeds))} seeds")]
+    axes[0].figure.legend(handles=handles, loc="outside lower center", ncols=2)
 
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
@@ -120,20 +125,18 @@ def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]
 
 
 def plot(results: Results, out_dir: Path) -> list[Path]:
-    rows = [signature.run_row(item, res, device_name(results.device)) for item, res in results.runs()]
+    return draw([signature.run_row(item, res, device_name(results.device)) for item, res in results.runs()], out_dir)
+
+
+def draw(rows: list[dict], out_dir: Path) -> list[Path]:
+    """The figure and its CSVs from ``rows`` (one per run, ``signature.run_row``; the committed
+    docs/data/figs2_llm_signature.csv holds the quick profile's)."""
     table = summary_table(rows)
-    configs = list(dict.fromkeys(r["config"] for r in rows))
-    cmap = plt.get_cmap("tab10")
-    colors = {c: cmap(i % 10) for i, c in enumerate(configs)}
     apply_style()
-    # two to a row at the width of a page, the sixth place for the configurations' legend
-    fig, grid = plt.subplots(3, 2, figsize=(7.0, 7.2), layout="constrained")
-    axes = grid.ravel()
-    for ax, key in zip(axes[:4], PANEL_KEYS, strict=True):
-        plot_vs_staleness(ax, table, key, colors)
-    plot_snr(axes[4], table, colors)
-    axes[5].axis("off")
-    axes[5].legend(*axes[0].get_legend_handles_labels(), loc="center", title="configuration (bars: seed interval)")
+    fig, axes = plt.subplots(1, 2, figsize=(7.0, 1.4 + 0.55 * len(list(paired(rows)))), sharey=True,
+                             layout="constrained")
+    plot_gaps(axes, rows)
+    fig.suptitle("What staleness changes in the small LLM: the gradient cosine or the accuracy?", fontsize=8)
     gap_rows = gaps(rows)
     paths = [write_records(rows, out_dir / f"{NAME}.csv"), write_records(table, out_dir / f"{NAME}_table.csv"),
              write_records(gap_rows, out_dir / f"{NAME}_gaps.csv"), *save_figure(fig, out_dir, NAME)]

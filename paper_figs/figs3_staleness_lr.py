@@ -71,8 +71,19 @@ def committed_llm(path: Path = COMMITTED) -> tuple[list[dict], list[dict]]:
 def plot(results: Results, out_dir: Path) -> list[Path]:
     found = [value for u, value in results.items if u.kind.startswith(NAME)]
     llm_table, llm_fits = committed_llm()
-    table = [row for f in found for row in table_rows(f)] + llm_table
-    fits = [row for f in found for row in fit_rows(f)] + llm_fits
+    return draw([row for f in found for row in table_rows(f)] + llm_table,
+                [row for f in found for row in fit_rows(f)] + llm_fits, out_dir)
+
+
+def committed_tables(path: Path = COMMITTED) -> tuple[list[dict], list[dict]]:
+    """Every row of the committed full-profile table and of its fits (the provenance columns set aside): what the
+    full profile draws, without its hours of search."""
+    return ([{k: v for k, v in r.items() if k in COLUMNS} for r in read_records(path)],
+            [{k: v for k, v in r.items() if k in FIT_COLUMNS} for r in read_records(fit_path(path))])
+
+
+def draw(table: list[dict], fits: list[dict], out_dir: Path) -> list[Path]:
+    """The figure and its two CSVs from the boundary ``table`` (``COLUMNS``) and its ``fits`` (``FIT_COLUMNS``)."""
     paths = [write_records(table, out_dir / f"{NAME}.csv", COLUMNS),
              write_records(fits, out_dir / f"{NAME}_fit.csv", FIT_COLUMNS)]
     apply_style()
@@ -97,7 +108,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
         ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6)  # below the panel, not on a line
     _plot_exponents(axes[2], fits)
-    _plot_llm(axes[3], llm_table)
+    _plot_llm(axes[3], [r for r in table if r["scale"] == "llm"])
     paths += save_figure(fig, out_dir, NAME)
     for r in fits:
         print(f"  {r['scale']:<21} {r['criterion']:<8} {r['method']:<5} p = {r['exponent']:.3f} "
@@ -121,7 +132,7 @@ def _plot_llm(ax, rows: list[dict]) -> None:
     naive's s = 1 point (the S·η law)."""
     rows = [r for r in rows if r["criterion"] == "progress"]
     if not rows:
-        ax.text(0.5, 0.5, f"no LLM rows in\n{COMMITTED.name}", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "no committed LLM data", ha="center", va="center", transform=ax.transAxes)
         ax.set(title="(d) LLM testbed", xticks=[], yticks=[])
         return
     for method in METHODS:
@@ -169,7 +180,7 @@ def _plot_exponents(ax, fits: list[dict]) -> None:
                    label=f"theory fit, {label_words(method)}")
     ax.axvline(1.0, color="grey", lw=0.8, ls="-", label="1/s (S·η law)")
     ax.set_yticks(range(len(labels)), labels, fontsize=6)
-    ax.invert_yaxis()
+    ax.set_ylim(len(labels) - 0.5, -0.5)  # top to bottom, the last row clear of the x axis' labels
     ax.set(xlabel=r"fitted exponent $p$ ($\eta_{\max} \propto s^{-p}$)", xlim=(-0.2, 1.2),
            title="(c) exponent, 90 % seed bootstrap\n(censored: boundary outside the search range)")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2, fontsize=6)

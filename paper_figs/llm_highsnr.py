@@ -10,6 +10,7 @@ line beside a cosine curve is the cap SNR/(1+SNR) at the batch SNR the same runs
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,15 +51,23 @@ def curves(steps: pd.DataFrame, arm: str, key: str, smooth: int = SMOOTH) -> pd.
     return table.T.groupby(level="warm_seed").mean().T
 
 
-def draw_band(ax, table: pd.DataFrame, color: str, style: str, label: str) -> None:
+LIMITS = {"accuracy": (0.0, 1.0), "objective": (0.0, 1.0), "grad_norm": (0.0, math.inf),
+          "kl_behaviour": (0.0, math.inf), "cos_prev": (-1.0, 1.0)}
+"""The range each drawn metric cannot leave (a band is clipped to it)."""
+
+
+def draw_band(ax, table: pd.DataFrame, color: str, style: str, label: str, key: str) -> None:
+    """The warm starts' mean of ``table`` (steps × warm starts) with its 95 % t-band, clipped to ``key``'s range, where
+    there are at least ``MIN_BAND_RUNS`` warm starts; else each warm start's line."""
     from experiments import stats
+    from paper_figs.common import MIN_BAND_RUNS, band
 
     if table.empty:
         return
     x = table.index.to_numpy()
-    if table.shape[1] >= 3:
+    if table.shape[1] >= MIN_BAND_RUNS:
         mean, low, high = stats.t_interval(table.to_numpy(dtype=float), 0.95, axis=1)
-        ax.fill_between(x, low, high, color=color, alpha=0.15, lw=0)
+        band(ax, x, low, high, table.shape[1], color, LIMITS[key], alpha=0.15)
         ax.plot(x, mean, color=color, ls=style, label=label)
     else:
         for i, column in enumerate(table.columns):
@@ -95,7 +104,7 @@ def draw(runs: pd.DataFrame, steps: pd.DataFrame, out_dir: Path) -> list[Path]:
         arms = [("sync", "sync", "black")] + [(with_ratio(f"naive s={s}", ratio), f"naive, s = {s}", shade)
                                               for s, shade in zip(stalenesses, shades, strict=True)]
         for arm, label, color in arms:
-            draw_band(ax, curves(steps, arm, "cos_prev"), color, "-", label)
+            draw_band(ax, curves(steps, arm, "cos_prev"), color, "-", label, "cos_prev")
             bound = cap(steps, arm)
             if not bound.empty:
                 ax.plot(bound.index, bound.mean(axis=1), color=color, ls="--", lw=0.8)
@@ -118,7 +127,7 @@ def draw(runs: pd.DataFrame, steps: pd.DataFrame, out_dir: Path) -> list[Path]:
             for row, (key, ylabel) in enumerate(PANELS):
                 data = with_final if key == "accuracy" else steps
                 draw_band(axes[row, column], curves(data, name, key, smooth=1 if key == "accuracy" else SMOOTH),
-                          color, style, f"{label} ({collapse_counts(runs, name)})")
+                          color, style, f"{label} ({collapse_counts(runs, name)})", key)
                 axes[row, 0].set_ylabel(ylabel)
         if ratio == "proximal":  # the step-cut control: naive at GAC-on-the-update's effective step
             name = arm_name("naive", "gradient", FIG3_STALENESS, ratio, STEPCUT_LR)
@@ -126,7 +135,7 @@ def draw(runs: pd.DataFrame, steps: pd.DataFrame, out_dir: Path) -> list[Path]:
             for row, (key, _) in enumerate(PANELS):
                 data = with_final if key == "accuracy" else steps
                 draw_band(axes[row, column], curves(data, name, key, smooth=1 if key == "accuracy" else SMOOTH),
-                          "grey", "-.", label)
+                          "grey", "-.", label, key)
         axes[0, column].set_title(RATIOS[ratio])
         axes[0, column].set_ylim(0, 1)
         axes[-1, column].set_xlabel("RL step")

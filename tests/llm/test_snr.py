@@ -204,8 +204,8 @@ def test_figure_draws_n_times_the_mean_r_and_the_cosine_cap(tmp_path, monkeypatc
     llm_snr.draw(table, tmp_path)
     assert len(drawn["fig"].axes) >= 1
     lines = {line.get_label(): line for line in drawn["fig"].axes[0].get_lines()}
-    every = lines["2 digits, G=8: r=0.002"]
-    dropped = next(line for label, line in lines.items() if "tied dropped" in label)
+    every = lines["2 digits, $G$ = 8: $r$ = 0.002"]
+    dropped = next(line for label, line in lines.items() if "tied groups dropped" in label)
     np.testing.assert_allclose(every.get_ydata() / every.get_xdata(), 2e-3)
     np.testing.assert_allclose(dropped.get_ydata() / dropped.get_xdata(), 6e-3)
     assert llm_snr.cap(1.0) == 0.5 and llm_snr.cap(4.0) == pytest.approx(0.8)
