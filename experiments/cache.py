@@ -19,7 +19,7 @@ import functools
 import hashlib
 import json
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,8 +173,9 @@ def result(item: Unit, force: bool = False) -> Any:
 
 
 @contextlib.contextmanager
-def one_thread():
-    """torch on one thread inside the block (the units run side by side, one per core); the count restored after."""
+def single_thread() -> Iterator[None]:
+    """torch on one intra-op thread inside the block, the previous count restored after: the units run side by side,
+    one per core, and on tiny tensors a second thread only spins when another process holds a core."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -187,6 +188,6 @@ def compute_unit(item: Unit, folder: str | Path) -> Any:
     """Compute ``item`` with torch on one thread and store its result in the cache folder ``folder`` (a task: runs
     in a worker process, so the folder is an argument, never a global set there). A GRPO run sets its own thread
     count from its arguments."""
-    with one_thread():
+    with single_thread():
         result = item.fn(*item.args)
     return store(item.kind, item.key, result, Path(folder))

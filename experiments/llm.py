@@ -222,60 +222,18 @@ def _warm_start(args: Args) -> None:
     prepare_warm_start(args, log=lambda *a: None)
 
 
-GIB = 1 << 30
-MEASURED_PEAK_GIB = {"tiny": 0.48, "small": 0.58, "cpu": 0.68, "gpu": 4.49}
-"""Peak RSS of one worker process computing one GRPO run on the CPU, one thread, torch and transformers loaded
-(``resource.getrusage`` ru_maxrss after ``run_records``): tiny 1-digit 8 × 8 samples; small 2-digit 16 × 8 (the
-quick profile's batch); cpu 16 × 8; gpu (25M parameters) 2-digit 64 × 16, the gpu profile's batch, one step on the
-CPU. On a CUDA device the tensors live on the GPU, so the host figure is an upper bound there; GPU memory per
-worker is not measured."""
-WORKER_MEMORY = {"tiny": 0.75 * GIB, "small": 1 * GIB, "cpu": 1 * GIB, "gpu": 6 * GIB}
-"""Memory a worker may take, by model size: MEASURED_PEAK_GIB with about a third to a half more for room. It holds
-for a task of ``batch_limit`` runs too: on the CPU only tiny runs are batched, and a worker training 8 of fig8's tiny
-runs peaks little above one run, inside the tiny budget."""
 CUDA_WORKERS = 4
-"""Most worker processes that share one CUDA device: each trains a batch of up to CUDA_BATCH_RUNS runs, so a few
-processes keep the device busy while one samples on the host; more would add CUDA contexts, not throughput (a
-judgement, not measured on a device)."""
+"""Most worker processes that share one CUDA device: a few keep the device busy while one samples on the host; more
+would add CUDA contexts, not throughput (a judgement, not measured on a device)."""
 
 
-def largest_size(units: list[cache.Unit]) -> str:
-    """The largest GRPO model size among ``units`` ("small" when there is none): it sets the memory per worker."""
-    sizes = [u.spec.args.size for u in units if isinstance(u, RunUnit)]
-    return max(sizes, key=lambda s: WORKER_MEMORY.get(s, 0), default="small")
-
-
-def available_memory() -> int:
-    """Bytes of memory available to new processes (Linux MemAvailable; free pages elsewhere)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 40  # unknown: let the core count decide
-
-
-def default_jobs(size: str = "small", jobs: int | None = None, device: str = "cpu") -> int:
-    """Worker processes that compute at once: ``max(1, min(cores, available memory // WORKER_MEMORY[size]))``,
-    ``size`` being the largest model the runs use. Each worker runs one task (a unit, or a batch of tiny runs) on
-    one thread, so one per core keeps the cores busy, and the memory bound keeps them out of swap. With cores = 16
-    and 128 GiB available: 16 workers of every size (gpu: 128 GiB / 6 GiB = 21 > 16); 5 gpu-size ones if only 30 GiB
-    are free.
-
-    On a CUDA ``device`` the workers share the GPU, each with a batch of runs: at most CUDA_WORKERS of them (the
-    host's cores and memory bound them as on the CPU).
-
-    ``jobs`` (``--jobs``), else ``GAC_LAB_JOBS`` (read, never set), overrides it up to that limit: more is warned
-    about and capped; a value that is not a whole number ≥ 1 is a one-line ValueError. Every run is seeded on its
-    own, so the results do not depend on the count.
-    """
-    cores, memory = os.cpu_count() or 1, available_memory()
-    per_worker = WORKER_MEMORY.get(size, max(WORKER_MEMORY.values()))
-    limit = max(1, min(cores, memory // per_worker, CUDA_WORKERS if device.startswith("cuda") else cores))
+def default_jobs(jobs: int | None = None, device: str = "cpu") -> int:
+    """Worker processes that compute at once: one per core (each worker runs one task on one thread), at most
+    CUDA_WORKERS on a CUDA ``device``. ``jobs`` (``--jobs``), else ``GAC_LAB_JOBS`` (read, never set), overrides it
+    up to that limit: more is warned about and capped; a value that is not a whole number >= 1 is a one-line
+    ValueError. Every run is seeded on its own, so the results do not depend on the count."""
+    cores = os.cpu_count() or 1
+    limit = min(cores, CUDA_WORKERS) if device.startswith("cuda") else cores
     if jobs is None:
         text = paths.jobs_setting()
         if not text:
@@ -289,50 +247,27 @@ def default_jobs(size: str = "small", jobs: int | None = None, device: str = "cp
             raise ValueError(f"--jobs must be a whole number of worker processes >= 1, got {jobs}")
         source = f"--jobs {jobs}"
     if jobs > limit:
-        on_device = f", {CUDA_WORKERS} workers per CUDA device" if device.startswith("cuda") else ""
-        warnings.warn(f"{source} is more than this machine runs at once ({cores} cores, {memory / GIB:.1f} GiB "
-                      f"available at {per_worker / GIB:.1f} GiB per {size} worker{on_device}); using {limit}",
-                      RuntimeWarning, stacklevel=2)
+        where = f"{CUDA_WORKERS} workers per CUDA device" if device.startswith("cuda") else f"{cores} cores"
+        warnings.warn(f"{source} is more than this machine runs at once ({where}); using {limit}", RuntimeWarning,
+                      stacklevel=2)
         return limit
     return jobs
 
 
 STEP_SECONDS = {"tiny": 0.05, "small": 0.18, "cpu": 0.4, "gpu": 0.5}
 """Rough CPU seconds per RL step by model size, for 2-digit sums, 16 × 8 samples, one update per step, the
-behaviour-policy ratio and no direction control (small: read off ``COST_CALIBRATION``; tiny: off 40-step
-runs); ``estimated_seconds`` scales them to a run. They order the work of ``run_tasks`` and give the progress
-line's seconds left; a wrong value costs time, not results."""
-COST_CALIBRATION = (
-    # (what was timed, its Args overrides on the small model, CPU-s): ``experiments.llm.compute_run`` on one
-    # thread, idle, one run of each configuration the quick figures run
-    ("testbed sync, 60 steps", dict(steps=60, eval_problems=1000, method="sync"), 10.9),
-    ("testbed naive s=16", dict(steps=60, eval_problems=1000, staleness=16), 10.7),
-    ("testbed gac s=16", dict(steps=60, eval_problems=1000, staleness=16, method="gac"), 12.2),
-    ("fig5 naive, 2 updates, proximal ratio", dict(steps=80, minibatches=2, ratio_to="proximal", staleness=16), 17.2),
-    ("fig5 gac, 2 updates, proximal ratio", dict(steps=80, minibatches=2, ratio_to="proximal", method="gac",
-                                                 staleness=16), 21.6),
-    ("fig5 tis, 2 updates", dict(steps=80, minibatches=2, ratio_to="proximal", method="tis", staleness=16), 17.0),
-    ("fig5 naive, 2 updates, behaviour ratio", dict(steps=80, minibatches=2, staleness=16), 14.9),
-    ("fig10 naive, 8 × 8 samples, 40 steps", dict(steps=40, prompts_per_step=8, staleness=16), 3.95),
-    ("fig10 gac, 8 × 8 samples", dict(steps=40, prompts_per_step=8, method="gac", staleness=16), 4.95),
-    ("figs2 3 digits, 200 steps", dict(steps=200, digits=3, staleness=16), 38.6),
-    ("figs2 3 digits, 2 updates", dict(steps=200, digits=3, minibatches=2, staleness=16), 42.3),
-    ("figs2 3 digits, proximal ratio", dict(steps=200, digits=3, ratio_to="proximal", staleness=16), 46.9),
-)
-"""What ``estimated_seconds``'s factors were read off (tests/llm/test_experiments.py checks it stays within 25 %)."""
+behaviour-policy ratio and no direction control; ``estimated_seconds`` scales them to a run. They order the work of
+``run_tasks`` and give the progress line's seconds left; a wrong value costs time, not results."""
 WARM_START_SECONDS = {"tiny": 5.0, "small": 90.0}
-"""Rough seconds to train a warm start; the same use as STEP_SECONDS, and the progress line's seconds left
-(``experiments.pool.Progress``) start from them. small: the quick pipeline's plateau-trained warm starts, timed beside
-``COST_CALIBRATION``'s runs. Too low a value makes the first seconds left of a run too many: the speed read off a
-finished warm start is then too slow."""
+"""Rough seconds to train a warm start; the same use as STEP_SECONDS. Too low a value makes the first seconds left
+of a run too many: the speed read off a finished warm start is then too slow."""
 
 
 def estimated_seconds(args: Args) -> float:
     """A rough cost of the run of ``args`` on one core (orders the work; never changes a number): ``STEP_SECONDS`` per
-    step, scaled by the samples per step, the sum's width (longer sequences, × (digits + 12) / 14: most of a small
-    model's step is per-op overhead), the extra forward of a proximal ratio or TIS (× 1.15), each further update per
-    step (+10 %) and a direction control's cosines and projections (+12 % per update); see
-    ``COST_CALIBRATION``."""
+    step, scaled by the samples per step, the sum's width (× (digits + 12) / 14: most of a small model's step is
+    per-op overhead), the extra forward of a proximal ratio or TIS (× 1.15), each further update per step (+10 %) and
+    a direction control's cosines and projections (+12 % per update)."""
     samples = args.prompts_per_step * args.group_size / 128
     width = (args.digits + 12) / 14
     axes = args.axes
@@ -345,11 +280,6 @@ def estimated_seconds(args: Args) -> float:
 def units_of(task: Task) -> tuple[cache.Unit, ...]:
     """The units whose results ``task`` computes (its ``TaskSpec``'s): its unit, or none (a warm start, a figure)."""
     return task.spec.units
-
-
-def run_name(args: Args) -> str:
-    """The task name of a run: its unit's name (runs with the same key are one task)."""
-    return run_unit(Run(args, ())).name
 
 
 def unit_tasks(units: list[cache.Unit], folder: Path, force: bool = False) -> tuple[dict[str, Any], list[Task]]:
@@ -383,7 +313,7 @@ def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int |
     units = [run_unit(r) for r in runs]
     ray_cluster = cluster.current()
     if jobs is None:
-        jobs = default_jobs(largest_size(units), device=device) if ray_cluster is None else ray_cluster.cpus
+        jobs = default_jobs(device=device) if ray_cluster is None else ray_cluster.cpus
     results, tasks = unit_tasks(units, cache.CACHE_DIR)
     done, total, progress = len(results), len({u.name for u in units}), Progress(tasks, jobs)
     log(f"[{name}] {total} runs, {done} cached; {len(tasks)} tasks on {jobs} workers")
@@ -407,44 +337,6 @@ def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int |
 
     run_tasks(tasks, jobs, report, None if ray_cluster is None else ray_cluster.executor, on_start=started)
     return [(r, results[u.name]) for r, u in zip(runs, units, strict=True)]
-
-
-def sweep_results(profile: str, device: str = "cpu", log=_print_now, jobs: int | None = None) -> list[tuple[Run, dict]]:
-    """Every run of the sweep with its result (``results_of``)."""
-    return results_of(sweep(profile, device), device, log, jobs)
-
-
-def _rows(results, role: str) -> list[dict]:
-    """Per-step records of the runs in ``role``, plus one row per run at step = steps holding only the
-    held-out accuracy of the final policy (``final_eval`` True), so accuracy curves reach the end."""
-    rows = []
-    for item, res in results:
-        if role not in item.roles:
-            continue
-        rows += [dict(r, final_eval=False) for r in res["records"]]
-        a = item.args
-        if not any(nonfinite(r) for r in res["records"]):
-            rows.append({"sim": "llm", "step": a.steps, "seed": a.seed, "method": a.run_method,
-                         "staleness": a.staleness, "lr": a.lr, "ratio_to": a.ratio_to,
-                         "accuracy": res["summary"]["final_accuracy"], "diverged": False, "final_eval": True})
-    return rows
-
-
-def with_run_means(rows: list[dict], key: str = "cos_prev") -> list[dict]:
-    """``rows`` (per-step records of one configuration), each carrying its run's mean ``key`` after the first
-    fifth of the steps (NaN if the run diverged), its mean over all steps before divergence, and whether it
-    diverged: the per-run columns of fig1's toy panels (named run_mean_cos_prev whatever ``key`` is)."""
-    for run_id in {(r["staleness"], r["seed"]) for r in rows}:
-        run = [r for r in rows if (r["staleness"], r["seed"]) == run_id]
-        warmup = max(r["step"] for r in run) // 5
-        alive = [r[key] for r in run if not nonfinite(r) and measured(r.get(key))]
-        late = [r[key] for r in run if r["step"] >= warmup and not nonfinite(r) and measured(r.get(key))]
-        diverged = any(nonfinite(r) for r in run)
-        for r in run:
-            r.update(run_mean_cos_prev=sum(late) / len(late) if late and not diverged else float("nan"),
-                     run_mean_cos_prev_alive=sum(alive) / len(alive) if alive else float("nan"),
-                     run_diverged=diverged)
-    return rows
 
 
 def summary_rows(results) -> list[dict]:

@@ -97,15 +97,6 @@ def sweep(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Run]
             for config, stalenesses in p["cells"].items() for s in stalenesses for seed in seeds]
 
 
-def sweep_results(profile: str, device: str = "cpu", log=print, jobs: int | None = None) -> list[tuple[Run, dict]]:
-    """Every run of the sweep with its result (cached, shared with the other LLM figures where args coincide)."""
-    from experiments.llm import results_of
-
-    runs = sweep(profile, device)
-    jobs = PROFILES[profile].get("jobs") if jobs is None and device.startswith("cuda") else jobs
-    return results_of(runs, device, lambda *a: log(*a, flush=True), jobs, name="signature")
-
-
 def _mean(records: list[dict], key: str) -> float:
     from experiments.aggregate import measured
 

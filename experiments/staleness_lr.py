@@ -489,12 +489,12 @@ def main(argv=None) -> int:
     from sim.record import write_records
 
     args = parse(StalenessLRArgs, argv, prog="python -m experiments.staleness_lr")
-    from experiments.cache import one_thread
+    from experiments.cache import single_thread
     try:
         check_output_files(args.out, [args.out, fit_path(args.out)], args.profile, args.force)
     except ValueError as err:
         fail("python -m experiments.staleness_lr", str(err))
-    with one_thread():  # the grid's tensors are small: a second thread only spins on a shared machine
+    with single_thread():  # the grid's tensors are small: a second thread only spins on a shared machine
         tables = law_tables(args.profile, args.scales, log=print)
     write_records(tables["table"], args.out, COLUMNS)
     write_records(tables["fit"], fit_path(args.out), FIT_COLUMNS)

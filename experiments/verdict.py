@@ -461,7 +461,7 @@ class VerdictArgs:
     force: bool = False
     """overwrite committed (git-tracked) CSVs with a profile other than full or v2"""
     jobs: Annotated[int | None, whole("--jobs", 1, "runs at once")] = None
-    """runs at once (default: experiments.llm.default_jobs, from the cores and the memory; with --executor ray, the
+    """runs at once (default: experiments.llm.default_jobs, one per core; with --executor ray, the
     cluster's CPUs)"""
     executor: Annotated[Literal["local", "ray"], choice("--executor", ("local", "ray"))] = "local"
     """where the runs are computed: local worker processes, or a Ray cluster (pip install -e '.[cluster]')"""

@@ -64,13 +64,9 @@ def parse_args(argv=None) -> FigureArgs:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from experiments import cache, cluster
-    from experiments.llm import default_jobs, largest_size
-    from paper_figs.driver import plan
+    from experiments.llm import default_jobs
 
     declared = declare(args)
-    if args.plan:
-        plan(declared)
-        return 0
     with contextlib.ExitStack() as stack:
         executor = None
         try:
@@ -78,8 +74,7 @@ def main(argv=None) -> int:
                 ray_cluster = stack.enter_context(cluster.connect(args.address, cache.CACHE_DIR))
                 jobs, executor = args.jobs or ray_cluster.cpus, ray_cluster.executor
             else:
-                jobs = default_jobs(largest_size([u for units in declared.values() for u in units]), args.jobs,
-                                    args.device)
+                jobs = default_jobs(args.jobs, args.device)
         except ValueError as err:
             _fail(str(err))
         return _run(args, jobs, declared, executor)

@@ -8,12 +8,11 @@ a rename, so an interrupted run never leaves a half-written file.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import re
 import string
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,6 @@ if "ipykernel" not in sys.modules:  # a notebook keeps its backend (inline), so 
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
 OUT_DIR = paths.figures_dir()
 """Figures' default folder (``sim.paths``: the checkout's paper_figs/out, else ./paper_figs/out; never the package)."""
@@ -181,19 +179,3 @@ def panel_letters(axes) -> None:
             ax.set_title(f"{letter} {ax.get_title()}")
         else:
             ax.set_title(letter, loc="left", fontweight="bold")
-
-
-
-@contextlib.contextmanager
-def single_thread() -> Iterator[None]:
-    """Run torch on one intra-op thread inside the block, then restore the previous count.
-
-    For figures whose tensors are tiny (tens of rows × ~100 columns): a second thread brings nothing there,
-    and when another process holds a core its spinning costs many times the work.
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)

@@ -132,13 +132,6 @@ def _draw(draw: Callable[[list], Any], units: list[Unit], values: dict[str, Any]
     return draw([(u, values[u.name]) for u in units])
 
 
-def results_for(units: list[Unit], profile: str, device: str = "cpu", dry_run: bool = False, jobs: int = 1,
-                force: bool = False, executor: Callable[[int], Executor] | None = None) -> Results:
-    """``units`` computed (through the cache) into the ``Results`` a plot receives: for tests and notebooks."""
-    values = compute(units, jobs, force, log=lambda *a, **k: None, executor=executor)
-    return Results(profile, device, dry_run, tuple((u, values[u.name]) for u in units))
-
-
 def declare(args: FigureArgs) -> dict[str, list[Unit]]:
     """Each figure's units, as its module's ``runs`` declares them (nothing is read or computed)."""
     return {name: module(name).runs(args.profile, args.device, args.dry_run) for name in args.names}
@@ -189,55 +182,3 @@ def _make_figures(args: FigureArgs, jobs: int, log, declared: dict[str, list[Uni
     compute(units, jobs, args.force, figures={name: (mine, drawer(name)) for name, mine in declared.items()},
             log=log, executor=executor, progress=progress)
     return written
-
-
-def plan(declared: dict[str, list[Unit]], log=print) -> dict[str, dict[str, float]]:
-    """Where the CPU of the figures ``declared`` (``declare``) goes, by the cost estimates the scheduler orders the work
-    with (``Unit.cost``, estimated seconds on one core), computing nothing (``--plan``): per figure {"units", "grpo",
-    "core_s", "shared"} (distinct units, GRPO runs, estimated core-seconds, units another figure reads too), plus
-    "all" (every distinct unit once), logged as a table; then the GRPO runs that train the same policy under
-    different cache keys (equal in every argument but ``MEASURE_ONLY``: one run could serve them) and the biggest
-    units."""
-    from collections import Counter
-
-    owners = Counter(name for units in declared.values() for name in {u.name for u in units})
-    table = {}
-    for figure, units in declared.items():
-        mine = {u.name: u for u in units}.values()
-        table[figure] = {"units": len(mine), "grpo": sum(isinstance(u, llm.RunUnit) for u in mine),
-                         "core_s": sum(u.cost for u in mine), "shared": sum(owners[u.name] > 1 for u in mine)}
-    every = {u.name: u for units in declared.values() for u in units}.values()
-    table["all"] = {"units": len(every), "grpo": sum(isinstance(u, llm.RunUnit) for u in every),
-                    "core_s": sum(u.cost for u in every), "shared": sum(owners[u.name] > 1 for u in every)}
-    log(f"{'figure':<26} {'units':>6} {'GRPO':>5} {'est. core-s':>12} {'shared':>7}")
-    for figure, row in table.items():
-        log(f"{figure:<26} {row['units']:>6} {row['grpo']:>5} {row['core_s']:>12.0f} {row['shared']:>7}")
-    same = Counter(training_key(u) for u in every if isinstance(u, llm.RunUnit))
-    log(f"GRPO runs that train the same policy as another under a different key (differing only in "
-        f"{', '.join(MEASURE_ONLY)}): {sum(n - 1 for n in same.values())}")
-    for u in sorted(every, key=lambda u: -u.cost)[:5]:
-        log(f"  biggest: {u.kind} {u.cost:.0f} est. core-s ({', '.join(f for f, us in declared.items() if u in us)})")
-    return table
-
-
-MEASURE_ONLY = ("eval_every", "eval_problems", "snr_every")
-"""Run arguments that set what a GRPO run measures on the way (evaluation and SNR-probe schedules), not the policy
-it trains."""
-
-
-def training_key(unit: Unit) -> str:
-    """A GRPO unit's cache key without ``MEASURE_ONLY``: runs with equal ones train the same policy."""
-    import json
-
-    return json.dumps({k: v for k, v in unit.key.items() if k not in MEASURE_ONLY}, sort_keys=True, default=str)
-
-
-def make_figure(name: str, profile: str, out: Path, device: str = "cpu", dry_run: bool = False, jobs: int = 1,
-                force: bool = False, units: list[Unit] | None = None,
-                executor: Callable[[int], Executor] | None = None) -> list[Path]:
-    """One figure by the same road, for tests and notebooks: its units (default: all it declares; a test may give
-    fewer) computed through the cache on ``jobs`` workers of ``executor`` (default: local processes; ``force``:
-    every one recomputed), then its plot (written into ``out`` itself)."""
-    units = module(name).runs(profile, device, dry_run) if units is None else units
-    results = results_for(units, profile, device, dry_run, jobs, force, executor)
-    return plot_figure(name, results, Path(out))

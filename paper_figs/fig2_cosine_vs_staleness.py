@@ -17,7 +17,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from experiments.cache import Unit, unit
+from experiments.cache import Unit, single_thread, unit
 from experiments.cosine_vs_staleness import (
     STALENESS,
     TRANSIENT_WINDOW,
@@ -26,7 +26,7 @@ from experiments.cosine_vs_staleness import (
     snr_bound_curves,
     theory_curves,
 )
-from paper_figs.common import Results, apply_style, save_figure, single_thread
+from paper_figs.common import Results, apply_style, save_figure
 from sim.record import write_records
 from theory.cosine import cosine_at_boundary
 

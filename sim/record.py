@@ -25,17 +25,6 @@ def columns_of(rows: Sequence[dict]) -> list[str]:
     return list(dict.fromkeys(key for row in rows for key in row))
 
 
-def same_value(a, b) -> bool:
-    """Two record values equal, NaN equal to NaN (a record marks "not measured" with NaN)."""
-    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
-
-
-def same_records(a: Sequence[dict], b: Sequence[dict]) -> bool:
-    """Two lists of records with the same keys and every value ``same_value``."""
-    return len(a) == len(b) and all(ra.keys() == rb.keys() and all(same_value(ra[k], rb[k]) for k in ra)
-                                    for ra, rb in zip(a, b, strict=True))
-
-
 def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temp file in the same folder and a rename.
 

@@ -40,8 +40,8 @@ def test_each_run_is_read_once_per_command_and_the_plots_read_no_cache(tiny_test
     compute_run = llm.compute_run
     monkeypatch.setattr(llm, "compute_run", lambda args: computed.append(args) or compute_run(args))
     args = FigureArgs(names=("fig1_cosine", "fig3_divergence"), profile="test", out=tmp_path / "out")
-    fig1 = {llm.run_name(r.args) for r in llm_figures.runs("test") if "fig1" in r.roles}
-    fig3 = {llm.run_name(r.args) for r in llm_figures.runs("test") if "fig3" in r.roles}
+    fig1 = {llm.run_unit(r).name for r in llm_figures.runs("test") if "fig1" in r.roles}
+    fig3 = {llm.run_unit(r).name for r in llm_figures.runs("test") if "fig3" in r.roles}
     runs, shared = fig1 | fig3, fig1 & fig3
     assert shared and shared < fig3  # fig3 reads a part of fig1's runs
 

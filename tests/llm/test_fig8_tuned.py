@@ -7,7 +7,7 @@ import pandas as pd
 import experiments.cache
 from experiments import tuning
 from paper_figs import fig8_tuned
-from paper_figs.driver import make_figure
+from tests.figures import make_figure
 
 
 def test_fig8_writes_figure_and_tables(tiny_checkpoint, tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import json
 import experiments.cache
 from experiments import llm
 from paper_figs import driver
+from tests.figures import make_figure
 
 
 def test_llm_panels_of_fig1_and_fig3(tiny_testbed, tmp_path, monkeypatch):
@@ -18,13 +19,13 @@ def test_llm_panels_of_fig1_and_fig3(tiny_testbed, tmp_path, monkeypatch):
     fig1, fig3 = testbed_runs("fig1_cosine"), testbed_runs("fig3_divergence")
     assert len(fig1) == 2 * 5 and len(fig3) == 2 * 4  # 2 warm starts × the arms
     assert len({u.name for u in fig1} & {u.name for u in fig3}) == 2 * 2  # sync and naive s=16 shared
-    driver.make_figure("fig1_cosine", "test", tmp_path, units=fig1)
+    make_figure("fig1_cosine", "test", tmp_path, units=fig1)
     with open(tmp_path / "fig1_cosine_table.csv") as handle:
         table = list(csv.DictReader(handle))
     assert {(row["sim"], row["staleness"]) for row in table} == {("llm", str(s)) for s in (0, 2, 4, 8, 16)}
     assert all(row["seeds"] == "2" for row in table)  # a run is (warm seed, seed): two per staleness
     assert all(-1.0 <= float(row["mean_cos_prev_before_divergence"]) <= 1.0 for row in table)
-    driver.make_figure("fig3_divergence", "test", tmp_path, units=fig3)
+    make_figure("fig3_divergence", "test", tmp_path, units=fig3)
     with open(tmp_path / "fig3_divergence_summary.csv") as handle:
         assert {row["label"] for row in csv.DictReader(handle)} == {"sync", "naive s=16", "gac gradient s=16",
                                                                      "gac update s=16"}
@@ -42,7 +43,7 @@ def test_parallel_sweep_equals_serial(tiny_checkpoint, tmp_path, monkeypatch):
     outcomes = []
     for jobs in (1, 2):
         monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / f"cache{jobs}")
-        results = llm.sweep_results("test", log=lambda *a: None, jobs=jobs)
+        results = llm.results_of(llm.sweep("test"), log=lambda *a: None, jobs=jobs)
         outcomes.append([(item.args.run_method, item.args.staleness, item.args.seed, res["records"])
                          for item, res in results])
         assert len(list((tmp_path / f"cache{jobs}").glob("llm_grpo-*.json"))) == len(results)  # workers used it

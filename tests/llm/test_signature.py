@@ -13,7 +13,7 @@ import sim.llm.warmstart
 from experiments import signature
 from paper_figs import __main__ as cli
 from paper_figs import figs2_llm_signature
-from paper_figs.driver import make_figure
+from tests.figures import make_figure
 
 
 def _tiny_profile(tiny_checkpoint):
@@ -35,7 +35,9 @@ def test_figs2_rows_cosines_and_snr(tiny_checkpoint, tmp_path, monkeypatch):
     assert len(rows) == 8 and {(r["config"], r["staleness"], r["seed"]) for r in rows} == {
         (c, s, k) for c in ("base", "updates=2") for s in ("0", "2") for k in ("0", "1")}
     assert {r["device"] for r in rows} == {"cpu"}
-    results = signature.sweep_results("test", log=lambda *a, **k: None)  # from the cache now
+    from experiments.llm import results_of
+
+    results = results_of(signature.sweep("test"), log=lambda *a, **k: None)  # from the cache now
     for item, res in results:
         row = signature.run_row(item, res)
         late = [r for r in res["records"] if r["step"] >= item.args.steps // 10]

@@ -15,7 +15,7 @@ from experiments import cache, cluster
 from experiments.pool import Progress, Task, run_tasks
 from paper_figs import fig1_cosine
 from paper_figs.__main__ import parse_args
-from paper_figs.driver import make_figure
+from tests.figures import make_figure
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                reason="Ray is not installed (the optional extra: pip install -e '.[cluster]')")

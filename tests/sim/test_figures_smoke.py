@@ -14,8 +14,8 @@ from paper_figs import (
     figs3_staleness_lr,
 )
 from paper_figs.__main__ import FIGURES, parse_args
-from paper_figs.driver import make_figure
 from tests.figure_reader import assert_a_reader_understands, capture
+from tests.figures import make_figure
 from tests.golden_csv import FIGURES as GOLDEN_FIGURES
 from tests.golden_csv import GOLDEN_DIR, golden_mismatches
 

@@ -30,7 +30,8 @@ def test_tensorboard_scalars_have_record_names_and_values(tmp_path):
 def test_records_read_back_from_csv_have_their_types_and_give_the_same_scalars(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from sim.record import read_records, same_records, write_records
+    from sim.record import read_records, write_records
+    from tests.records import same_records
 
     rows = [make_row("quadratic", step=step, seed=0, method="gac", staleness=8, objective=1.0 / (step + 1),
                      grad_norm=float("nan") if step == 0 else 2.0, cos_prev=0.1 * step, cos_applied=0.0,
