@@ -22,7 +22,7 @@ from typing import Annotated
 
 import tyro
 
-from sim.cli import folder, parse
+from runtime.cli import folder, parse
 
 TARGET_CPU_S = 1200.0
 """The target for every figure (issue 47): at most 1,200 CPU-seconds from an empty cache."""

@@ -9,8 +9,8 @@ grid holds), the peers TIS, M2PO and BAPO, and naive async with the clip ratio t
 policy (``ratio_to="behaviour"``, the CLI default). The sweep's naive/GAC runs use ``ratio_to="proximal"``:
 the learner recomputes the old log-probs, i.e. stale data used as if fresh (the registry's "naive"),
 which TIS then corrects. GAC also runs at the small step size, where naive async's cosine is highest.
-Every run is a cached unit (``run_unit``), so the figures share them; missing runs are computed in a process
-pool. The ``*_rows`` functions return per-step records (the ``sim.schema``
+Every run is a cached unit (``run_unit``), so the figures share them; missing runs are computed by
+``runtime.graph.compute``. The ``*_rows`` functions return per-step records (the ``sim.schema``
 columns); ``summary_rows`` and ``aggregate`` reduce them per run and per setting.
 """
 
@@ -18,20 +18,15 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import time
-import warnings
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
-from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
-from experiments import cache, cluster
 from experiments.aggregate import measured, seed_std
-from experiments.pool import Progress, Task, run_tasks
-from sim import paths
+from runtime import cache, graph
+from runtime.graph import Task
 from sim.llm.train import Args, prepare_warm_start, run_records
 from sim.llm.warmstart import warm_start_path
 from sim.schema import nonfinite
@@ -147,6 +142,24 @@ def warm_start_name(args: Args) -> str | None:
     return None if config is None else f"warm start {config}"
 
 
+WARM_START_FOUND_SECONDS = 1.0
+"""The cost of a warm-start task whose checkpoint is already on disk (it only checks it): counted at the training
+cost, the finished work would look far ahead of the time it took and the seconds left read too few."""
+
+
+def warm_start_task(args: Args) -> Task:
+    """The task that trains (or finds) the warm start of ``args``, named by ``warm_start_name``; its cost is the
+    training's estimate, or ``WARM_START_FOUND_SECONDS`` when the checkpoint is already saved. A warm start to train
+    says so as it starts (it runs for minutes before anything else can be reported)."""
+    config = args.warm_start()
+    what = f"warm start {args.size} {args.digits}-digit, warm seed {args.warm_seed}"
+    if warm_start_path(config).exists():
+        return Task(warm_start_name(args), _warm_start, (args,), WARM_START_FOUND_SECONDS, done=f"{what} found")
+    cost = WARM_START_SECONDS.get(config.size, 40.0)
+    return Task(warm_start_name(args), _warm_start, (args,), cost,
+                started=f"training the {what} (estimate {cost:.0f} s)", done=f"{what} trained")
+
+
 GRPO_KIND = "llm_grpo"
 """The kind of a GRPO run's unit: the prefix of its cache files."""
 
@@ -158,106 +171,27 @@ class RunUnit(cache.Unit):
 
     spec: Run | None = None
 
+    def describe(self, result: dict) -> str:
+        a = self.spec.args
+        return (f"{a.size} {a.digits}-digit {a.run_method} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
+                f"{result['summary']['final_accuracy']:.3f}")
+
 
 def run_unit(run: Run) -> RunUnit:
     """A GRPO run as a cacheable unit (kind "llm_grpo", keyed by ``run_key``), after its warm start."""
-    after = warm_start_name(run.args)
-    return RunUnit(GRPO_KIND, run_key(run.args), compute_run, (run.args,), spec=run,
-                   after=() if after is None else (after,), cost=estimated_seconds(run.args))
-
-
-class TaskSpec(Protocol):
-    """What a task of the run graph stands for (its ``Task.spec``), to the code that receives its result: a unit
-    (``cache.Unit``), a ``Batch`` of GRPO runs, a ``WarmStart``, or a figure (``paper_figs.driver.Figure``)."""
-
-    @property
-    def units(self) -> tuple[cache.Unit, ...]:
-        """The units whose results the task computes (none for a warm start or a figure)."""
-
-    def unit_results(self, result: Any) -> list[tuple[cache.Unit, Any]]:
-        """(unit, its result) for each of ``units``, given the task's result."""
-
-    def done_line(self, where: str, elapsed_s: float) -> str | None:
-        """The line that reports the task done (None: its units are reported one by one)."""
-
-
-@dataclass(frozen=True)
-class WarmStart:
-    """What a warm-start task stands for (its ``Task.spec``): the warm start of runs like ``args``."""
-
-    args: Args
-    units = ()
-
-    def unit_results(self, result: Any) -> list[tuple[cache.Unit, Any]]:
-        return []
-
-    def done_line(self, where: str, elapsed_s: float) -> str:
-        return f"warm start {self.args.size} {self.args.digits}-digit trained ({where})"
-
-
-def start_line(task: Task) -> str | None:
-    """The line that says a task has started, for a warm start to train (the one task that runs for minutes before
-    anything else can be reported); None for the others, which are reported as they finish."""
-    if not isinstance(task.spec, WarmStart) or task.cost <= WARM_START_FOUND_SECONDS:
-        return None
-    a = task.spec.args
-    return f"training the warm start {a.size} {a.digits}-digit, warm seed {a.warm_seed} (estimate {task.cost:.0f} s)"
-
-
-WARM_START_FOUND_SECONDS = 1.0
-"""The cost of a warm-start task whose checkpoint is already on disk (it only checks it): counted at the training
-cost, the finished work would look far ahead of the time it took and the seconds left read too few."""
-
-
-def warm_start_task(args: Args) -> Task:
-    """The task that trains (or finds) the warm start of ``args``, named by ``warm_start_name``; its cost is the
-    training's estimate, or ``WARM_START_FOUND_SECONDS`` when the checkpoint is already saved."""
-    config = args.warm_start()
-    found = warm_start_path(config).exists()
-    cost = WARM_START_FOUND_SECONDS if found else WARM_START_SECONDS.get(config.size, 40.0)
-    return Task(warm_start_name(args), _warm_start, (args,), cost, spec=WarmStart(args))
+    before = () if run.args.warm_start() is None else (warm_start_task(run.args),)
+    return RunUnit(GRPO_KIND, run_key(run.args), compute_run, (run.args,), spec=run, before=before,
+                   cost=estimated_seconds(run.args))
 
 
 def _warm_start(args: Args) -> None:
     prepare_warm_start(args, log=lambda *a: None)
 
 
-CUDA_WORKERS = 4
-"""Most worker processes that share one CUDA device: a few keep the device busy while one samples on the host; more
-would add CUDA contexts, not throughput (a judgement, not measured on a device)."""
-
-
-def default_jobs(jobs: int | None = None, device: str = "cpu") -> int:
-    """Worker processes that compute at once: one per core (each worker runs one task on one thread), at most
-    CUDA_WORKERS on a CUDA ``device``. ``jobs`` (``--jobs``), else ``GAC_LAB_JOBS`` (read, never set), overrides it
-    up to that limit: more is warned about and capped; a value that is not a whole number >= 1 is a one-line
-    ValueError. Every run is seeded on its own, so the results do not depend on the count."""
-    cores = os.cpu_count() or 1
-    limit = min(cores, CUDA_WORKERS) if device.startswith("cuda") else cores
-    if jobs is None:
-        text = paths.jobs_setting()
-        if not text:
-            return limit
-        if not text.isdigit() or int(text) < 1:
-            raise ValueError(f"GAC_LAB_JOBS must be a whole number of worker processes >= 1, got {text!r}; unset "
-                             f"it to use the default")
-        jobs, source = int(text), f"GAC_LAB_JOBS={text}"
-    else:
-        if jobs < 1:
-            raise ValueError(f"--jobs must be a whole number of worker processes >= 1, got {jobs}")
-        source = f"--jobs {jobs}"
-    if jobs > limit:
-        where = f"{CUDA_WORKERS} workers per CUDA device" if device.startswith("cuda") else f"{cores} cores"
-        warnings.warn(f"{source} is more than this machine runs at once ({where}); using {limit}", RuntimeWarning,
-                      stacklevel=2)
-        return limit
-    return jobs
-
-
 STEP_SECONDS = {"tiny": 0.05, "small": 0.18, "cpu": 0.4, "gpu": 0.5}
 """Rough CPU seconds per RL step by model size, for 2-digit sums, 16 × 8 samples, one update per step, the
 behaviour-policy ratio and no direction control; ``estimated_seconds`` scales them to a run. They order the work of
-``run_tasks`` and give the progress line's seconds left; a wrong value costs time, not results."""
+``runtime.graph.run_tasks`` and give the progress line's seconds left; a wrong value costs time, not results."""
 WARM_START_SECONDS = {"tiny": 5.0, "small": 90.0}
 """Rough seconds to train a warm start; the same use as STEP_SECONDS. Too low a value makes the first seconds left
 of a run too many: the speed read off a finished warm start is then too slow."""
@@ -277,66 +211,13 @@ def estimated_seconds(args: Args) -> float:
     return args.steps * STEP_SECONDS.get(args.size, 1.0) * samples * width * proximal * updates * control
 
 
-def units_of(task: Task) -> tuple[cache.Unit, ...]:
-    """The units whose results ``task`` computes (its ``TaskSpec``'s): its unit, or none (a warm start, a figure)."""
-    return task.spec.units
-
-
-def unit_tasks(units: list[cache.Unit], folder: Path, force: bool = False) -> tuple[dict[str, Any], list[Task]]:
-    """(the cached results of ``units`` by unit name, read once each; the tasks that compute the others).
-
-    Every missing unit is one task, a GRPO run's after the warm start it waits for; and one task per warm start (so
-    parallel workers only load it, and two warm starts train side by side). ``units_of(task)`` tells which units a
-    task computes. ``force`` reads nothing: every unit is computed.
-    """
-    distinct = {u.name: u for u in units}
-    results = {} if force else {name: u.lookup(folder) for name, u in distinct.items()}
-    results = {name: r for name, r in results.items() if r is not None}
-    missing = [u for name, u in distinct.items() if name not in results]
-    tasks: dict[str, Task] = {}
-    for u in missing:
-        for after in u.after:  # a GRPO run's warm start
-            tasks.setdefault(after, warm_start_task(u.spec.args))
-        tasks[u.name] = Task(u.name, cache.compute_unit, (u, str(folder)), u.cost, u.after, spec=u)
-    return results, list(tasks.values())
-
-
 def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int | None = None,
                name: str = "llm sweep") -> list[tuple[Run, dict]]:
-    """Every run of ``runs`` with its result (cached; missing runs are computed ``jobs`` at a time, longest first,
-    each after its warm start; see ``unit_tasks``). For the experiments' own command lines and the full verdict's
-    protocol; the figures go through ``python -m paper_figs``, which computes every figure's runs in one graph.
-
-    In a process connected to a Ray cluster (``experiments.cluster.current``: a Ray worker computing the full
-    verdict's unit) the runs go to that cluster as tasks of their own, ``jobs`` (default: its CPUs) at a time;
-    elsewhere to the local process pool (``default_jobs``)."""
+    """Every run of ``runs`` with its result, through the cache (``runtime.graph.compute``: missing runs computed
+    ``jobs`` at a time, longest first, each after its warm start)."""
     units = [run_unit(r) for r in runs]
-    ray_cluster = cluster.current()
-    if jobs is None:
-        jobs = default_jobs(device=device) if ray_cluster is None else ray_cluster.cpus
-    results, tasks = unit_tasks(units, cache.CACHE_DIR)
-    done, total, progress = len(results), len({u.name for u in units}), Progress(tasks, jobs)
-    log(f"[{name}] {total} runs, {done} cached; {len(tasks)} tasks on {jobs} workers")
-
-    def started(task: Task) -> None:
-        progress.started(task)
-        if (line := start_line(task)) is not None:
-            log(f"[{name}] {line}")
-
-    def report(task: Task, result) -> None:
-        nonlocal done
-        progress.done(task)
-        for u, value in task.spec.unit_results(result):
-            results[u.name] = value
-            done += 1
-            a = u.spec.args
-            log(f"[{name} {done}/{total}] {a.run_method} s={a.staleness} lr={a.lr:g} seed={a.seed}: final acc "
-                f"{value['summary']['final_accuracy']:.3f} ({progress.line()})")
-        if (line := task.spec.done_line(progress.line(), progress.elapsed_s())) is not None:
-            log(f"[{name}] {line}")
-
-    run_tasks(tasks, jobs, report, None if ray_cluster is None else ray_cluster.executor, on_start=started)
-    return [(r, results[u.name]) for r, u in zip(runs, units, strict=True)]
+    values = graph.compute(units, jobs, log=lambda text, **_: log(text), name=name, device=device)
+    return [(r, values[u.name]) for r, u in zip(runs, units, strict=True)]
 
 
 def summary_rows(results) -> list[dict]:

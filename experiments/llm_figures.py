@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import numpy as np
 import tyro
 
-from sim.cli import choice, folder, parse, whole
+from runtime.cli import choice, folder, parse, whole
 from sim.schema import nonfinite
 
 if TYPE_CHECKING:
@@ -256,8 +256,8 @@ class Cli:
 
 def main(cli: Cli) -> pd.DataFrame:
     from experiments.llm import results_of
+    from runtime.files import check_output_dir
     from sim.llm.warmstart import WarmStartRejected
-    from sim.record import check_output_dir
 
     check_output_dir(str(Path(cli.out).parent), "out")
     selected = runs(cli.profile)

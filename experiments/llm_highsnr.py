@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import tyro
 
 from experiments import llm_figures
-from sim.cli import choice, folder, parse, whole
+from runtime.cli import choice, folder, parse, whole
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -176,8 +176,8 @@ class Cli:
 def main(cli: Cli) -> pd.DataFrame:
     from experiments.llm import results_of, run_unit
     from experiments.verdict import code_commit
+    from runtime.files import check_output_dir
     from sim.llm.warmstart import WarmStartRejected
-    from sim.record import check_output_dir
 
     check_output_dir(str(Path(cli.out).parent), "out")
     selected = runs(cli.profile, cli.warm_seeds)

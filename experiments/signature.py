@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import numpy as np
 import tyro
 
-from experiments.outputs import check_output_files
-from sim.cli import choice, folder, parse
+from runtime.cli import choice, folder, parse
+from runtime.files import check_output_files
 
 if TYPE_CHECKING:
     from experiments.llm import Run
@@ -272,7 +272,7 @@ class GacTableArgs:
 
 def main(argv=None) -> int:
     """``python -m experiments.signature gac-table OUT.csv [--arms ARM ...] [--seeds N ...] [--cached]``."""
-    from sim.record import write_records
+    from runtime.files import write_records
 
     args = parse(GacTableArgs, argv, prog="python -m experiments.signature")
     from experiments.llm import results_of

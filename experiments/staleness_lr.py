@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 
-from sim.cli import choice, fail, folder, parse
+from runtime.cli import choice, fail, folder, parse
 
 if TYPE_CHECKING:
     from sim.quadratic import QuadraticProblem
@@ -390,14 +390,14 @@ def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
 def scale_unit(scale: str, profile: str, criterion: str = "progress"):
     """``search_scale`` as the command line's unit (figs3 declares its own unit of the same search, under another kind:
     the command line keeps the caller's torch thread count, the figure's worker runs on one)."""
-    from experiments.cache import unit
+    from runtime.cache import unit
 
     return unit(f"staleness_lr_{scale}_{criterion}", search_scale, scale, profile, criterion)
 
 
 def run_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
     """``search_scale``, cached by profile and source (``scale_unit``)."""
-    from experiments.cache import result
+    from runtime.cache import result
 
     return result(scale_unit(scale, profile, criterion))
 
@@ -485,11 +485,10 @@ class StalenessLRArgs:
 
 def main(argv=None) -> int:
     """``python -m experiments.staleness_lr --profile quick|full --out PATH.csv``"""
-    from experiments.outputs import check_output_files
-    from sim.record import write_records
+    from runtime.files import check_output_files, write_records
 
     args = parse(StalenessLRArgs, argv, prog="python -m experiments.staleness_lr")
-    from experiments.cache import single_thread
+    from runtime.cache import single_thread
     try:
         check_output_files(args.out, [args.out, fit_path(args.out)], args.profile, args.force)
     except ValueError as err:

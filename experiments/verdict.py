@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 
-from sim.cli import check_device, choice, folder, parse, whole
+from runtime.cli import check_device, choice, folder, parse, whole
 from sim.schema import nonfinite
 
 if TYPE_CHECKING:
@@ -461,7 +461,7 @@ class VerdictArgs:
     force: bool = False
     """overwrite committed (git-tracked) CSVs with a profile other than full or v2"""
     jobs: Annotated[int | None, whole("--jobs", 1, "runs at once")] = None
-    """runs at once (default: experiments.llm.default_jobs, one per core; with --executor ray, the
+    """runs at once (default: runtime.graph.default_jobs, one per core; with --executor ray, the
     cluster's CPUs)"""
     executor: Annotated[Literal["local", "ray"], choice("--executor", ("local", "ray"))] = "local"
     """where the runs are computed: local worker processes, or a Ray cluster (pip install -e '.[cluster]')"""
@@ -487,7 +487,7 @@ def committed_verdict(profile: str = "v2") -> dict[str, list[dict]]:
     """{"tuning", "runs", "table"} as committed in docs/data/ for ``profile`` (``COMMITTED_PROFILES``): what
     ``verdict`` returned when the files were written (the command is in RESULTS.md; the code commit in the runs'
     ``code`` column). fig10's full profile draws these instead of rerunning hours of protocol inside one figure."""
-    from sim.record import read_records
+    from runtime.files import read_records
 
     if profile not in COMMITTED_PROFILES:
         raise ValueError(f"no committed verdict for profile {profile!r}; committed: {', '.join(COMMITTED_PROFILES)}")
@@ -506,11 +506,10 @@ def committed_verdict(profile: str = "v2") -> dict[str, list[dict]]:
 
 
 def main(argv=None) -> int:
-    from experiments.outputs import check_output_files
-    from sim.record import one_line_os_error, write_records
+    from runtime.files import check_output_files, one_line_os_error, write_records
 
     args = parse(VerdictArgs, argv, prog="python -m experiments.verdict")
-    from experiments import cluster
+    from runtime import cluster
     out = default_out(args.profile) if args.out is None else args.out
     try:  # before any work: a run of hours that cannot write its table is refused now
         check_device(args.device)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from sim.cli import choice, fail, folder, parse
+from runtime.cli import choice, fail, folder, parse
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -119,7 +119,7 @@ def _run_summaries(sim: str, structure: str, profile: str, settings: list) -> li
 
 def _summaries(sim: str, structure: str, profile: str, settings: list, stage: str) -> list[dict]:
     """``_run_summaries``, cached (the command line and fig10's unit read the first stage's runs again)."""
-    from experiments.cache import result, unit
+    from runtime.cache import result, unit
 
     return result(unit(f"verdict_toys_{sim}_{structure}_{stage}", _run_summaries, sim, structure, profile, settings))
 
@@ -243,8 +243,7 @@ class VerdictToysArgs:
 
 def main(argv=None) -> int:
     """``python -m experiments.verdict_toys --profile quick|full --out PATH.csv``"""
-    from experiments.outputs import check_output_files
-    from sim.record import write_records
+    from runtime.files import check_output_files, write_records
 
     prog = "python -m experiments.verdict_toys"
     args = parse(VerdictToysArgs, argv, prog=prog)

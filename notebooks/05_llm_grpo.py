@@ -132,7 +132,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from experiments import llm
-from experiments.cache import lookup
+from runtime.cache import lookup
 from sim.llm.train import Args, run_records
 
 quick = llm.sweep("quick")

@@ -2,7 +2,7 @@
 
 Every figure module declares ``runs(profile, device, dry_run) -> list[Unit]`` and draws ``plot(results, out)``
 from a ``Results`` (paper_figs.driver computes the units). Every figure writes NAME.csv (the rows it plots,
-through ``sim.record.write_records``), NAME.png and NAME.pdf into the output folder, each through a temp file and
+through ``runtime.files.write_records``), NAME.png and NAME.pdf into the output folder, each through a temp file and
 a rename, so an interrupted run never leaves a half-written file.
 """
 
@@ -19,10 +19,10 @@ from typing import Any
 
 import matplotlib
 
-from experiments.cache import Unit
 from experiments.llm import Run, RunUnit
-from sim import paths
-from sim.record import atomic_write_bytes
+from runtime import paths
+from runtime.cache import Unit
+from runtime.files import atomic_write_bytes
 
 if "ipykernel" not in sys.modules:  # a notebook keeps its backend (inline), so its figures show and are stored
     matplotlib.use("Agg")
@@ -30,7 +30,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 OUT_DIR = paths.figures_dir()
-"""Figures' default folder (``sim.paths``: the checkout's paper_figs/out, else ./paper_figs/out; never the package)."""
+"""Figures' default folder (``runtime.paths``: the checkout's paper_figs/out, else ./paper_figs/out; never the
+package)."""
 
 # Paper column width is about 3.3 in; figures are sized in multiples of it and stay readable there.
 STYLE = {

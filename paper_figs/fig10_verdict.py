@@ -21,10 +21,10 @@ import numpy as np
 
 from experiments import verdict as verdict_mod
 from experiments import verdict_toys
-from experiments.cache import Unit, unit
 from experiments.llm import Run, dry_run_args, run_unit
 from paper_figs.common import Results, apply_style, label_words, method_color, save_figure
-from sim.record import write_records
+from runtime.cache import Unit, unit
+from runtime.files import write_records
 from sim.stabilizers import NO_CONTROL
 
 NAME = "fig10_verdict"

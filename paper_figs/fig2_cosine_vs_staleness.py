@@ -17,7 +17,6 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from experiments.cache import Unit, single_thread, unit
 from experiments.cosine_vs_staleness import (
     STALENESS,
     TRANSIENT_WINDOW,
@@ -27,7 +26,8 @@ from experiments.cosine_vs_staleness import (
     theory_curves,
 )
 from paper_figs.common import Results, apply_style, save_figure
-from sim.record import write_records
+from runtime.cache import Unit, single_thread, unit
+from runtime.files import write_records
 from theory.cosine import cosine_at_boundary
 
 NAME = "fig2_cosine_vs_staleness"

@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 
 from experiments import tuning
-from experiments.cache import Unit, unit
 from experiments.llm import run_unit
 from paper_figs.common import SIM_TITLES, Results, apply_style, label_words, method_color, save_figure
-from sim.record import write_records
+from runtime.cache import Unit, unit
+from runtime.files import write_records
 
 NAME = "fig8_tuned"
 SIMS = ("quadratic", "bandit_gaussian", "llm")

@@ -13,9 +13,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from experiments.bandit_snr import FIXES, PROBLEMS, SNR, run_table
-from experiments.cache import Unit, unit
 from paper_figs.common import SIM_TITLES, Results, apply_style, label_words, method_color, panel_letters, save_figure
-from sim.record import write_records
+from runtime.cache import Unit, unit
+from runtime.files import write_records
 
 NAME = "figs1_bandit_snr"
 

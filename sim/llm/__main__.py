@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import gac
-from sim.cli import Refused, checked_registry
+from runtime.cli import Refused, checked_registry
+from runtime.files import atomic_write_bytes, check_output_dir, write_records
 from sim.llm.checkpoint import out_dir_lock, prepare_out_dir
 from sim.llm.train import Args, NonFiniteError, run_records
-from sim.record import atomic_write_bytes, check_output_dir, write_records
 from sim.schema import columns
 from sim.stabilizers import BAPOConfig, BrakingConfig, KLTargetConfig, M2POConfig, TISConfig, VCPOConfig
 

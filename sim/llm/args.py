@@ -10,10 +10,10 @@ from pathlib import Path
 import torch
 
 from gac import GACConfig
+from runtime.files import check_output_dir
 from sim.llm.model import SIZES, load_model
 from sim.llm.task import AdditionTask
 from sim.llm.warmstart import WarmStartConfig
-from sim.record import check_output_dir
 from sim.stabilizers import (
     GAC_SPACES,
     STALE_DATA,

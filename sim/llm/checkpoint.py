@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from sim.fingerprint import changed_files, code_fingerprint, source_hashes
+from runtime.files import atomic_write_bytes, current_umask, exclusive_lock
+from runtime.fingerprint import changed_files, code_fingerprint, source_hashes
 from sim.llm.args import Args
-from sim.record import atomic_write_bytes, current_umask, exclusive_lock
 
 CODE = ("gac", "sim")
 """The source a trainer run executes: its checkpoints and summary record this code's fingerprint."""

@@ -20,15 +20,15 @@ import torch
 
 import gac
 from gac.cosine64 import as_float64, cosine64
+from runtime.files import RecordStream
+from runtime.fingerprint import code_fingerprint
 from sim import stabilizers
 from sim.advantages import group_advantages
-from sim.fingerprint import code_fingerprint
 from sim.llm import checkpoint, grpo
 from sim.llm.args import Args
 from sim.llm.model import Qwen3, load_model, sample, token_logprobs
 from sim.llm.task import AdditionTask
 from sim.llm.warmstart import heldout_accuracy, load_warm_start, warm_start
-from sim.record import RecordStream
 from sim.schema import NO_REGIME, columns, make_row
 from sim.staleness import Staleness, VersionRing
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import torch
 
-from sim import paths
-from sim.fingerprint import code_fingerprint
+from runtime import paths
+from runtime.files import current_umask, exclusive_lock
+from runtime.fingerprint import code_fingerprint
 from sim.llm.model import SIZES, build_model, load_model, sample, save_model, token_logprobs
 from sim.llm.task import AdditionTask, through_first_eos
-from sim.record import current_umask, exclusive_lock
 
 RUNS_DIR = paths.runs_dir()
 """The warm-start cache's root (``sim.paths``: the checkout's runs/, else the user's cache folder; GAC_LAB_RUNS)."""

@@ -17,7 +17,7 @@ import pytest
 
 from experiments import llm_figures, signature, stats, verdict
 from paper_figs import figs2_llm_signature
-from sim.record import write_records
+from runtime.files import write_records
 from tests.records import without_provenance
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data"

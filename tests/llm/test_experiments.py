@@ -1,12 +1,12 @@
 """The LLM sweep and fig5 end to end on a tiny profile (tiny model, 3 steps, 1 seed; cache in tmp)."""
 
-import experiments.cache
+import runtime.cache
 from experiments import llm
 from tests.figures import make_figure
 
 
 def test_sweep_feeds_fig5(tiny_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setitem(llm.PROFILES, "test", dict(
         base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=3, prompts_per_step=4, group_size=4,
                   minibatches=2, eval_every=2, eval_problems=8, temperature=0.5, ratio_to="proximal"),
@@ -35,7 +35,7 @@ def test_results_of_trains_each_warm_start_once_before_its_runs(tmp_path, monkey
     # Parallel workers only load a warm start, so each run must wait for its own, trained once.
     from sim.llm.train import Args
 
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
     events = []
     monkeypatch.setattr(llm, "prepare_warm_start", lambda args, log: events.append(("warm", args.digits)))
     monkeypatch.setattr(llm, "run_records", lambda args, log: events.append(("run", args.digits)) or

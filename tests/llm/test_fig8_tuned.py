@@ -4,14 +4,14 @@ import math
 
 import pandas as pd
 
-import experiments.cache
+import runtime.cache
 from experiments import tuning
 from paper_figs import fig8_tuned
 from tests.figures import make_figure
 
 
 def test_fig8_writes_figure_and_tables(tiny_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(tuning, "LLM_METHODS", ("bapo",))
     monkeypatch.setitem(tuning.LLM_TUNING, "smoke", dict(
         base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=2, prompts_per_step=4, group_size=4,

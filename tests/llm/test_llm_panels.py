@@ -4,14 +4,14 @@ profiles, cache in tmp)."""
 import csv
 import json
 
-import experiments.cache
+import runtime.cache
 from experiments import llm
 from paper_figs import driver
 from tests.figures import make_figure
 
 
 def test_llm_panels_of_fig1_and_fig3(tiny_testbed, tmp_path, monkeypatch):
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
 
     def testbed_runs(name):
         return [u for u in driver.module(name).runs("test") if u.kind == "llm_grpo"]
@@ -42,7 +42,7 @@ def test_parallel_sweep_equals_serial(tiny_checkpoint, tmp_path, monkeypatch):
         seeds=(0, 1), main_lr=3e-3, small_lrs=(), grid={3e-3: (0, 2)}, line_staleness=(0, 2), high_staleness=2))
     outcomes = []
     for jobs in (1, 2):
-        monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / f"cache{jobs}")
+        monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / f"cache{jobs}")
         results = llm.results_of(llm.sweep("test"), log=lambda *a: None, jobs=jobs)
         outcomes.append([(item.args.run_method, item.args.staleness, item.args.seed, res["records"])
                          for item, res in results])
@@ -58,7 +58,7 @@ def test_the_testbed_figures_draw_from_their_per_step_csv_alone(tiny_testbed, tm
     from experiments import llm_figures
     from paper_figs import llm_testbed
 
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
     data = tmp_path / "steps.csv"
     llm_testbed.main(llm_testbed.Cli(data=str(data), out=str(tmp_path / "figs"), compute=True, profile="test",
                                      jobs=1))
@@ -68,7 +68,7 @@ def test_the_testbed_figures_draw_from_their_per_step_csv_alone(tiny_testbed, tm
     assert set(table.figure) == {"fig1", "fig3", "fig1+fig3"}
     assert table.final_eval.sum() == len(runs) and (table[~table.final_eval].groupby(
         ["arm", "warm_seed", "seed"]).size() == 4).all()  # 4 steps each
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "empty")  # drawing computes nothing
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "empty")  # drawing computes nothing
     paths = llm_testbed.main(llm_testbed.Cli(data=str(data), out=str(tmp_path / "again")))
     assert sorted(p.name for p in paths) == ["fig1_cosine_llm_testbed.pdf", "fig1_cosine_llm_testbed.png",
                                              "fig3_divergence_llm_testbed.pdf", "fig3_divergence_llm_testbed.png"]

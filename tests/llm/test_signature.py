@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-import experiments.cache
+import runtime.cache
 import sim.llm.warmstart
 from experiments import signature
 from paper_figs import __main__ as cli
@@ -23,7 +23,7 @@ def _tiny_profile(tiny_checkpoint):
 
 
 def test_figs2_rows_cosines_and_snr(tiny_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setitem(signature.PROFILES, "test", _tiny_profile(tiny_checkpoint))
     make_figure("figs2_llm_signature", "test", tmp_path)
     with open(tmp_path / "figs2_llm_signature_table.csv") as handle:
@@ -53,7 +53,7 @@ def test_figs2_rows_cosines_and_snr(tiny_checkpoint, tmp_path, monkeypatch):
 
 
 def test_gpu_command_dry_run_writes_csv_naming_device(tiny_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(sim.llm.warmstart, "RUNS_DIR", tmp_path / "runs")
     assert cli.main(["figs2_llm_signature", "fig5_llm_grpo", "--profile", "gpu", "--device", "cuda", "--dry-run",
                      "--out", str(tmp_path / "out")]) == 0

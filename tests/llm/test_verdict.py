@@ -107,11 +107,11 @@ def test_fig10_gpu_profile_dry_run_writes_every_arm_with_warm_start_and_seed(tin
     """The figure command end to end on the gpu profile's arms, shrunk to a CPU smoke run (--dry-run)."""
     import csv
 
-    import experiments.cache
+    import runtime.cache
     import sim.llm.warmstart
     from paper_figs import __main__ as cli
 
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(sim.llm.warmstart, "RUNS_DIR", tmp_path / "runs")
     assert cli.main(["fig10_verdict", "--profile", "gpu", "--dry-run", "--out", str(tmp_path / "out")]) == 0
     out = tmp_path / "out" / "dry_run"  # a dry run never writes over real figures

@@ -1,7 +1,7 @@
 """Same seed, same CSV: a figure recomputed from scratch (cache bypassed) writes byte-identical files."""
 
-from experiments import cache
 from paper_figs import figs1_bandit_snr
+from runtime import cache
 from tests.figures import make_figure
 
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import gac
+from runtime.files import atomic_write_bytes, read_records, write_records
 from sim import stabilizers
 from sim.grid import setting
-from sim.record import atomic_write_bytes, read_records, write_records
 from sim.schema import columns, make_row
 from sim.staleness import Staleness, TensorVersionBuffer, VersionRing
 from tests.records import same_records

@@ -15,10 +15,10 @@ from experiments.verdict_toys import COLUMNS, GAC_SPACES, LR_GRID, OPTIMIZERS, S
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     """The smoke table and its per-run rows, computed once (cached in a temporary folder, as conftest does)."""
-    import experiments.cache
+    import runtime.cache
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(experiments.cache, "CACHE_DIR", tmp_path_factory.mktemp("verdict-cache"))
+        patch.setattr(runtime.cache, "CACHE_DIR", tmp_path_factory.mktemp("verdict-cache"))
         rows = pd.DataFrame(verdict_toys.toy_verdict_rows("smoke"))
         runs = {(sim, structure): pd.DataFrame(verdict_toys.run_rows(sim, structure, "smoke"))
                 for sim, structures in SIM_STRUCTURES.items() for structure in structures}

@@ -1,7 +1,9 @@
-"""Writers and readers of record rows (the per-step rows of ``sim.schema``, or any table of dicts).
+"""File safety: atomic writes, locks, figure sets published together, output checks made before any work, and the
+readers and writers of record rows (the per-step rows of ``sim.schema``, or any table of dicts).
 
-CSV, JSON lines and TensorBoard. Writers are atomic (temp file, then rename) and CSV/JSONL need
-nothing beyond the stdlib, so the LLM run and the figures use the same ones.
+CSV, JSON lines and TensorBoard. Writers are atomic (temp file, then rename) and CSV/JSONL need nothing beyond the
+stdlib, so the LLM run and the figures use the same ones. Whether committed data would be overwritten is asked of git
+(``git ls-files``; no library does this); where git or the repository is absent, nothing is tracked.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import io
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -324,6 +327,36 @@ def _json_safe(value):
     return value
 
 
-__all__ = ["columns_of", "exclusive_lock", "one_line_os_error",
-           "publish_together", "is_complete", "atomic_write_bytes", "write_records",
-           "read_records", "RecordStream", "write_tensorboard", "RUN_KEYS"]
+def git_tracked(path: Path) -> bool:
+    """Whether ``path`` is a file that the git repository around it tracks."""
+    path = Path(path).resolve()
+    if not path.parent.is_dir():
+        return False
+    try:
+        found = subprocess.run(["git", "ls-files", "--error-unmatch", "--", path.name], cwd=path.parent,
+                               capture_output=True, text=True)
+    except OSError:  # no git
+        return False
+    return found.returncode == 0
+
+
+def check_output_files(out: Path, written: Iterable[Path], profile: str, force: bool, flag: str = "--out") -> Path:
+    """``out`` once it is a .csv whose folder this process can write in, and none of the ``written`` files
+    (``out`` and the files beside it) is tracked by git unless the profile is ``full`` or ``force``; else a one-line
+    ValueError naming the path and the way out."""
+    out = Path(out)
+    if out.suffix != ".csv":
+        raise ValueError(f"{flag} must name a .csv file, got {out}")
+    if out.is_dir():
+        raise ValueError(f"{flag} {out} is a folder; give a .csv file")
+    check_output_dir(out.parent, f"{flag} {out}: its folder")
+    if profile != "full" and not force:
+        tracked = [str(path) for path in written if git_tracked(path)]
+        if tracked:
+            raise ValueError(f"{flag} {tracked[0]} is committed data (tracked by git) and --profile {profile} would "
+                             f"overwrite it with a smaller run; give another {flag}, or --force to overwrite it")
+    return out
+
+
+__all__ = ["columns_of", "exclusive_lock", "one_line_os_error", "publish_together", "is_complete", "atomic_write_bytes",
+           "write_records", "read_records", "RecordStream", "write_tensorboard", "RUN_KEYS", "check_output_files"]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sim.record import write_tensorboard
+from runtime.files import write_tensorboard
 from sim.schema import make_row
 
 pytest.importorskip("tensorboard")
@@ -30,7 +30,7 @@ def test_tensorboard_scalars_have_record_names_and_values(tmp_path):
 def test_records_read_back_from_csv_have_their_types_and_give_the_same_scalars(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from sim.record import read_records, write_records
+    from runtime.files import read_records, write_records
     from tests.records import same_records
 
     rows = [make_row("quadratic", step=step, seed=0, method="gac", staleness=8, objective=1.0 / (step + 1),

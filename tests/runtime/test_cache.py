@@ -7,8 +7,7 @@ import warnings
 
 import pytest
 
-from experiments import cache
-from sim import fingerprint
+from runtime import cache, fingerprint
 
 
 def cached(kind, key, compute):
