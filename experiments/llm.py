@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.aggregate import measured, seed_std
+from experiments.profiles import lookup
 from runtime import cache, graph
 from runtime.graph import Task
 from sim.llm.train import Args, prepare_warm_start, run_records
@@ -32,30 +33,6 @@ from sim.llm.warmstart import warm_start_path
 from sim.schema import nonfinite
 from sim.stabilizers import NO_CONTROL
 
-# What each profile runs. quick: the "small" 0.6M model (the CPU time of every quick figure: benchmarks/README.md,
-# "figure pipeline").
-PROFILES = {
-    "quick": dict(base=dict(size="small", steps=80, prompts_per_step=16, group_size=8, minibatches=2,
-                            eval_every=20, eval_problems=256, ratio_to="proximal"),
-                  seeds=(0, 1, 2), main_lr=3e-4, small_lrs=(1e-4, 3e-5),
-                  # step size -> staleness values of the regime map (the line adds s = 2, 8 at 3e-4); at the
-                  # small-step edge 0 and 16 suffice, and at 1e-3 sync alone (it collapses there): 48 runs
-                  grid={3e-5: (0, 16), 1e-4: (0, 4, 16), 3e-4: (0, 4, 16), 1e-3: (0,)},
-                  line_staleness=(0, 2, 4, 8, 16), high_staleness=16, gac_small_lrs=(3e-5,)),
-    "full": dict(base=dict(size="cpu", steps=300, prompts_per_step=16, group_size=8, minibatches=2,
-                           eval_every=20, eval_problems=512, ratio_to="proximal"),
-                 seeds=(0, 1, 2, 3, 4), main_lr=3e-4, small_lrs=(1e-4, 3e-5),
-                 grid={lr: (0, 2, 4, 8, 16) for lr in (3e-5, 1e-4, 3e-4, 1e-3)},
-                 line_staleness=(0, 2, 4, 8, 16), high_staleness=16, gac_small_lrs=(1e-4, 3e-5),
-                 sync_gac_small_lrs=(1e-4, 3e-5)),
-    # gpu: the 25M-parameter model, 64 prompts × 16 samples, 300 steps, 3 seeds of the key cells (sync, naive
-    # async, GAC, TIS, M2PO at s = 16 and the controls), several runs at once on one GPU (sized by
-    # estimate; not yet run on a device).
-    "gpu": dict(base=dict(size="gpu", steps=300, prompts_per_step=64, group_size=16, minibatches=2,
-                          eval_every=50, eval_problems=512, ratio_to="proximal"),
-                seeds=(0, 1, 2), main_lr=3e-4, small_lrs=(1e-4,), grid={3e-4: (0, 16)},
-                line_staleness=(0, 16), high_staleness=16),
-}
 # Args that cannot change a run's numbers; threads stays in the key: it changes the last bits of long sums.
 KEY_EXCLUDE = ("progress", "out_dir", "resume", "checkpoint_every", "overwrite", "allow_code_change")
 
@@ -71,35 +48,33 @@ class Run:
 def sweep(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Run]:
     """The runs of ``profile`` (deduplicated: a run in several roles is listed once); a dry run keeps one seed and
     shrinks each run with ``dry_run_args``."""
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
-    p = PROFILES[profile]
-    base = Args(**p["base"], device=device, progress=False, on_nonfinite="mark")
+    p = lookup("llm_sweep", profile)
+    base = Args(**p.base, device=device, progress=False, on_nonfinite="mark")
     if profile == "full" and device.startswith("cuda"):
         base = replace(base, size="gpu")  # the 25M-parameter model on one GPU
-    seeds = p["seeds"][:1] if dry_run else p["seeds"]
+    seeds = p.seeds[:1] if dry_run else p.seeds
     runs: dict[tuple, list[str]] = {}
 
     def add(role, method, staleness, lr, ratio_to="proximal"):
         for seed in seeds:
             runs.setdefault((method, staleness, lr, seed, ratio_to), []).append(role)
 
-    high, main = p["high_staleness"], p["main_lr"]
-    for lr, stalenesses in p["grid"].items():
+    high, main = p.high_staleness, p.main_lr
+    for lr, stalenesses in p.grid.items():
         for s in stalenesses:
             add("regime", "naive", s, lr)
-    for s in p["line_staleness"]:
+    for s in p.line_staleness:
         add("cosine", "naive", s, main)
     for method in ("naive", "gac", "tis", "m2po", "bapo"):
         add("methods", method, high, main)
     add("methods", "naive", 0, main)
     add("control_sync_gac", "gac", 0, main)
-    for lr in p["small_lrs"]:
+    for lr in p.small_lrs:
         add("control_small_step", "naive", high, lr)
     add("behaviour_ratio", "naive", high, main, ratio_to="behaviour")
-    for lr in p.get("gac_small_lrs", ()):
+    for lr in p.gac_small_lrs:
         add("gac_small_step", "gac", high, lr)
-    for lr in p.get("sync_gac_small_lrs", ()):
+    for lr in p.sync_gac_small_lrs:
         add("control_sync_gac", "gac", 0, lr)
     shrink = dry_run_args if dry_run else (lambda args: args)
     return [Run(shrink(replace(base, method=m, staleness=s, lr=lr, seed=seed, ratio_to=ratio)),

@@ -22,6 +22,7 @@ import numpy as np
 from experiments import verdict as verdict_mod
 from experiments import verdict_toys
 from experiments.llm import Run, dry_run_args, run_unit
+from experiments.profiles import lookup
 from paper_figs.common import Results, apply_style, label_words, method_color, save_figure
 from runtime.cache import Unit, unit
 from runtime.files import write_records
@@ -46,7 +47,7 @@ def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]
     starts × 2 seeds, every arm tuned) and runs no LLM unit. Its runs depend on its tuning rounds, so they cannot be
     units of a graph fixed in advance; ``python -m experiments.verdict --profile v2 [--executor ray]`` remakes them
     (each run a task of its own, no pool inside a worker)."""
-    p = verdict_mod.PROFILES[profile]
+    p = lookup("verdict", profile)
     toys = unit(f"{NAME}/toys", verdict_toys.toy_verdict_rows, toy_profile(profile, dry_run), spec=f"{NAME}/toys",
                 cost=30.0)
     if dry_run:
@@ -209,7 +210,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     committed = draws_committed(results)
     source = (f"committed {COMMITTED} verdict, code {runs[0]['code']}" if committed and runs
               else f"{results.profile} profile")
-    staleness = verdict_mod.PROFILES[COMMITTED if committed else results.profile].staleness
+    staleness = lookup("verdict", COMMITTED if committed else results.profile).staleness
     fig.suptitle(f"What closes the async gap (LLM, s = {staleness}, {source})")
     paths += [write_records(runs, out_dir / f"{NAME}.csv"), write_records(table, out_dir / f"{NAME}_table.csv")]
     if tuning:

@@ -13,7 +13,8 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from experiments.aggregate import centered_mean, seed_mean
-from experiments.llm import PROFILES, aggregate, run_unit, summary_rows, sweep
+from experiments.llm import aggregate, run_unit, summary_rows, sweep
+from experiments.profiles import lookup
 from paper_figs.common import Results, apply_style, label_words, method_color, save_figure
 from runtime.cache import Unit
 from runtime.files import write_records
@@ -35,13 +36,13 @@ def _markdown(table: list[dict]) -> str:
 
 def plot_reward_curves(ax_curve, ax_small, records: list[dict], p: dict) -> None:
     """(a) reward over steps at the main and the smallest step size."""
-    high, main_lr, small_lr = p["high_staleness"], p["main_lr"], p["small_lrs"][0]
+    high, main_lr, small_lr = p.high_staleness, p.main_lr, p.small_lrs[0]
     shown = [("sync", 0, main_lr, "-", "proximal"), ("naive", high, main_lr, "-", "proximal"),
              ("gac", high, main_lr, "-", "proximal"), ("tis", high, main_lr, "-", "proximal"),
              ("m2po", high, main_lr, "-", "proximal"), ("bapo", high, main_lr, "-", "proximal"),
              ("gac", 0, main_lr, "--", "proximal"),
              ("naive", high, main_lr, "-.", "behaviour")]
-    tiny_lr = p["small_lrs"][-1]
+    tiny_lr = p.small_lrs[-1]
     shown_small = [("sync", 0, tiny_lr, "-", "proximal"), ("naive", high, tiny_lr, "-", "proximal"),
                    ("gac", high, tiny_lr, "-", "proximal"), ("naive", high, small_lr, ":", "proximal")]
     for ax, lines, lr_title, letter in ((ax_curve, shown, main_lr, "a"), (ax_small, shown_small, tiny_lr, "b")):
@@ -59,7 +60,7 @@ def plot_reward_curves(ax_curve, ax_small, records: list[dict], p: dict) -> None
 
 def plot_accuracy_bars(ax_table, table: list[dict], runs: list[dict], p: dict) -> None:
     """(b) final held-out accuracy per setting, with the warm start's accuracy."""
-    high, main_lr = p["high_staleness"], p["main_lr"]
+    high, main_lr = p.high_staleness, p.main_lr
     bars = [r for r in table if (r["lr"] == main_lr and r["staleness"] in (0, high) and r["method"] != "lr_scale")
             or ("control_small_step" in r["roles"]) or ("gac_small_step" in r["roles"])]
     bars = sorted(bars, key=lambda r: (r["method"] != "sync", r["staleness"], r["method"], r["ratio_to"], r["lr"]))
@@ -124,7 +125,7 @@ def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]
 
 
 def plot(results: Results, out_dir: Path) -> list[Path]:
-    p = PROFILES[results.profile]
+    p = lookup("llm_sweep", results.profile)
     pairs = results.runs()
     records = [dict(r, lr=item.args.lr) for item, res in pairs for r in res["records"]]
     run_rows = summary_rows(pairs)

@@ -1,13 +1,13 @@
 """The LLM sweep and fig5 end to end on a tiny profile (tiny model, 3 steps, 1 seed; cache in tmp)."""
 
 import runtime.cache
-from experiments import llm
+from experiments import llm, profiles
 from tests.figures import make_figure
 
 
 def test_sweep_feeds_fig5(tiny_checkpoint, tmp_path, monkeypatch):
     monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
-    monkeypatch.setitem(llm.PROFILES, "test", dict(
+    monkeypatch.setitem(profiles.LLM_SWEEP, "test", profiles.LLMSweep(
         base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=3, prompts_per_step=4, group_size=4,
                   minibatches=2, eval_every=2, eval_problems=8, temperature=0.5, ratio_to="proximal"),
         seeds=(0,), main_lr=3e-3, small_lrs=(1e-3,), grid={1e-3: (0, 2), 3e-3: (0, 2), 1e-2: (0,)},

@@ -10,21 +10,22 @@ import pytest
 
 import runtime.cache
 import sim.llm.warmstart
-from experiments import signature
+from experiments import profiles, signature
 from paper_figs import __main__ as cli
 from paper_figs import figs2_llm_signature
 from tests.figures import make_figure
 
 
 def _tiny_profile(tiny_checkpoint):
-    return dict(base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=4, prompts_per_step=4,
-                          group_size=4, eval_every=2, eval_problems=8, temperature=0.5, lr=3e-3, snr_every=1),
-                seeds=(0, 1), cells={"base": (0, 2), "updates=2": (0, 2)})
+    return profiles.Signature(base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=4, prompts_per_step=4,
+                                        group_size=4, eval_every=2, eval_problems=8, temperature=0.5, lr=3e-3,
+                                        snr_every=1),
+                              seeds=(0, 1), cells={"base": (0, 2), "updates=2": (0, 2)})
 
 
 def test_figs2_rows_cosines_and_snr(tiny_checkpoint, tmp_path, monkeypatch):
     monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
-    monkeypatch.setitem(signature.PROFILES, "test", _tiny_profile(tiny_checkpoint))
+    monkeypatch.setitem(profiles.SIGNATURE, "test", _tiny_profile(tiny_checkpoint))
     make_figure("figs2_llm_signature", "test", tmp_path)
     with open(tmp_path / "figs2_llm_signature_table.csv") as handle:
         table = [dict(r, staleness=int(r["staleness"])) for r in csv.DictReader(handle)]

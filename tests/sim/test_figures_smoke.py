@@ -71,7 +71,7 @@ def test_fig2_cosine_vs_staleness_smoke(tmp_path, monkeypatch):
 
 
 def test_fig7_bound_smoke(tmp_path, monkeypatch):
-    from experiments import bound
+    from experiments.profiles import lookup
     from paper_figs import fig7_bound
 
     figures = capture(fig7_bound, monkeypatch)
@@ -82,7 +82,7 @@ def test_fig7_bound_smoke(tmp_path, monkeypatch):
     for ext in ("csv", "png", "pdf"):
         assert (tmp_path / f"{fig7_bound.NAME}.{ext}").stat().st_size > 0
     assert (tmp_path / f"{fig7_bound.NAME}_tightness.csv").stat().st_size > 0
-    assert len(rows) == len(bound.SMOKE_SETTINGS)
+    assert len(rows) == len(lookup("bound", "smoke").settings)
     assert all(r["measured_min"] <= r["measured_avg"] <= r["bound"] for r in rows)  # the theorem, at tiny size
     assert fig7_bound.NAME in FIGURES
     assert_matches_golden(fig7_bound.NAME, tmp_path)
