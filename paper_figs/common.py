@@ -20,7 +20,6 @@ from typing import Any
 import matplotlib
 
 from experiments.llm import Run, RunUnit
-from runtime import paths
 from runtime.cache import Unit
 from runtime.files import atomic_write_bytes
 
@@ -28,10 +27,6 @@ if "ipykernel" not in sys.modules:  # a notebook keeps its backend (inline), so 
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-
-OUT_DIR = paths.figures_dir()
-"""Figures' default folder (``runtime.paths``: the checkout's paper_figs/out, else ./paper_figs/out; never the
-package)."""
 
 # Paper column width is about 3.3 in; figures are sized in multiples of it and stay readable there.
 STYLE = {

@@ -1,7 +1,7 @@
 """File safety: atomic writes, locks, figure sets published together, output checks made before any work, and the
 readers and writers of record rows (the per-step rows of ``sim.schema``, or any table of dicts).
 
-CSV, JSON lines and TensorBoard. Writers are atomic (temp file, then rename) and CSV/JSONL need nothing beyond the
+CSV and JSON lines. Writers are atomic (temp file, then rename) and CSV/JSONL need nothing beyond the
 stdlib, so the LLM run and the figures use the same ones. Whether committed data would be overwritten is asked of git
 (``git ls-files``; no library does this); where git or the repository is absent, nothing is tracked.
 """
@@ -290,37 +290,6 @@ def _column_type(values: Sequence[str]):
     return str
 
 
-RUN_KEYS = ("sim", "method", "label", "staleness", "seed")
-"""Columns that name a run (its TensorBoard sub-folder); the numeric others become scalars."""
-
-
-def write_tensorboard(rows: Sequence[dict], log_dir: Path | str) -> list[Path]:
-    """Write record rows as TensorBoard scalars, one sub-folder per run, tags = the record's column names.
-
-    Needs the optional ``tensorboard`` package (``pip install 'gac-lab[tensorboard]'``). Booleans
-    (e.g. ``diverged``) are written as 0/1; strings (``regime``) are skipped.
-    """
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError as error:
-        raise ImportError("write_tensorboard needs the tensorboard package: "
-                          "pip install 'gac-lab[tensorboard]'") from error
-    runs: dict[tuple, list[dict]] = {}
-    for row in rows:
-        runs.setdefault(tuple((k, row[k]) for k in RUN_KEYS if k in row), []).append(row)
-    folders = []
-    for key, run_rows in runs.items():
-        folder = Path(log_dir) / "_".join(f"{k}={v}" for k, v in key)
-        with SummaryWriter(log_dir=str(folder)) as writer:
-            for row in run_rows:
-                for name, value in row.items():
-                    if name in RUN_KEYS or name == "step" or isinstance(value, str) or value is None:
-                        continue
-                    writer.add_scalar(name, float(value), global_step=int(row["step"]))
-        folders.append(folder)
-    return folders
-
-
 def _json_safe(value):
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
@@ -356,7 +325,3 @@ def check_output_files(out: Path, written: Iterable[Path], profile: str, force: 
             raise ValueError(f"{flag} {tracked[0]} is committed data (tracked by git) and --profile {profile} would "
                              f"overwrite it with a smaller run; give another {flag}, or --force to overwrite it")
     return out
-
-
-__all__ = ["columns_of", "exclusive_lock", "one_line_os_error", "publish_together", "is_complete", "atomic_write_bytes",
-           "write_records", "read_records", "RecordStream", "write_tensorboard", "RUN_KEYS", "check_output_files"]
