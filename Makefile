@@ -5,8 +5,8 @@ BIN     := $(VENV)/bin
 PROFILE ?= quick
 
 # `make install`: what the figures need. The wheel holds the library `gac` alone; the research code (theory, sim,
-# experiments, paper_figs, course, benchmarks) runs from this checkout, which a .pth file puts on the venv's path (so
-# it imports from any folder: notebooks, worker processes, Ray workers).
+# runtime, experiments, paper_figs, course, benchmarks) runs from this checkout, which a .pth file puts on the venv's
+# path (so it imports from any folder: notebooks, worker processes, Ray workers).
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -21,11 +21,11 @@ $(BIN)/.installed-site: $(BIN)/.installed
 	$(BIN)/pip install -q -e ".[site]"
 	touch $@
 
-# `make test`: every extra the tests exercise: trl and tensorboard (the integrations), cluster (tests/sim/test_cluster.py
+# `make test`: every extra the tests exercise: trl (the integration), cluster (tests/runtime/test_cluster.py
 # checks on a local 2-CPU Ray cluster that --executor ray writes the same CSVs), site (tests/test_notebooks.py builds
 # the course), dev (pytest, ruff, import-linter, mutmut).
 $(BIN)/.installed-test: $(BIN)/.installed
-	$(BIN)/pip install -q -e ".[research,trl,tensorboard,cluster,site,dev]"
+	$(BIN)/pip install -q -e ".[research,trl,cluster,site,dev]"
 	touch $@
 
 .PHONY: install figures test lint check-data site mutation mutation-sample

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import tyro
 
-from sim.cli import parse
+from runtime.cli import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("benchmarks", "course", "experiments", "paper_figs", "sim", "theory")

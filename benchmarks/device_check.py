@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
 
-from sim.cli import folder, parse
+from runtime.cli import folder, parse
 
 TIMED_STEPS = 5
 CONFIGS = {

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sim.cli import parse
+from runtime.cli import parse
 
 if TYPE_CHECKING:
     import torch

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.cli import parse
+from runtime.cli import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {

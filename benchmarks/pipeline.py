@@ -6,12 +6,6 @@ timed). Prints the wall time, the CPU time of the whole process tree next to its
 CPU time over (wall time × cores): 1.0 means no core ever waited, which is the most a scheduler can give here.
 Run: ``python -m benchmarks.pipeline [--keep DIR] [NAME ...]`` from the repository root (measurements:
 benchmarks/README.md).
-
-``--plan`` computes nothing: it runs ``python -m paper_figs NAMES --profile quick --plan``, which declares the
-figures' units and prints where the CPU goes by the cost estimates the scheduler orders the work with
-(``paper_figs.driver.plan``): per figure its distinct units, GRPO runs, estimated core-seconds and how many of its
-units another figure shares, then the GRPO runs that train the same policy under different cache keys, and the
-biggest units.
 """
 
 from __future__ import annotations
@@ -28,7 +22,7 @@ from typing import Annotated
 
 import tyro
 
-from sim.cli import folder, parse
+from runtime.cli import folder, parse
 
 TARGET_CPU_S = 1200.0
 """The target for every figure (issue 47): at most 1,200 CPU-seconds from an empty cache."""
@@ -47,8 +41,6 @@ class PipelineArgs:
     """these figures instead of all of them (no target: a smoke run)"""
     keep: Annotated[Path, folder("--keep")] | None = None
     """write the figures here (default: a temp folder, removed)"""
-    plan: bool = False
-    """compute nothing: where the CPU goes by the cost estimates, per figure"""
 
     def __post_init__(self):
         if self.keep is not None and self.keep.is_file():  # paper_figs would refuse it after the cache was set up
@@ -58,8 +50,6 @@ class PipelineArgs:
 def main(argv=None) -> int:
     args = parse(PipelineArgs, argv, prog="python -m benchmarks.pipeline", description=__doc__.splitlines()[0])
     names = args.names or ["all"]
-    if args.plan:  # the figures' declarations live in paper_figs, which benchmarks do not import
-        return subprocess.run([sys.executable, "-m", "paper_figs", *names, "--profile", "quick", "--plan"]).returncode
     with tempfile.TemporaryDirectory(prefix="gac-lab-pipeline-") as tmp:
         out = args.keep or Path(tmp) / "out"
         env = {**os.environ, "GAC_LAB_CACHE": f"{tmp}/cache", "GAC_LAB_RUNS": f"{tmp}/runs"}

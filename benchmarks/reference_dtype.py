@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from sim.cli import parse
+from runtime.cli import parse
 
 # torch and gac are imported where the benchmark runs (--help answers without them)
 REFERENCES = {"prev": dict(threshold=0.999), "ema 0.9": dict(threshold=0.999, reference="ema", ema_decay=0.9),

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.cli import parse
+from runtime.cli import parse
 
 if TYPE_CHECKING:
     from sim.quadratic import QuadraticProblem

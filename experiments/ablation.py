@@ -13,6 +13,7 @@ import statistics
 import pandas as pd
 
 from experiments import toy
+from experiments.profiles import lookup
 from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.quadratic import run_quadratic
@@ -83,7 +84,7 @@ def score(summary_rows: list[dict], sim: str, sync_label: str, higher_is_better:
 
 def run_tables(profile: str, device: str = "cpu") -> list[dict]:
     """The scored table of the three sims (quadratic SGD, quadratic Adam, Gaussian bandit)."""
-    p = toy.profile_of(profile)
+    p = lookup("toy", profile)
     quad = run_quadratic(toy.QUADRATIC, ablation_settings(toy.QUADRATIC_LR, PEERS["quadratic"]), p.quad_steps,
                          p.seeds, record_every=p.quad_steps, progress=True, device=device)
     adam = run_quadratic(toy.QUADRATIC, adam_settings(), p.quad_steps, p.seeds, record_every=p.quad_steps,

@@ -7,13 +7,12 @@ per (bandit, B, G, setting) with the median final reward gap and the mean consec
 from __future__ import annotations
 
 from experiments import toy
+from experiments.profiles import lookup
 from sim.bandit import run_bandit
 from sim.grid import setting
 
 STALENESS = (0, 2, 4, 8, 16)
 FIXES = ("gac", "lr_scale", "tis", "m2po")
-SNR = {"smoke": ((1, 4), (4, 8)), "quick": ((1, 4), (4, 16), (8, 32)),
-       "full": ((1, 4), (2, 8), (4, 16), (8, 32), (16, 64))}
 PROBLEMS = (("bandit_gaussian", toy.GAUSSIAN, toy.GAUSSIAN_LR), ("bandit_karmed", toy.KARMED, toy.SOFTMAX_LR),
             ("bandit_contextual", toy.CONTEXTUAL, toy.SOFTMAX_LR))
 
@@ -24,14 +23,13 @@ def snr_settings(lr: float) -> list:
 
 
 def run_table(profile: str) -> list[dict]:
-    """One row per (bandit, B, G, setting); at most 300 steps and 3 seeds whatever the profile."""
-    p = toy.profile_of(profile)
-    steps = min(300, p.bandit_steps)
-    seeds = min(3, p.seeds)
+    """One row per (bandit, B, G, setting) at each (B, G) level of the ``bandit_snr`` profile."""
+    p = lookup("bandit_snr", profile)
+    steps, seeds = p.steps, p.seeds
     table = []
     for sim, problem, lr in PROBLEMS:
         settings = snr_settings(lr)
-        for groups, group_size in SNR[profile]:
+        for groups, group_size in p.levels:
             result = run_bandit(problem, settings, steps, seeds, groups=groups, group_size=group_size,
                                 record_every=steps, progress=True)
             optimum = result.meta["optimal_reward"]

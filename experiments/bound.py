@@ -4,16 +4,8 @@ measured kept energy) per profile, one row per setting with its legend name and 
 
 from __future__ import annotations
 
+from experiments.profiles import lookup
 from theory import convergence
-
-SMOKE_SETTINGS = [
-    {"kind": "quadratic", "staleness": 2, "eta_fraction": 0.5, "mode": mode, "threshold": tau, "noise_std": 1.0}
-    for mode, tau in (("none", 0.0), ("project", 0.0), ("cap", 0.3))]
-# (settings, dim, steps T, seeds) per profile; quick and full run the whole grid (the theory README's table
-# is the quick profile: check_bound's defaults), full averages over 4x more seeds.
-PROFILES = {"smoke": (SMOKE_SETTINGS, 10, 30, 4),
-            "quick": (convergence.DEFAULT_SETTINGS, 50, 300, 32),
-            "full": (convergence.DEFAULT_SETTINGS, 50, 300, 128)}
 
 
 def mode_name(row: dict) -> str:
@@ -23,9 +15,8 @@ def mode_name(row: dict) -> str:
 
 def run_rows(profile: str) -> list[dict]:
     """One row per setting of ``profile``: check_bound's columns, the legend name, the sizes and ``holds_kept``."""
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
-    settings, dim, steps, seeds = PROFILES[profile]
+    p = lookup("bound", profile)
+    settings, dim, steps, seeds = list(p.settings) or convergence.DEFAULT_SETTINGS, p.dim, p.steps, p.seeds
     rows = convergence.check_bound(settings, dim=dim, steps=steps, seeds=seeds)
     out = []
     for row in rows:

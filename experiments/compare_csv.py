@@ -15,7 +15,7 @@ from pathlib import Path
 
 import tyro
 
-from sim.record import is_complete
+from runtime.files import is_complete
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import numpy as np
 
 from experiments import toy
 from experiments.aggregate import seed_std
+from experiments.profiles import lookup
 from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.quadratic import run_quadratic
@@ -39,7 +40,7 @@ def series() -> list[tuple[str, object, list]]:
 
 
 def _burn_in(profile: str) -> tuple[int, int]:
-    steps = toy.profile_of(profile).quad_steps
+    steps = lookup("toy", profile).quad_steps
     return steps, max(1, (3 * steps) // 10)
 
 
@@ -53,7 +54,7 @@ def _stats(values: np.ndarray) -> dict:
 
 def quadratic_rows(profile: str, device: str = "cpu") -> list[dict]:
     """Stationary (after burn-in) and transient cosines on the noisy quadratic, one row per (panel, series, s)."""
-    p = toy.profile_of(profile)
+    p = lookup("toy", profile)
     all_series = series()
     settings = [s for _, _, group in all_series for s in group]
     steps, warmup = _burn_in(profile)
@@ -90,7 +91,7 @@ def quadratic_rows(profile: str, device: str = "cpu") -> list[dict]:
 
 def bandit_rows(profile: str) -> list[dict]:
     """Mean cosine after warm-up of the Gaussian-policy bandit (toy settings), one row per s."""
-    p = toy.profile_of(profile)
+    p = lookup("toy", profile)
     settings = [setting("naive", s, toy.GAUSSIAN_LR) for s in STALENESS]
     result = run_bandit(toy.GAUSSIAN, settings, p.bandit_steps, p.seeds, seed=0, groups=toy.BANDIT_GROUPS,
                         group_size=toy.BANDIT_GROUP_SIZE, record_every=p.bandit_steps, progress=True)

@@ -244,7 +244,7 @@ def evaluate(rows: Iterable[dict], signals: Sequence[str] = tuple(SIGNALS),
 
 
 def llm_rows(results) -> list[dict]:
-    """Per-step records of every run of an LLM sweep (``experiments.llm.sweep_results``), each run followed by
+    """Per-step records of every run of an LLM sweep (``experiments.llm.results_of``), each run followed by
     one schema row at step = steps holding only the final policy's held-out accuracy (its last evaluation), marked
     ``final_eval`` (as in ``experiments.llm``): it can be a collapse, but it is not a step whose signals are scored.
     ``lr`` is the run's configured step size on every row (as in fig5), so a run is one key under lr_scale too."""

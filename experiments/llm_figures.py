@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import numpy as np
 import tyro
 
-from sim.cli import choice, folder, parse, whole
+from experiments.profiles import lookup
+from runtime.cli import choice, folder, parse, whole
 from sim.schema import nonfinite
 
 if TYPE_CHECKING:
@@ -52,16 +53,6 @@ FIG3_ARMS = (("sync", "gradient", 0), ("naive", "gradient", FIG3_STALENESS), ("g
              ("gac", "update", FIG3_STALENESS))
 """fig3's arms: (method, GAC space, staleness)."""
 
-PROFILES = {
-    # quick: 2 warm starts × 1 RL seed, 60 steps (what `make figures` affords); full: the committed runs, on the
-    # first 8 accepted warm starts of docs/data/warm_starts.csv (warm seed 5 was refused: 0.810, 0.072, 0.611),
-    # 200 steps: at 100 steps sync had gained +0.075 [0.023, 0.128] and was still climbing (RESULTS.md)
-    "quick": dict(warm_seeds=(1, 2), seeds=(0,), steps=60, base={}),
-    "full": dict(warm_seeds=(1, 2, 3, 4, 6, 7, 8, 9), seeds=(0, 1), steps=200, base={}),
-}
-TUNING_WARM_SEED = 0
-"""The warm start the configuration and step size were looked at on; never among the reported ones."""
-
 
 def arm_name(method: str, space: str, staleness: int) -> str:
     """The name an arm has in the figures: sync, naive s=16, gac gradient s=16, gac update s=16."""
@@ -76,17 +67,14 @@ def runs(profile: str = "full", device: str = "cpu", dry_run: bool = False) -> l
     from experiments.llm import Run
     from sim.llm.train import Args
 
-    profile = "full" if profile == "gpu" else profile
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
-    p = PROFILES[profile]
-    base = Args(**{**BASE, **p["base"]}, steps=p["steps"], device=device, progress=False, on_nonfinite="mark")
+    p = lookup("testbed", profile)
+    base = Args(**{**BASE, **p.base}, steps=p.steps, device=device, progress=False, on_nonfinite="mark")
     arms: dict[tuple, list[str]] = {}
     for s in FIG1_STALENESS:
         arms.setdefault(("sync" if s == 0 else "naive", "gradient", s), []).append("fig1")
     for arm in FIG3_ARMS:
         arms.setdefault(arm, []).append("fig3")
-    warm_seeds, seeds = (p["warm_seeds"][:1], p["seeds"][:1]) if dry_run else (p["warm_seeds"], p["seeds"])
+    warm_seeds, seeds = (p.warm_seeds[:1], p.seeds[:1]) if dry_run else (p.warm_seeds, p.seeds)
     out = []
     for warm_seed in warm_seeds:
         for seed in seeds:
@@ -256,8 +244,8 @@ class Cli:
 
 def main(cli: Cli) -> pd.DataFrame:
     from experiments.llm import results_of
+    from runtime.files import check_output_dir
     from sim.llm.warmstart import WarmStartRejected
-    from sim.record import check_output_dir
 
     check_output_dir(str(Path(cli.out).parent), "out")
     selected = runs(cli.profile)

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import tyro
 
 from experiments import llm_figures
-from sim.cli import choice, folder, parse, whole
+from experiments.profiles import lookup
+from runtime.cli import choice, folder, parse, whole
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,13 +57,6 @@ RATIOS = {"behaviour": "behaviour ratio", "proximal": "uncorrected ratio"}
 FIG1_STALENESS = (0, 2, 4, 8, 16)
 FIG3_ARMS = llm_figures.FIG3_ARMS
 FIG3_STALENESS = llm_figures.FIG3_STALENESS
-PROFILES = {
-    "tune": dict(warm_seeds=(llm_figures.TUNING_WARM_SEED,), seeds=(0,), steps=200, figures=("tune",)),
-    "fig3": dict(warm_seeds=(1, 2, 3, 4), seeds=(0,), steps=200, figures=("fig3",)),
-    "full": dict(warm_seeds=(1, 2, 3, 4), seeds=(0, 1), steps=200, figures=("fig1", "fig3")),
-    "smoke": dict(warm_seeds=(1,), seeds=(0,), steps=3, figures=("fig1", "fig3")),
-}
-
 
 def arm_name(method: str, space: str, staleness: int, ratio: str, lr: float = LR) -> str:
     """The testbed's arm name, with ", uncorrected" for the uncorrected ratio (sync has one policy: no ratio) and the
@@ -79,24 +73,22 @@ def runs(profile: str, warm_seeds: tuple[int, ...] | None = None) -> list[Run]:
     from experiments.llm import Run, dry_run_args
     from sim.llm.train import Args
 
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
-    p = PROFILES[profile]
+    p = lookup("highsnr", profile)
     if warm_seeds is not None:
-        if not set(warm_seeds) <= set(p["warm_seeds"]):
+        if not set(warm_seeds) <= set(p.warm_seeds):
             raise ValueError(f"--warm-seeds {' '.join(map(str, warm_seeds))}: profile {profile} has warm starts "
-                             f"{' '.join(map(str, p['warm_seeds']))}")
-        p = dict(p, warm_seeds=tuple(w for w in p["warm_seeds"] if w in warm_seeds))
-    base = Args(**{**BASE, "lr": LR}, steps=p["steps"], progress=False, on_nonfinite="mark")
+                             f"{' '.join(map(str, p.warm_seeds))}")
+        p = replace(p, warm_seeds=tuple(w for w in p.warm_seeds if w in warm_seeds))
+    base = Args(**{**BASE, "lr": LR}, steps=p.steps, progress=False, on_nonfinite="mark")
     if profile == "smoke":
-        base = replace(dry_run_args(base), steps=p["steps"], prompts_per_step=4, micro_batch=8)
+        base = replace(dry_run_args(base), steps=p.steps, prompts_per_step=4, micro_batch=8)
     arms: dict[tuple, list[str]] = {}
-    if "tune" in p["figures"]:
+    if "tune" in p.figures:
         for lr in TUNE_LRS:
             arms.setdefault(("sync", "gradient", 0, "behaviour", lr), []).append("tune")
     for figure, settings in (("fig1", [("sync" if s == 0 else "naive", "gradient", s) for s in FIG1_STALENESS]),
                              ("fig3", list(FIG3_ARMS))):
-        if figure in p["figures"]:
+        if figure in p.figures:
             for method, space, s in settings:
                 for ratio in (("behaviour",) if method == "sync" else tuple(RATIOS)):
                     arms.setdefault((method, space, s, ratio, base.lr), []).append(figure)
@@ -104,7 +96,7 @@ def runs(profile: str, warm_seeds: tuple[int, ...] | None = None) -> list[Run]:
                 arms.setdefault(("naive", "gradient", FIG3_STALENESS, "proximal", STEPCUT_LR), []).append(figure)
     return [Run(replace(base, method=method, gac_space=space, staleness=s, ratio_to=ratio, lr=lr,
                                     warm_seed=warm_seed, seed=seed), tuple(roles))
-            for warm_seed in p["warm_seeds"] for seed in p["seeds"]
+            for warm_seed in p.warm_seeds for seed in p.seeds
             for (method, space, s, ratio, lr), roles in arms.items()]
 
 
@@ -176,8 +168,8 @@ class Cli:
 def main(cli: Cli) -> pd.DataFrame:
     from experiments.llm import results_of, run_unit
     from experiments.verdict import code_commit
+    from runtime.files import check_output_dir
     from sim.llm.warmstart import WarmStartRejected
-    from sim.record import check_output_dir
 
     check_output_dir(str(Path(cli.out).parent), "out")
     selected = runs(cli.profile, cli.warm_seeds)

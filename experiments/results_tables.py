@@ -119,18 +119,6 @@ def stamp(path: Path, command: str, code: str) -> None:
     tmp.replace(path)
 
 
-def without_provenance(text: str) -> str:
-    """A CSV's text without its provenance columns, every other cell as written (to compare a committed summary with
-    the one its code writes today, which carries none)."""
-    rows = list(csv.reader(io.StringIO(text)))
-    keep = [i for i, column in enumerate(rows[0]) if column not in PROVENANCE]
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    for row in rows:
-        writer.writerow([row[i] for i in keep])
-    return out.getvalue()
-
-
 # --- the tables -------------------------------------------------------------------------------------------------------
 
 

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import numpy as np
 import tyro
 
-from experiments.outputs import check_output_files
-from sim.cli import choice, folder, parse
+from experiments.profiles import Signature, lookup
+from runtime.cli import choice, folder, parse
+from runtime.files import check_output_files
 
 if TYPE_CHECKING:
     from experiments.llm import Run
@@ -41,19 +42,6 @@ FACTORS = {
 }
 GRANULARITIES = ("cos_prev", "cos_prev_step", "cos_update")
 """The cosine granularities: consecutive optimizer updates' raw gradients, RL steps' summed gradients, Δθ."""
-STALENESS = (0, 2, 4, 8, 16)
-CPU_CONFIGS = ("base", "batch=64x8", "updates=2", "updates=4", "ratio=proximal", "clip=1.0", "digits=2", "lr=1e-4")
-
-# quick: s ∈ {0, 16} for the base, 2 updates per step and the proximal ratio, 2 seeds (12 runs of the small
-# model, plus the warm start). full: every CPU configuration at every s (80 runs). gpu: the 25M model, 64 × 16
-# samples, 300 steps, 3 seeds of the key cells (sized by estimate, not yet run on a device).
-PROFILES = {
-    "quick": dict(base={}, seeds=(0, 1), cells={"base": (0, 16), "updates=2": (0, 16), "ratio=proximal": (0, 16)}),
-    "full": dict(base={}, seeds=(0, 1), cells={name: STALENESS for name in CPU_CONFIGS}),
-    "gpu": dict(base=dict(size="gpu", prompts_per_step=64, group_size=16, steps=300, eval_every=50,
-                          eval_problems=512), seeds=(0, 1, 2), cells={"base": (0, 16), "updates=2": (0, 16)},
-                jobs=6),
-}
 
 
 def overrides(config: str) -> dict:
@@ -75,14 +63,13 @@ def config_args(config: str, profile_base: dict | None = None, device: str = "cp
     return Args(**settings, device=device, progress=False, on_nonfinite="mark")
 
 
-def check_profile(profile: str, device: str, dry_run: bool = False) -> dict:
+def check_profile(profile: str, device: str, dry_run: bool = False) -> Signature:
     """The profile's settings; one-line ValueError for an unknown profile or gpu without a CUDA device (unless it
     is a dry run, which runs on the CPU)."""
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
+    p = lookup("signature", profile)
     if profile == "gpu" and not device.startswith("cuda") and not dry_run:
         raise ValueError("profile gpu needs --device cuda (the 25M model); use quick or full on the CPU")
-    return PROFILES[profile]
+    return p
 
 
 def sweep(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Run]:
@@ -91,19 +78,10 @@ def sweep(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Run]
     from experiments.llm import Run, dry_run_args
 
     p = check_profile(profile, device, dry_run)
-    seeds = p["seeds"][:1] if dry_run else p["seeds"]
+    seeds = p.seeds[:1] if dry_run else p.seeds
     shrink = dry_run_args if dry_run else (lambda args: args)
-    return [Run(shrink(config_args(config, p["base"], device, method="naive", staleness=s, seed=seed)), (config,))
-            for config, stalenesses in p["cells"].items() for s in stalenesses for seed in seeds]
-
-
-def sweep_results(profile: str, device: str = "cpu", log=print, jobs: int | None = None) -> list[tuple[Run, dict]]:
-    """Every run of the sweep with its result (cached, shared with the other LLM figures where args coincide)."""
-    from experiments.llm import results_of
-
-    runs = sweep(profile, device)
-    jobs = PROFILES[profile].get("jobs") if jobs is None and device.startswith("cuda") else jobs
-    return results_of(runs, device, lambda *a: log(*a, flush=True), jobs, name="signature")
+    return [Run(shrink(config_args(config, p.base, device, method="naive", staleness=s, seed=seed)), (config,))
+            for config, stalenesses in p.cells.items() for s in stalenesses for seed in seeds]
 
 
 def _mean(records: list[dict], key: str) -> float:
@@ -281,7 +259,7 @@ class GacTableArgs:
 
 def main(argv=None) -> int:
     """``python -m experiments.signature gac-table OUT.csv [--arms ARM ...] [--seeds N ...] [--cached]``."""
-    from sim.record import write_records
+    from runtime.files import write_records
 
     args = parse(GacTableArgs, argv, prog="python -m experiments.signature")
     from experiments.llm import results_of

@@ -49,7 +49,6 @@ BASE = dict(size="small", method="sync", prompts_per_step=32, minibatches=1, rat
 after up to 10 attempts); ``prompts_per_step`` is the groups one rollout draws (a chunk of the measured batch)."""
 KEY = ("warm_seed", "digits", "group_size", "reward", "groups", "seed")
 """The columns that name one measurement (a new one replaces the row with the same key)."""
-REWARDS = ("exact", "partial")
 
 
 @dataclass(frozen=True)

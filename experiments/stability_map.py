@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from experiments import toy
+from experiments.profiles import lookup
 from sim.grid import setting
 from sim.quadratic import run_quadratic
 from sim.stabilizers import NAIVE, SYNC
@@ -18,14 +19,14 @@ STALENESS = (0, 1, 2, 3, 4, 6, 8, 12, 16)
 
 
 def step_sizes(profile: str) -> list[float]:
-    count = {"smoke": 4, "quick": 16}.get(profile, 40)
+    count = lookup("stability_map", profile).step_sizes
     return torch.logspace(-1.7, 0.4, count, dtype=torch.float64).tolist()  # η·λ_max from 0.02 to 2.5
 
 
 def run_map(profile: str, device: str = "cpu") -> list[dict]:
     """One summary row per (method, s, η, seed), with eta_lambda_max, boundary and theory_unstable."""
-    steps = {"smoke": 30, "quick": 600}.get(profile, 2000)
-    seeds = {"smoke": 1, "quick": 2}.get(profile, 8)
+    p = lookup("stability_map", profile)
+    steps, seeds = p.steps, p.seeds
     etas = step_sizes(profile)
     lam = toy.QUADRATIC.curvature_max
     settings = [setting(method, s, eta / lam) for method in (NAIVE, "gac") for s in STALENESS for eta in etas]

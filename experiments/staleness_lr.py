@@ -22,7 +22,7 @@ Scales: ``quadratic`` (stale gradients, ``experiments.toy.QUADRATIC``, λ_max = 
 GRPO advantages, ``experiments.toy.GAUSSIAN``) and ``bandit_gaussian_mean`` (the same bandit with advantages r − mean
 and no std: its gradient is the stale-gradient model's h⊙(μ_b − a*)(1 − 1/G) + noise, so a*(s) applies with
 λ = h_max(1 − 1/G)), and ``llm``: the reproducible testbed (``experiments.llm_figures.BASE``; one 0.6M Qwen3 run per
-warm start and step size, ``LawProfile.llm_steps`` RL steps; its "seeds" are accepted warm starts), where a run is
+warm start and step size, ``Law.llm_steps`` RL steps; its "seeds" are accepted warm starts), where a run is
 stable under ``progress`` if it neither went non-finite nor collapsed (the trainer's rule,
 ``sim.llm.train.collapse_step``: a held-out accuracy below half of the best before it), and under ``finite`` if it
 never went non-finite. No closed form gives the LLM's λ_max, so its theory_lr is NaN; its exponent is still
@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 
-from sim.cli import choice, fail, folder, parse
+from experiments.profiles import Law, lookup
+from runtime.cli import choice, fail, folder, parse
 
 if TYPE_CHECKING:
     from sim.quadratic import QuadraticProblem
@@ -67,31 +68,6 @@ BOOTSTRAP_RESAMPLES = 2000
 INTERVAL = 0.90
 
 
-@dataclass(frozen=True)
-class LawProfile:
-    quad_steps: int
-    bandit_steps: int
-    seeds: int
-    grid_points: int
-    refinements: int
-    llm_steps: int = 100
-    """RL steps of an LLM run"""
-    llm_warm_starts: tuple[int, ...] = (1, 2)
-    """the LLM scale's "seeds": accepted testbed warm starts (RL seed 0 on each)"""
-    llm_grid_points: int = 8
-    """LLM grid: 8 points over SEARCH_RANGE["llm"] are 2× apart"""
-    llm_refine_points: int = 1
-    """LLM zooms: one point (the bracket's geometric middle) per open bracket"""
-
-
-PROFILES = {"smoke": LawProfile(quad_steps=40, bandit_steps=30, seeds=2, grid_points=6, refinements=1, llm_steps=3,
-                                 llm_warm_starts=(1,), llm_grid_points=3),
-            "quick": LawProfile(quad_steps=600, bandit_steps=300, seeds=4, grid_points=16, refinements=1),
-            "full": LawProfile(quad_steps=1000, bandit_steps=400, seeds=6, grid_points=18, refinements=2,
-                               llm_warm_starts=(1, 2, 3))}
-"""smoke is for tests (numbers meaningless); quick is the figure's default; full makes
-docs/data/staleness_lr_scaling.csv."""
-
 COLUMNS = ("scale", "criterion", "method", "staleness", "max_stable_lr", "lr_all_seeds", "lr_any_seed", "seeds",
            "seeds_censored_low", "seeds_censored_high", "seeds_nonmonotone", "bracket_ratio", "steps",
            "theory_lr", "theory", "criterion_rule")
@@ -106,12 +82,6 @@ FIT_COLUMNS = ("scale", "criterion", "method", "exponent", "exponent_low", "expo
 """One row per scale × method: the fitted p of max_stable_lr ∝ s^(−p) (least squares in log-log over the staleness
 values), its 90 % seed-bootstrap interval (NaN where ``cells_censored`` > 0: a boundary beyond the search range), and
 the same fit applied to theory's exact curve over the same s."""
-
-
-def profile_of(name: str) -> LawProfile:
-    if name not in PROFILES:
-        raise ValueError(f"unknown profile {name!r}; choose from {', '.join(PROFILES)}")
-    return PROFILES[name]
 
 
 def criterion_rule(criterion: str, steps: int, scale: str = "quadratic") -> str:
@@ -315,7 +285,7 @@ def _stable_matrix(result, gap_of, initial_gap: float, pairs: int, seeds: int, c
     return stability_of(gap_of(final), initial_gap, diverged, criterion)
 
 
-def evaluator(scale: str, profile: LawProfile, criterion: str) -> tuple[Evaluate, int]:
+def evaluator(scale: str, profile: Law, criterion: str) -> tuple[Evaluate, int]:
     """The scale's ``Evaluate`` under ``criterion`` and its run length."""
     from experiments import toy
 
@@ -369,7 +339,7 @@ def theory_step(method: str, staleness) -> np.ndarray:
 def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
     """Every cell's per-seed boundaries on ``scale`` under ``criterion`` (JSON-able: lists); computed, not cached
     (``run_scale`` caches it; a figure's unit is cached by the driver)."""
-    p = profile_of(profile)
+    p = lookup("law", profile)
     if criterion not in CRITERIA:
         raise ValueError(f"unknown criterion {criterion!r}; choose from {', '.join(CRITERIA)}")
     evaluate, steps = evaluator(scale, p, criterion)
@@ -390,14 +360,14 @@ def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
 def scale_unit(scale: str, profile: str, criterion: str = "progress"):
     """``search_scale`` as the command line's unit (figs3 declares its own unit of the same search, under another kind:
     the command line keeps the caller's torch thread count, the figure's worker runs on one)."""
-    from experiments.cache import unit
+    from runtime.cache import unit
 
     return unit(f"staleness_lr_{scale}_{criterion}", search_scale, scale, profile, criterion)
 
 
 def run_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
     """``search_scale``, cached by profile and source (``scale_unit``)."""
-    from experiments.cache import result
+    from runtime.cache import result
 
     return result(scale_unit(scale, profile, criterion))
 
@@ -454,7 +424,7 @@ def law_tables(profile: str = "quick", scales: Sequence[str] = SCALES, criteria:
     unknown = [s for s in scales if s not in ALL_SCALES] + [c for c in criteria if c not in CRITERIA]
     if unknown:
         raise ValueError(f"unknown scale(s) or criteria {unknown}; choose from {', '.join(ALL_SCALES + CRITERIA)}")
-    profile_of(profile)
+    lookup("law", profile)
     found, start = [], time.perf_counter()
     for scale in scales:
         for criterion in criteria:
@@ -476,7 +446,7 @@ class StalenessLRArgs:
     out: Annotated[Path, folder("--out", "give the table's CSV path, e.g. --out out/law.csv")]
     """CSV of the table (atomically); the fits go beside it as NAME_fit.csv"""
     profile: Annotated[Literal["quick", "full"], choice("--profile", ("quick", "full"))] = "quick"
-    """run sizes (``PROFILES``)"""
+    """run sizes (the ``law`` profiles of ``experiments.profiles``)"""
     force: bool = False
     """overwrite committed (git-tracked) CSVs with the quick profile"""
     scales: tuple[Annotated[Literal[ALL_SCALES], choice("--scales", ALL_SCALES)], ...] = SCALES
@@ -485,16 +455,15 @@ class StalenessLRArgs:
 
 def main(argv=None) -> int:
     """``python -m experiments.staleness_lr --profile quick|full --out PATH.csv``"""
-    from experiments.outputs import check_output_files
-    from sim.record import write_records
+    from runtime.files import check_output_files, write_records
 
     args = parse(StalenessLRArgs, argv, prog="python -m experiments.staleness_lr")
-    from experiments.cache import one_thread
+    from runtime.cache import single_thread
     try:
         check_output_files(args.out, [args.out, fit_path(args.out)], args.profile, args.force)
     except ValueError as err:
         fail("python -m experiments.staleness_lr", str(err))
-    with one_thread():  # the grid's tensors are small: a second thread only spins on a shared machine
+    with single_thread():  # the grid's tensors are small: a second thread only spins on a shared machine
         tables = law_tables(args.profile, args.scales, log=print)
     write_records(tables["table"], args.out, COLUMNS)
     write_records(tables["fit"], fit_path(args.out), FIT_COLUMNS)

@@ -1,14 +1,13 @@
-"""The toy scales (noisy quadratic and bandits): their problems, step sizes, the one profile table, and the
-sweeps of the multi-scale figures (fig1's cosine panels, fig3's divergence panels).
+"""The toy scales (noisy quadratic and bandits): their problems and step sizes, and the sweeps of the multi-scale
+figures (fig1's cosine panels, fig3's divergence panels).
 
-One place fixes the problems, step sizes and run lengths of every toy figure, so the figures agree
-with each other; the LLM scale has its own table in ``experiments.llm``.
+One place fixes the problems and step sizes of every toy figure, so the figures agree with each other; their run
+lengths are the ``toy`` profiles of ``experiments.profiles``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from experiments.profiles import lookup
 from sim.bandit import GaussianBandit, SoftmaxBandit, run_bandit
 from sim.grid import GridResult, Setting, setting
 from sim.quadratic import QuadraticProblem, run_quadratic
@@ -25,28 +24,6 @@ KARMED = SoftmaxBandit(arms=10)
 CONTEXTUAL = SoftmaxBandit(arms=10, contexts=16, features="linear", feature_dim=8)
 SOFTMAX_LR = 1.0
 BANDIT_GROUPS, BANDIT_GROUP_SIZE = 4, 16
-
-
-@dataclass(frozen=True)
-class Profile:
-    quad_steps: int
-    bandit_steps: int
-    seeds: int
-    record_every: int
-
-
-# "smoke" is for tests only (tiny runs, numbers meaningless); the CLI offers quick and full.
-
-
-PROFILES = {"smoke": Profile(quad_steps=40, bandit_steps=30, seeds=2, record_every=5),
-            "quick": Profile(quad_steps=1000, bandit_steps=400, seeds=4, record_every=5),
-            "full": Profile(quad_steps=3000, bandit_steps=1500, seeds=16, record_every=5)}
-
-
-def profile_of(name: str) -> Profile:
-    if name not in PROFILES:
-        raise ValueError(f"unknown profile {name!r}; choose from {', '.join(PROFILES)}")
-    return PROFILES[name]
 
 
 def async_settings(lr: float) -> list[Setting]:
@@ -72,7 +49,7 @@ COSINE_BANDITS = {"bandit_gaussian": (GAUSSIAN, GAUSSIAN_LR), "bandit_softmax": 
 
 def cosine_rows(sim: str, profile: str, device: str = "cpu") -> list[dict]:
     """fig1's toy panels: naive async at every staleness on ``sim`` (quadratic or a COSINE_BANDITS key)."""
-    p = profile_of(profile)
+    p = lookup("toy", profile)
     if sim == "quadratic":
         result = run_quadratic(QUADRATIC, async_settings(QUADRATIC_LR), p.quad_steps, p.seeds, seed=0,
                                record_every=p.record_every, progress=True, device=device)
@@ -94,7 +71,7 @@ def divergence_settings(lr: float) -> list[Setting]:
 
 def divergence_rows(sim: str, profile: str, device: str = "cpu") -> list[dict]:
     """fig3's toy panels: per-step records of ``divergence_settings`` on the quadratic or the Gaussian bandit."""
-    p = profile_of(profile)
+    p = lookup("toy", profile)
     if sim == "quadratic":
         return run_quadratic(QUADRATIC, divergence_settings(QUADRATIC_LR), p.quad_steps, p.seeds,
                              record_every=p.record_every, progress=True, device=device).records()

@@ -17,6 +17,7 @@ import pandas as pd
 
 from experiments import stats, toy
 from experiments.llm import Run, dry_run_args, results_of
+from experiments.profiles import lookup
 from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.llm.train import Args
@@ -206,14 +207,14 @@ TOY_GRIDS = {
 def toy_grid(sim: str, profile: str) -> TuningGrid:
     if sim not in TOY_GRIDS:
         raise ValueError(f"no tuning grid for {sim!r}; choose from {', '.join(TOY_GRIDS)}")
-    return TOY_GRIDS[sim](toy.profile_of(profile).seeds)
+    return TOY_GRIDS[sim](lookup("toy", profile).seeds)
 
 
 def toy_rows(sim: str, profile: str, device: str = "cpu", grid: TuningGrid | None = None) -> list[dict]:
     """One row per run of ``grid`` (default ``toy_grid``) on the toy ``sim``: COLUMNS (the final gap: the final
     loss on the quadratic, J* − J on the bandit, inf if the run diverged)."""
     grid = toy_grid(sim, profile) if grid is None else grid
-    p = toy.profile_of(profile)
+    p = lookup("toy", profile)
     settings = [setting(m, s, lr) for m, s, lr in grid.cells()]
     seeds = grid.tuning_seeds + grid.reporting_seeds
     if sim == "quadratic":
@@ -228,25 +229,12 @@ def toy_rows(sim: str, profile: str, device: str = "cpu", grid: TuningGrid | Non
              "seed": r["seed"], "final_gap": gap(r["final_objective"])} for r in result.summary_rows()]
 
 
-# The LLM's tuned comparison is the expensive part: short runs of the tiny model on one-digit addition
-# (quick: 7 settings × 4 step sizes × 3 seeds = 84 runs of 40 RL steps).
-# A first quick grid 3e-4..1e-2 had sync itself collapse to 0 accuracy from 3e-3 on; hence 3e-5..1e-3.
 LLM_METHODS = (NAIVE, "gac", "lr_scale", "tis", "m2po", "bapo")
-LLM_TUNING = {
-    "quick": dict(base=dict(size="tiny", digits=1, steps=40, prompts_per_step=8, group_size=8, minibatches=2,
-                            eval_every=40, eval_problems=100, snr_every=40, ratio_to="proximal"),
-                  staleness=(8,), lrs=(3e-5, 1e-4, 3e-4, 1e-3), tuning_seeds=1, reporting_seeds=2),
-    "full": dict(base=dict(size="small", steps=80, prompts_per_step=16, group_size=8, minibatches=2,
-                           eval_every=20, eval_problems=256, ratio_to="proximal"),
-                 staleness=(4, 16), lrs=(3e-5, 1e-4, 3e-4, 1e-3, 3e-3), tuning_seeds=2, reporting_seeds=3),
-}
 
 
 def llm_grid(profile: str) -> TuningGrid:
-    if profile not in LLM_TUNING:
-        raise ValueError(f"no LLM tuning profile {profile!r}; choose from {', '.join(LLM_TUNING)}")
-    p = LLM_TUNING[profile]
-    return TuningGrid(STALE_DATA, LLM_METHODS, p["staleness"], p["lrs"], p["tuning_seeds"], p["reporting_seeds"])
+    p = lookup("llm_tuning", profile)
+    return TuningGrid(STALE_DATA, LLM_METHODS, p.staleness, p.lrs, p.tuning_seeds, p.reporting_seeds)
 
 
 def llm_runs(profile: str, device: str = "cpu", grid: TuningGrid | None = None, dry_run: bool = False) -> list[Run]:
@@ -254,7 +242,7 @@ def llm_runs(profile: str, device: str = "cpu", grid: TuningGrid | None = None, 
     as in the LLM sweep (TIS, M2PO and BAPO correct against the behaviour policy); a dry run shrinks each run with
     ``dry_run_args``."""
     grid = llm_grid(profile) if grid is None else grid
-    base = Args(**LLM_TUNING[profile]["base"], device=device, progress=False, on_nonfinite="mark")
+    base = Args(**lookup("llm_tuning", profile).base, device=device, progress=False, on_nonfinite="mark")
     seeds = range(grid.tuning_seeds + grid.reporting_seeds)
     shrink = dry_run_args if dry_run else (lambda args: args)
     return [Run(shrink(replace(base, method=m, staleness=s, lr=lr, seed=seed)), ("tuned",))

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 
-from sim.cli import check_device, choice, folder, parse, whole
+from experiments.profiles import Verdict, lookup
+from runtime.cli import check_device, choice, folder, parse, whole
 from sim.schema import nonfinite
 
 if TYPE_CHECKING:
@@ -88,60 +89,7 @@ SHRINKING = ("gac gradient", "gac update", "gac momentum", "braking", "kl_target
 """Arms that shrink or redirect the step: each gets the step-norm control and the sync + arm control."""
 
 
-@dataclass(frozen=True)
-class Profile:
-    staleness: int
-    mild_staleness: int
-    steps: int
-    eval_every: int
-    tuning_warm: int
-    tuning_seed: int
-    reporting_warms: tuple[int, ...]
-    reporting_seeds: tuple[int, ...]
-    start_lrs: tuple[float, ...]
-    base: tuple = ()
-    tune: bool = True
-    fixed_lr: float = 3e-4
-    arms: tuple[str, ...] = tuple(ARMS)
-    control_seeds: tuple[int, ...] = (0,)
-    """RL seeds of the controls and the milder configuration (on every reporting warm start)."""
-    config: Literal["signature", "testbed"] = "signature"
-    """the runs' configuration: the GAC table's (``SIGNATURE``) or the reproducible testbed's
-    (``experiments.llm_figures.BASE``)"""
-    combinations: bool = True
-    """also tune and report GAC + TIS and KL-target + GAC (with the best-scoring GAC placement)"""
-
-
-PROFILES = {
-    # v2 (issue "Verdict v2"): the testbed's configuration, warm starts and horizon; tuning on warm start 0 (never
-    # reported, seed 10), reporting on the testbed's 8 warm starts × 2 seeds; no combinations (CPU budget).
-    "v2": Profile(staleness=16, mild_staleness=4, steps=200, eval_every=20, tuning_warm=0, tuning_seed=10,
-                  reporting_warms=(1, 2, 3, 4, 6, 7, 8, 9), reporting_seeds=(0, 1), start_lrs=(1.5e-4, 3e-4, 6e-4),
-                  base=(("snr_every", 1000),), config="testbed", combinations=False,
-                  arms=("sync", "naive", "gac gradient", "gac update", "gac momentum", "braking", "tis", "kl_target",
-                        "m2po", "bapo", "vcpo")),
-    # full: 120 RL steps (the GAC table ran 300), a horizon that affords ~180 runs in one CPU session.
-    "full": Profile(staleness=16, mild_staleness=4, steps=120, eval_every=40, tuning_warm=0, tuning_seed=10,
-                    reporting_warms=(1, 2, 3), reporting_seeds=(0, 1), start_lrs=(7.5e-5, 1.5e-4, 3e-4),
-                    base=(("snr_every", 50),)),
-    # quick (fig10's pipeline panel): v2's testbed configuration and warm starts (1 and 2, the ones fig1 and fig3's
-    # quick LLM panels train: no warm start of its own), 8 prompts × 8 samples, 256 evaluation problems, 40 steps,
-    # the key arms at one fixed step size (no tuning), 1 seed. It shows the pipeline, not the verdict.
-    "quick": Profile(staleness=16, mild_staleness=4, steps=40, eval_every=20, tuning_warm=0, tuning_seed=10,
-                     reporting_warms=(1, 2), reporting_seeds=(0,), start_lrs=(3e-4,), tune=False,
-                     base=(("prompts_per_step", 8), ("eval_problems", 256), ("snr_every", 1000)), config="testbed",
-                     arms=("sync", "naive", "gac update", "gac momentum", "kl_target", "tis", "vcpo")),
-    # gpu: the 25M model, 64 prompts × 16 samples, 300 steps, the key arms at one step size (3 warm starts × 2
-    # seeds). Sized by estimate for one GPU; not yet run on a device.
-    "gpu": Profile(staleness=16, mild_staleness=4, steps=300, eval_every=50, tuning_warm=0, tuning_seed=10,
-                   reporting_warms=(1, 2, 3), reporting_seeds=(0, 1), start_lrs=(3e-4,), tune=False,
-                   base=(("size", "gpu"), ("prompts_per_step", 64), ("group_size", 16), ("eval_problems", 512)),
-                   arms=("sync", "naive", "gac gradient", "gac update", "gac momentum", "braking", "kl_target",
-                         "tis")),
-}
-
-
-def arm_args(profile: Profile, arm: Arm, lr: float, warm: int, seed: int, staleness: int | None = None,
+def arm_args(profile: Verdict, arm: Arm, lr: float, warm: int, seed: int, staleness: int | None = None,
              device: str = "cpu"):
     """The Args of one verdict run (the profile's configuration with its horizon)."""
     from experiments.signature import config_args
@@ -208,7 +156,7 @@ def needs_widening(scores: dict[float, float]) -> float | None:
     return None
 
 
-def tune(profile: Profile, arms: dict[str, Arm], device: str = "cpu", log=print, max_rounds: int = 4,
+def tune(profile: Verdict, arms: dict[str, Arm], device: str = "cpu", log=print, max_rounds: int = 4,
          jobs: int | None = None) -> list[dict]:
     """Tuning rows (arm, lr, score, …) on the tuning warm start: the start grid, then widened at an edge best."""
     from experiments import stats
@@ -252,7 +200,7 @@ def combination_arms(tuning_rows: list[dict]) -> dict[str, Arm]:
 
 
 # -- reporting --------------------------------------------------------------------------------------------------
-def reporting_runs(profile: Profile, arms: dict[str, Arm], lrs: dict[str, float], role: str = "report",
+def reporting_runs(profile: Verdict, arms: dict[str, Arm], lrs: dict[str, float], role: str = "report",
                    staleness: int | None = None, device: str = "cpu",
                    seeds: tuple[int, ...] | None = None) -> list[Run]:
     from experiments.llm import Run
@@ -262,7 +210,7 @@ def reporting_runs(profile: Profile, arms: dict[str, Arm], lrs: dict[str, float]
             for name, arm in arms.items() for warm in profile.reporting_warms for seed in seeds]
 
 
-def step_norm_controls(profile: Profile, report_rows: list[dict], lrs: dict[str, float],
+def step_norm_controls(profile: Verdict, report_rows: list[dict], lrs: dict[str, float],
                        device: str = "cpu") -> list[Run]:
     """Naive async at each shrinking arm's measured mean ‖Δθ‖: lr = naive's best × ‖Δθ_arm‖ / ‖Δθ_naive‖ (AdamW's
     step norm is proportional to its step size at fixed gradient statistics), rounded to 2 digits."""
@@ -386,7 +334,7 @@ def code_commit() -> str:
         return "unknown"
 
 
-def dry_run_profile(profile: Profile) -> Profile:
+def dry_run_profile(profile: Verdict) -> Verdict:
     """A dry run's profile: two reporting warm starts, one seed, no tuning (its runs shrunk by ``dry_run_args``)."""
     return replace(profile, reporting_warms=profile.reporting_warms[:2], reporting_seeds=(0,), tune=False)
 
@@ -397,9 +345,7 @@ def verdict(profile_name: str = "quick", device: str = "cpu", log=print, stage: 
     "runs", "table"} rows."""
     from experiments.llm import Run, dry_run_args, results_of
 
-    if profile_name not in PROFILES:
-        raise ValueError(f"unknown profile {profile_name!r}; choose from {', '.join(PROFILES)}")
-    profile = PROFILES[profile_name]
+    profile = lookup("verdict", profile_name)
     if profile_name == "gpu" and not device.startswith("cuda") and not dry_run:
         raise ValueError("profile gpu needs --device cuda (the 25M model); use quick or full on the CPU")
     if dry_run:
@@ -448,7 +394,7 @@ class VerdictArgs:
 
     profile: Annotated[Literal["quick", "full", "v2", "gpu"], choice("--profile", ("quick", "full", "v2", "gpu"))] = \
         "quick"
-    """the run sizes (``PROFILES``)"""
+    """the run sizes (the ``verdict`` profiles of ``experiments.profiles``)"""
     out: Annotated[Path | None, folder("--out", "give the table's CSV path, e.g. --out out/verdict.csv")] = None
     """table CSV (runs, tuning and controls beside it); default: docs/data/verdict_llm.csv for the full profile and
     docs/data/verdict_llm_v2.csv for v2 (the committed tables), paper_figs/out/verdict_llm_PROFILE.csv for the
@@ -461,7 +407,7 @@ class VerdictArgs:
     force: bool = False
     """overwrite committed (git-tracked) CSVs with a profile other than full or v2"""
     jobs: Annotated[int | None, whole("--jobs", 1, "runs at once")] = None
-    """runs at once (default: experiments.llm.default_jobs, from the cores and the memory; with --executor ray, the
+    """runs at once (default: runtime.graph.default_jobs, one per core; with --executor ray, the
     cluster's CPUs)"""
     executor: Annotated[Literal["local", "ray"], choice("--executor", ("local", "ray"))] = "local"
     """where the runs are computed: local worker processes, or a Ray cluster (pip install -e '.[cluster]')"""
@@ -487,7 +433,7 @@ def committed_verdict(profile: str = "v2") -> dict[str, list[dict]]:
     """{"tuning", "runs", "table"} as committed in docs/data/ for ``profile`` (``COMMITTED_PROFILES``): what
     ``verdict`` returned when the files were written (the command is in RESULTS.md; the code commit in the runs'
     ``code`` column). fig10's full profile draws these instead of rerunning hours of protocol inside one figure."""
-    from sim.record import read_records
+    from runtime.files import read_records
 
     if profile not in COMMITTED_PROFILES:
         raise ValueError(f"no committed verdict for profile {profile!r}; committed: {', '.join(COMMITTED_PROFILES)}")
@@ -506,11 +452,10 @@ def committed_verdict(profile: str = "v2") -> dict[str, list[dict]]:
 
 
 def main(argv=None) -> int:
-    from experiments.outputs import check_output_files
-    from sim.record import one_line_os_error, write_records
+    from runtime.files import check_output_files, one_line_os_error, write_records
 
     args = parse(VerdictArgs, argv, prog="python -m experiments.verdict")
-    from experiments import cluster
+    from runtime import cluster
     out = default_out(args.profile) if args.out is None else args.out
     try:  # before any work: a run of hours that cannot write its table is refused now
         check_device(args.device)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from sim.cli import choice, fail, folder, parse
+from experiments.profiles import VerdictToys, lookup
+from runtime.cli import choice, fail, folder, parse
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -64,20 +65,6 @@ GAC in update and momentum space at its top edge (their projected steps are shor
 flags any arm whose best is still at an edge."""
 
 
-@dataclass(frozen=True)
-class VerdictProfile:
-    bandit_steps: int
-    quad_steps: int
-    tuning_seeds: int
-    reporting_seeds: int
-
-
-PROFILES = {"smoke": VerdictProfile(bandit_steps=12, quad_steps=16, tuning_seeds=1, reporting_seeds=2),
-            "quick": VerdictProfile(bandit_steps=120, quad_steps=300, tuning_seeds=1, reporting_seeds=2),
-            "full": VerdictProfile(bandit_steps=400, quad_steps=800, tuning_seeds=2, reporting_seeds=4)}
-"""smoke is for tests (numbers meaningless). full: docs/data/verdict_toys.csv; fig8's full toys run
-longer (1500 / 3000 steps, 16 + 16 seeds)."""
-
 COLUMNS = ("sim", "optimizer", "structure", "staleness", "arm", "objective_fn", "direction_control", "gac_space",
            "step_control", "best_lr", "best_at_edge", "robust_low", "robust_high", "range_at_edge", "final",
            "final_low", "final_high", "diverged", "gap_recovered", "cos_update", "cos_prev", "kl_behaviour")
@@ -89,12 +76,6 @@ gradients; kl_behaviour: mean KL(π_b ‖ π_θ) (NaN on the quadratic). robust_
 within 10 % of the arm's best (reporting seeds); *_at_edge: the best (or the range) touches the grid's edge."""
 
 
-def profile_of(name: str) -> VerdictProfile:
-    if name not in PROFILES:
-        raise ValueError(f"unknown profile {name!r}; choose from {', '.join(PROFILES)}")
-    return PROFILES[name]
-
-
 def _run_summaries(sim: str, structure: str, profile: str, settings: list) -> list[dict]:
     """One row per run of ``settings`` × seeds: run key (the setting's label), optimizer, staleness, lr, seed,
     final_gap (inf if diverged), cos_update, cos_prev, kl_behaviour."""
@@ -102,7 +83,7 @@ def _run_summaries(sim: str, structure: str, profile: str, settings: list) -> li
     from sim.bandit import run_bandit
     from sim.quadratic import run_quadratic
 
-    p = profile_of(profile)
+    p = lookup("verdict_toys", profile)
     seeds = p.tuning_seeds + p.reporting_seeds
     if sim == "quadratic":
         runs = run_quadratic(toy.QUADRATIC, settings, p.quad_steps, seeds, record_every=p.quad_steps)
@@ -119,7 +100,7 @@ def _run_summaries(sim: str, structure: str, profile: str, settings: list) -> li
 
 def _summaries(sim: str, structure: str, profile: str, settings: list, stage: str) -> list[dict]:
     """``_run_summaries``, cached (the command line and fig10's unit read the first stage's runs again)."""
-    from experiments.cache import result, unit
+    from runtime.cache import result, unit
 
     return result(unit(f"verdict_toys_{sim}_{structure}_{stage}", _run_summaries, sim, structure, profile, settings))
 
@@ -146,7 +127,7 @@ def run_rows(sim: str, structure: str, profile: str) -> list[dict]:
 
     from sim.grid import setting
 
-    p = profile_of(profile)
+    p = lookup("verdict_toys", profile)
     alone = [(arm, 0 if arm == "sync" else s, *ARMS[arm]) for arm in SIM_ARMS[sim] if arm not in COMBINATIONS
              for s in ((0,) if arm == "sync" else STALENESS)]
     rows = _summaries(sim, structure, profile, [setting(method, s, lr, optimizer=opt, label=key, **params)
@@ -169,7 +150,7 @@ def _axes(method: str) -> dict:
     return {"objective_fn": axes.objective, "direction_control": axes.direction, "step_control": axes.step}
 
 
-def verdict_table(runs: pd.DataFrame, sim: str, structure: str, optimizer: str, p: VerdictProfile) -> list[dict]:
+def verdict_table(runs: pd.DataFrame, sim: str, structure: str, optimizer: str, p: VerdictToys) -> list[dict]:
     """fig8's protocol on one (sim, structure, optimizer): each arm's row of COLUMNS."""
     from experiments import stats, tuning
 
@@ -218,7 +199,7 @@ def toy_verdict_rows(profile: str = "quick") -> list[dict]:
     """The verdict's arms in the toys: one row (COLUMNS) per arm × optimizer × structure × staleness × sim."""
     import pandas as pd
 
-    p = profile_of(profile)
+    p = lookup("verdict_toys", profile)
     rows = []
     for sim, structures in SIM_STRUCTURES.items():
         for structure in structures:
@@ -236,15 +217,14 @@ class VerdictToysArgs:
     out: Annotated[Path, folder("--out", "give the table's CSV path, e.g. --out out/verdict_toys.csv")]
     """CSV to write (atomically), in an existing folder"""
     profile: Annotated[Literal["quick", "full"], choice("--profile", ("quick", "full"))] = "quick"
-    """the run sizes (``PROFILES``)"""
+    """the run sizes (the ``verdict_toys`` profiles of ``experiments.profiles``)"""
     force: bool = False
     """overwrite a committed (git-tracked) CSV with the quick profile"""
 
 
 def main(argv=None) -> int:
     """``python -m experiments.verdict_toys --profile quick|full --out PATH.csv``"""
-    from experiments.outputs import check_output_files
-    from sim.record import write_records
+    from runtime.files import check_output_files, write_records
 
     prog = "python -m experiments.verdict_toys"
     args = parse(VerdictToysArgs, argv, prog=prog)

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import tyro
 
-from sim.cli import folder, parse
-from sim.record import check_output_dir
+from runtime.cli import folder, parse
+from runtime.files import check_output_dir
 
 if TYPE_CHECKING:
     import pandas as pd

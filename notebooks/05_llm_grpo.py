@@ -131,8 +131,8 @@ from dataclasses import replace
 import matplotlib.pyplot as plt
 import numpy as np
 
-from experiments import llm
-from experiments.cache import lookup
+from experiments import llm, profiles
+from runtime.cache import lookup
 from sim.llm.train import Args, run_records
 
 quick = llm.sweep("quick")
@@ -155,10 +155,10 @@ print("using the cached quick sweep" if use_cache else "no complete cached sweep
 if use_cache:
     results = {(item.args.run_method, item.args.staleness, item.args.lr, item.args.seed, item.args.ratio_to): result
                for item, result in cached}
-    lr = llm.PROFILES["quick"]["main_lr"]
+    lr = profiles.lookup("llm_sweep", "quick").main_lr
     shown = {"sync": ("sync", 0, lr), "naive s=16": ("naive", 16, lr), "gac s=16": ("gac", 16, lr),
              "tis s=16": ("tis", 16, lr)}
-    runs = {name: [results[(m, s, l, seed, "proximal")] for seed in llm.PROFILES["quick"]["seeds"]]
+    runs = {name: [results[(m, s, l, seed, "proximal")] for seed in profiles.lookup("llm_sweep", "quick").seeds]
             for name, (m, s, l) in shown.items()}
 else:
     from sim.llm.model import save_model

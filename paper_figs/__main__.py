@@ -2,7 +2,7 @@
 local|ray [--address A]]`.
 
 The command line is the ``FigureArgs`` dataclass (paper_figs.driver), parsed by tyro (``--help`` lists every option;
-``sim.cli``: a bad value is one line, exit status 2, before any work).
+``runtime.cli``: a bad value is one line, exit status 2, before any work).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import sys
 from dataclasses import replace
 
 from paper_figs.args import DRY_RUN_DIR, FIGURES, FigureArgs
-from sim.cli import check_device, fail, parse
-from sim.paths import force_recompute
-from sim.record import check_output_dir, one_line_os_error
+from runtime.cli import check_device, fail, parse
+from runtime.files import check_output_dir, one_line_os_error
+from runtime.paths import force_recompute
 
 # torch, the simulators and the run graph are imported where a command runs them (--help answers without them)
 
@@ -48,7 +48,7 @@ def parse_args(argv=None) -> FigureArgs:
     except ValueError as err:
         _fail(str(err))
     names = tuple(FIGURES) if "all" in args.names else args.names
-    if force_recompute():  # GAC_LAB_FORCE=1, as documented (sim.paths): the same as --force
+    if force_recompute():  # GAC_LAB_FORCE=1, as documented (runtime.paths): the same as --force
         args = replace(args, force=True)
     # a dry run's figures are smoke tests: they go beside the real ones, never over them
     args = replace(args, out=args.out / DRY_RUN_DIR if args.dry_run else args.out)
@@ -63,14 +63,10 @@ def parse_args(argv=None) -> FigureArgs:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from experiments import cache, cluster
-    from experiments.llm import default_jobs, largest_size
-    from paper_figs.driver import plan
+    from runtime import cache, cluster
+    from runtime.graph import default_jobs
 
     declared = declare(args)
-    if args.plan:
-        plan(declared)
-        return 0
     with contextlib.ExitStack() as stack:
         executor = None
         try:
@@ -78,8 +74,7 @@ def main(argv=None) -> int:
                 ray_cluster = stack.enter_context(cluster.connect(args.address, cache.CACHE_DIR))
                 jobs, executor = args.jobs or ray_cluster.cpus, ray_cluster.executor
             else:
-                jobs = default_jobs(largest_size([u for units in declared.values() for u in units]), args.jobs,
-                                    args.device)
+                jobs = default_jobs(args.jobs, args.device)
         except ValueError as err:
             _fail(str(err))
         return _run(args, jobs, declared, executor)

@@ -9,8 +9,8 @@ from typing import Annotated, Literal
 
 import tyro
 
-from sim import paths
-from sim.cli import choice, folder, whole
+from runtime import paths
+from runtime.cli import choice, folder, whole
 
 # Figure name -> module under paper_figs/ (module name = figure name). Order = listing order for "all".
 FIGURES = ["fig1_cosine", "fig2_cosine_vs_staleness", "fig3_divergence", "fig4_stability_region", "fig5_llm_grpo",
@@ -41,7 +41,7 @@ class FigureArgs:
     """LLM figures: every run shrunk to the tiny model, 2 steps, one seed, on the CPU (checks a command starts
     and writes its CSV; a gpu profile then needs no CUDA device). Writes into OUT/dry_run/, never over real figures"""
     jobs: Annotated[int | None, whole("--jobs", 1, "worker processes")] = None
-    """worker processes (default: experiments.llm.default_jobs, from the cores and the memory; GAC_LAB_JOBS too);
+    """worker processes (default: runtime.graph.default_jobs, one per core; GAC_LAB_JOBS too);
     with --executor ray, tasks at once (default: the cluster's CPUs)"""
     executor: Annotated[Literal["local", "ray"], choice("--executor", ("local", "ray"))] = "local"
     """where the runs are computed: local worker processes, or a Ray cluster (pip install -e '.[cluster]'); the same
@@ -49,8 +49,6 @@ class FigureArgs:
     address: str | None = None
     """with --executor ray: the cluster to join (host:port, or auto for the one `ray start` made here); default: a
     local cluster started for this command"""
-    plan: bool = False
-    """compute nothing: print where the CPU would go, per figure, by the units' cost estimates (``plan``)"""
 
     def __post_init__(self):
         """The checks that need only the values (the folder and the device are checked by ``python -m paper_figs``

@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from sim.cli import choice, folder
+from runtime.cli import choice, folder
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ("fig10_verdict", "figs2_llm_signature", "figs3_staleness_lr")
@@ -58,8 +58,8 @@ PROG = "python -m paper_figs.committed"
 
 
 def main(cli: Cli) -> list[Path]:
-    from sim.cli import fail
-    from sim.record import check_output_dir
+    from runtime.cli import fail
+    from runtime.files import check_output_dir
 
     try:
         check_output_dir(cli.out, "--out")
@@ -77,6 +77,6 @@ def main(cli: Cli) -> list[Path]:
 
 
 if __name__ == "__main__":
-    from sim.cli import parse
+    from runtime.cli import parse
 
     main(parse(Cli, None, prog=PROG))

@@ -2,37 +2,31 @@
 
 Every figure module declares ``runs(profile, device, dry_run) -> list[Unit]`` and draws ``plot(results, out)``
 from a ``Results`` (paper_figs.driver computes the units). Every figure writes NAME.csv (the rows it plots,
-through ``sim.record.write_records``), NAME.png and NAME.pdf into the output folder, each through a temp file and
+through ``runtime.files.write_records``), NAME.png and NAME.pdf into the output folder, each through a temp file and
 a rename, so an interrupted run never leaves a half-written file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import re
 import string
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import matplotlib
 
-from experiments.cache import Unit
 from experiments.llm import Run, RunUnit
-from sim import paths
-from sim.record import atomic_write_bytes
+from runtime.cache import Unit
+from runtime.files import atomic_write_bytes
 
 if "ipykernel" not in sys.modules:  # a notebook keeps its backend (inline), so its figures show and are stored
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-OUT_DIR = paths.figures_dir()
-"""Figures' default folder (``sim.paths``: the checkout's paper_figs/out, else ./paper_figs/out; never the package)."""
 
 # Paper column width is about 3.3 in; figures are sized in multiples of it and stay readable there.
 STYLE = {
@@ -202,19 +196,3 @@ def panel_letters(axes) -> None:
             ax.set_title(f"{letter} {ax.get_title()}")
         else:
             ax.set_title(letter, loc="left", fontweight="bold")
-
-
-
-@contextlib.contextmanager
-def single_thread() -> Iterator[None]:
-    """Run torch on one intra-op thread inside the block, then restore the previous count.
-
-    For figures whose tensors are tiny (tens of rows × ~100 columns): a second thread brings nothing there,
-    and when another process holds a core its spinning costs many times the work.
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)

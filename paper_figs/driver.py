@@ -1,8 +1,8 @@
-"""The one road from the figures' runs to their plots: ``python -m paper_figs`` builds one graph of tasks, warm starts
-→ units (GRPO runs, toy simulations) → figures, and runs it with ``experiments.pool.run_tasks``.
+"""The figures on the one road: ``python -m paper_figs`` hands every figure's units to ``runtime.graph.compute``,
+one graph of tasks, warm starts → units (GRPO runs, toy simulations) → figures.
 
 Every figure module declares ``runs(profile, device, dry_run) -> list[Unit]`` and a pure ``plot(results, out)``.
-The driver reads each distinct unit's cache entry once, computes the missing ones on the worker processes (a unit
+The graph reads each distinct unit's cache entry once, computes the missing ones on the worker processes (a unit
 shared by several figures is computed once; a run waits for its warm start; longest chain first), and calls each
 figure's ``plot`` here, in this process, with its results as soon as the tasks holding its units are done. Folders
 and ``--force`` travel as arguments; the same graph runs on every device, with that device's job count.
@@ -15,19 +15,15 @@ import importlib
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments import cache, llm
-from experiments.cache import Unit
-from experiments.pool import Executor, Progress, Task, run_tasks
 from paper_figs.args import DRY_RUN_DIR, FIGURES, LLM_FIGURES, FigureArgs, FigureName  # noqa: F401 (re-exported)
 from paper_figs.common import Results
-from sim.record import OUT_LOCK, exclusive_lock, publish_together
-
-PLOT_SECONDS = 3.0
-"""Rough seconds of one figure's plot (matplotlib, PNG and PDF): orders the tasks, never changes a result."""
+from runtime import graph
+from runtime.cache import Unit
+from runtime.files import OUT_LOCK, exclusive_lock, publish_together
+from runtime.graph import Executor
 
 
 def module(name: str):
@@ -48,95 +44,6 @@ def plot_figure(name: str, results: Results, out: Path,
         return publish_together(staging, out, name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-@dataclass(frozen=True)
-class Figure:
-    """What a figure's task stands for (its ``Task.spec``): figure ``name``, plotted here once its units are done."""
-
-    name: str
-    units = ()
-
-    def unit_results(self, result: Any) -> list[tuple[Unit, Any]]:
-        return []
-
-    def done_line(self, where: str, elapsed_s: float) -> str:
-        return f"{self.name} done at {elapsed_s:.0f} s"
-
-
-def compute(units: list[Unit], jobs: int = 1, force: bool = False, folder: Path | None = None,
-            figures: dict[str, tuple[list[Unit], Callable[[list], Any]]] | None = None, log=print,
-            executor: Callable[[int], Executor] | None = None, progress: bool = False) -> dict[str, Any]:
-    """Every unit's result by name: cached ones read once each, the others computed on ``jobs`` workers of
-    ``executor`` (``experiments.pool.run_tasks``; default: local processes) into the cache ``folder`` (default
-    ``experiments.cache.CACHE_DIR``). ``figures``: name → (its units, a function of their [(unit, result)] pairs)
-    run here as soon as those units are done. Each log line ends with the elapsed time and the seconds left by the
-    cost estimates (``experiments.pool.Progress``); ``progress`` also draws a progress bar on a terminal's stderr."""
-    folder = cache.CACHE_DIR if folder is None else Path(folder)
-    figures = figures or {}
-    values, tasks = llm.unit_tasks(units, folder, force)
-    holder = {u.name: t.name for t in tasks for u in llm.units_of(t)}  # a missing unit -> the task computing it
-    for name, (mine, draw) in figures.items():
-        tasks.append(Task(f"figure {name}", _draw, (draw, mine, values), PLOT_SECONDS,
-                          tuple(dict.fromkeys(holder[u.name] for u in mine if u.name in holder)), here=True,
-                          spec=Figure(name)))
-    every = {u.name: u for u in units}
-    runs = sum(isinstance(u, llm.RunUnit) for u in every.values())
-    log(f"[paper_figs] {len(figures)} figures, {len(every)} units ({runs} GRPO runs), {len(values)} cached; "
-        f"{len(holder)} to compute: {len(tasks)} tasks on {jobs} workers", flush=True)
-    count, done = {"done": 0}, Progress(tasks, jobs)
-    bar = _progress_bar(done) if progress else None
-    say = log if bar is None else (lambda text, **_: bar.write(text))
-
-    def report(task: Task, result: Any) -> None:
-        done.done(task)
-        elapsed, where = done.elapsed_s(), done.line()
-        if bar is not None:
-            bar.set_postfix_str(f"~{done.eta_s():.0f} s left", refresh=False)
-            bar.update(round(done.done_cost) - bar.n)
-        for item, value in task.spec.unit_results(result):
-            values[item.name] = value
-            count["done"] += 1
-            what = item.kind
-            if isinstance(item, llm.RunUnit):
-                a = item.spec.args
-                what = (f"{a.size} {a.digits}-digit {a.run_method} s={a.staleness} lr={a.lr:g} seed={a.seed}: "
-                        f"final acc {value['summary']['final_accuracy']:.3f}")
-            say(f"[paper_figs unit {count['done']}/{len(holder)}] {what} ({where})", flush=True)
-        if (line := task.spec.done_line(where, elapsed)) is not None:
-            say(f"[paper_figs] {line}", flush=True)
-
-    def started(task: Task) -> None:
-        done.started(task)
-        if (line := llm.start_line(task)) is not None:
-            say(f"[paper_figs] {line}", flush=True)
-
-    try:
-        run_tasks(tasks, jobs, report, executor, on_start=started)
-    finally:
-        if bar is not None:
-            bar.close()
-    return values
-
-
-def _progress_bar(progress: Progress):
-    """A tqdm bar over the graph's estimated core-seconds (shown on a terminal only); the seconds left it shows are
-    ``Progress.eta_s``'s (tqdm's own rate would count the tasks still running as no work)."""
-    from tqdm import tqdm
-
-    return tqdm(total=round(progress.total), unit="est. core-s", disable=None, dynamic_ncols=True, desc="[paper_figs]",
-                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} est. core-s [{elapsed}{postfix}]")
-
-
-def _draw(draw: Callable[[list], Any], units: list[Unit], values: dict[str, Any]) -> Any:
-    return draw([(u, values[u.name]) for u in units])
-
-
-def results_for(units: list[Unit], profile: str, device: str = "cpu", dry_run: bool = False, jobs: int = 1,
-                force: bool = False, executor: Callable[[int], Executor] | None = None) -> Results:
-    """``units`` computed (through the cache) into the ``Results`` a plot receives: for tests and notebooks."""
-    values = compute(units, jobs, force, log=lambda *a, **k: None, executor=executor)
-    return Results(profile, device, dry_run, tuple((u, values[u.name]) for u in units))
 
 
 def declare(args: FigureArgs) -> dict[str, list[Unit]]:
@@ -166,7 +73,7 @@ def out_lock(out: Path, log=print):
 def make_figures(args: FigureArgs, jobs: int, log=print, declared: dict[str, list[Unit]] | None = None,
                  executor: Callable[[int], Executor] | None = None, progress: bool = False) -> dict[str, list[Path]]:
     """Every figure of ``args.names`` and every unit they read, as one graph of tasks on ``jobs`` workers of
-    ``executor`` (default: local processes; ``experiments.cluster.connect``'s for Ray), with the out folder locked
+    ``executor`` (default: local processes; ``runtime.cluster.connect``'s for Ray), with the out folder locked
     throughout (``out_lock``); ``progress``: a progress bar on a terminal."""
     with out_lock(args.out, log):
         return _make_figures(args, jobs, log, declared, executor, progress)
@@ -186,58 +93,6 @@ def _make_figures(args: FigureArgs, jobs: int, log, declared: dict[str, list[Uni
         return draw
 
     units = [u for mine in declared.values() for u in mine]
-    compute(units, jobs, args.force, figures={name: (mine, drawer(name)) for name, mine in declared.items()},
-            log=log, executor=executor, progress=progress)
+    graph.compute(units, jobs, args.force, consumers={name: (mine, drawer(name)) for name, mine in declared.items()},
+                  log=log, executor=executor, progress=progress, name="paper_figs", device=args.device)
     return written
-
-
-def plan(declared: dict[str, list[Unit]], log=print) -> dict[str, dict[str, float]]:
-    """Where the CPU of the figures ``declared`` (``declare``) goes, by the cost estimates the scheduler orders the work
-    with (``Unit.cost``, estimated seconds on one core), computing nothing (``--plan``): per figure {"units", "grpo",
-    "core_s", "shared"} (distinct units, GRPO runs, estimated core-seconds, units another figure reads too), plus
-    "all" (every distinct unit once), logged as a table; then the GRPO runs that train the same policy under
-    different cache keys (equal in every argument but ``MEASURE_ONLY``: one run could serve them) and the biggest
-    units."""
-    from collections import Counter
-
-    owners = Counter(name for units in declared.values() for name in {u.name for u in units})
-    table = {}
-    for figure, units in declared.items():
-        mine = {u.name: u for u in units}.values()
-        table[figure] = {"units": len(mine), "grpo": sum(isinstance(u, llm.RunUnit) for u in mine),
-                         "core_s": sum(u.cost for u in mine), "shared": sum(owners[u.name] > 1 for u in mine)}
-    every = {u.name: u for units in declared.values() for u in units}.values()
-    table["all"] = {"units": len(every), "grpo": sum(isinstance(u, llm.RunUnit) for u in every),
-                    "core_s": sum(u.cost for u in every), "shared": sum(owners[u.name] > 1 for u in every)}
-    log(f"{'figure':<26} {'units':>6} {'GRPO':>5} {'est. core-s':>12} {'shared':>7}")
-    for figure, row in table.items():
-        log(f"{figure:<26} {row['units']:>6} {row['grpo']:>5} {row['core_s']:>12.0f} {row['shared']:>7}")
-    same = Counter(training_key(u) for u in every if isinstance(u, llm.RunUnit))
-    log(f"GRPO runs that train the same policy as another under a different key (differing only in "
-        f"{', '.join(MEASURE_ONLY)}): {sum(n - 1 for n in same.values())}")
-    for u in sorted(every, key=lambda u: -u.cost)[:5]:
-        log(f"  biggest: {u.kind} {u.cost:.0f} est. core-s ({', '.join(f for f, us in declared.items() if u in us)})")
-    return table
-
-
-MEASURE_ONLY = ("eval_every", "eval_problems", "snr_every")
-"""Run arguments that set what a GRPO run measures on the way (evaluation and SNR-probe schedules), not the policy
-it trains."""
-
-
-def training_key(unit: Unit) -> str:
-    """A GRPO unit's cache key without ``MEASURE_ONLY``: runs with equal ones train the same policy."""
-    import json
-
-    return json.dumps({k: v for k, v in unit.key.items() if k not in MEASURE_ONLY}, sort_keys=True, default=str)
-
-
-def make_figure(name: str, profile: str, out: Path, device: str = "cpu", dry_run: bool = False, jobs: int = 1,
-                force: bool = False, units: list[Unit] | None = None,
-                executor: Callable[[int], Executor] | None = None) -> list[Path]:
-    """One figure by the same road, for tests and notebooks: its units (default: all it declares; a test may give
-    fewer) computed through the cache on ``jobs`` workers of ``executor`` (default: local processes; ``force``:
-    every one recomputed), then its plot (written into ``out`` itself)."""
-    units = module(name).runs(profile, device, dry_run) if units is None else units
-    results = results_for(units, profile, device, dry_run, jobs, force, executor)
-    return plot_figure(name, results, Path(out))

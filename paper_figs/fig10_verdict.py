@@ -21,10 +21,11 @@ import numpy as np
 
 from experiments import verdict as verdict_mod
 from experiments import verdict_toys
-from experiments.cache import Unit, unit
 from experiments.llm import Run, dry_run_args, run_unit
+from experiments.profiles import lookup
 from paper_figs.common import Results, apply_style, label_words, method_color, save_figure
-from sim.record import write_records
+from runtime.cache import Unit, unit
+from runtime.files import write_records
 from sim.stabilizers import NO_CONTROL
 
 NAME = "fig10_verdict"
@@ -46,7 +47,7 @@ def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]
     starts × 2 seeds, every arm tuned) and runs no LLM unit. Its runs depend on its tuning rounds, so they cannot be
     units of a graph fixed in advance; ``python -m experiments.verdict --profile v2 [--executor ray]`` remakes them
     (each run a task of its own, no pool inside a worker)."""
-    p = verdict_mod.PROFILES[profile]
+    p = lookup("verdict", profile)
     toys = unit(f"{NAME}/toys", verdict_toys.toy_verdict_rows, toy_profile(profile, dry_run), spec=f"{NAME}/toys",
                 cost=30.0)
     if dry_run:
@@ -67,7 +68,7 @@ COMMITTED_TOYS = Path(__file__).resolve().parents[1] / "docs" / "data" / "verdic
 def committed_results() -> Results:
     """The full profile's results without a run: its toy unit's value read from ``COMMITTED_TOYS`` (the provenance
     columns set aside); ``plot`` reads the committed LLM verdict itself (``llm_verdict``)."""
-    from sim.record import read_records
+    from runtime.files import read_records
 
     toys = [{c: r[c] for c in verdict_toys.COLUMNS} for r in read_records(COMMITTED_TOYS)]
     (toy_unit,) = runs("full")
@@ -224,7 +225,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     paths = [write_records(toys, out_dir / f"{NAME}_toys.csv")]
     committed = draws_committed(results)
     source = "the committed verdict" if committed and runs else f"{results.profile} profile"
-    staleness = verdict_mod.PROFILES[COMMITTED if committed else results.profile].staleness
+    staleness = lookup("verdict", COMMITTED if committed else results.profile).staleness
     fig.suptitle(f"What closes the async gap (LLM, s = {staleness}, {source})")
     paths += [write_records(runs, out_dir / f"{NAME}.csv"), write_records(table, out_dir / f"{NAME}_table.csv")]
     if tuning:

@@ -16,10 +16,10 @@ import matplotlib.pyplot as plt
 
 from experiments import llm_figures, toy
 from experiments.aggregate import centered_mean, seed_median, trailing_mean
-from experiments.cache import Unit, unit
 from experiments.llm import run_unit
 from paper_figs.common import Panel, Results, apply_style, panel_letters, save_figure, spread
-from sim.record import write_records
+from runtime.cache import Unit, unit
+from runtime.files import write_records
 
 NAME = "fig1_cosine"
 STALENESS_COLORS = {0: "#000000", 1: "#fdd49e", 2: "#fdbb84", 4: "#fc8d59", 8: "#e34a33", 16: "#b30000"}

@@ -17,7 +17,6 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from experiments.cache import Unit, unit
 from experiments.cosine_vs_staleness import (
     STALENESS,
     TRANSIENT_WINDOW,
@@ -26,8 +25,9 @@ from experiments.cosine_vs_staleness import (
     snr_bound_curves,
     theory_curves,
 )
-from paper_figs.common import Results, apply_style, save_figure, single_thread
-from sim.record import write_records
+from paper_figs.common import Results, apply_style, save_figure
+from runtime.cache import Unit, single_thread, unit
+from runtime.files import write_records
 from theory.cosine import cosine_at_boundary
 
 NAME = "fig2_cosine_vs_staleness"

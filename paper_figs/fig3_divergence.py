@@ -14,10 +14,10 @@ import matplotlib.pyplot as plt
 
 from experiments import llm_figures, toy
 from experiments.aggregate import centered_mean, seed_median
-from experiments.cache import Unit, unit
 from experiments.llm import run_unit
 from paper_figs.common import Panel, Results, apply_style, label_words, method_color, panel_letters, save_figure, spread
-from sim.record import write_records
+from runtime.cache import Unit, unit
+from runtime.files import write_records
 from sim.schema import nonfinite
 
 NAME = "fig3_divergence"

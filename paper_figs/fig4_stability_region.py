@@ -13,10 +13,10 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from experiments.cache import Unit, unit
 from experiments.stability_map import STALENESS, agreement, diverged_fraction, run_map
 from paper_figs.common import Results, apply_style, panel_letters, save_figure
-from sim.record import write_records
+from runtime.cache import Unit, unit
+from runtime.files import write_records
 from theory.gac_stability import top_mode_limit
 from theory.stability import stability_boundary_closed_form
 

@@ -13,10 +13,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 from scipy.stats import spearmanr
 
-from experiments.cache import Unit
 from experiments.llm import aggregate, run_unit, summary_rows, sweep
 from paper_figs.common import Results, apply_style, save_figure
-from sim.record import write_records
+from runtime.cache import Unit
+from runtime.files import write_records
 
 NAME = "fig5_llm_grpo"
 

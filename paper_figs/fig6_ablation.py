@@ -15,9 +15,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from experiments.ablation import ADAM_LR, GAC_VARIANTS, SIMS, STALENESS, pick_default, run_tables
-from experiments.cache import Unit, unit
 from paper_figs.common import SIM_TITLES, Results, apply_style, label_words, method_color, panel_letters, save_figure
-from sim.record import atomic_write_bytes, write_records
+from runtime.cache import Unit, unit
+from runtime.files import atomic_write_bytes, write_records
 
 NAME = "fig6_ablation"
 

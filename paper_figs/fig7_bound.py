@@ -15,9 +15,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from experiments import bound
-from experiments.cache import Unit, unit
 from paper_figs.common import Results, apply_style, method_color, panel_letters, save_figure
-from sim.record import write_records
+from runtime.cache import Unit, unit
+from runtime.files import write_records
 
 NAME = "fig7_bound"
 MODE_STYLE = {"naive": method_color("naive"), "project (0.0)": method_color("gac"), "project (0.5)": "#17becf",

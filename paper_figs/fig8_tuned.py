@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 
 from experiments import tuning
-from experiments.cache import Unit, unit
 from experiments.llm import run_unit
 from paper_figs.common import (
     MIN_BAND_RUNS,
@@ -26,7 +25,8 @@ from paper_figs.common import (
     panel_letters,
     save_figure,
 )
-from sim.record import write_records
+from runtime.cache import Unit, unit
+from runtime.files import write_records
 
 NAME = "fig8_tuned"
 SIMS = ("quadratic", "bandit_gaussian", "llm")

@@ -13,12 +13,12 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from experiments.cache import Unit
 from experiments.early_warning import HORIZONS, SIGNALS, check_request, evaluate, llm_rows
 from experiments.llm import run_unit, sweep
 from paper_figs import fig1_cosine, fig3_divergence
 from paper_figs.common import SIM_TITLES, Results, apply_style, panel_letters, save_figure
-from sim.record import write_records
+from runtime.cache import Unit
+from runtime.files import write_records
 
 NAME = "fig9_early_warning"
 TOY_FIGURES = (fig1_cosine, fig3_divergence)

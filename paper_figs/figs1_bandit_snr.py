@@ -12,10 +12,11 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from experiments.bandit_snr import FIXES, PROBLEMS, SNR, run_table
-from experiments.cache import Unit, unit
+from experiments.bandit_snr import FIXES, PROBLEMS, run_table
+from experiments.profiles import lookup
 from paper_figs.common import SIM_TITLES, Results, apply_style, label_words, method_color, panel_letters, save_figure
-from sim.record import write_records
+from runtime.cache import Unit, unit
+from runtime.files import write_records
 
 NAME = "figs1_bandit_snr"
 
@@ -32,14 +33,14 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     fig, axes = plt.subplots(2, len(PROBLEMS), figsize=(3.3 * len(PROBLEMS), 4.8), squeeze=False)
     shades = ["#c6dbef", "#6baed6", "#2171b5", "#08306b", "#000000"]
     for k, (sim, _, _) in enumerate(PROBLEMS):
-        for j, (groups, size) in enumerate(SNR[profile]):
+        for j, (groups, size) in enumerate(lookup("bandit_snr", profile).levels):
             naive = [r for r in table if r["sim"] == sim and r["groups"] == groups and r["group_size"] == size
                      and r["label"] in ("sync", "naive")]
             xs = [r["staleness"] for r in naive]
             axes[0][k].plot(xs, [r["mean_cos_prev"] for r in naive], "o-", color=shades[j],
                             label=f"B = {groups}, G = {size}")
             axes[1][k].plot(xs, [r["median_gap"] for r in naive], "o-", color=shades[j])
-            if j == len(SNR[profile]) - 1:
+            if j == len(lookup("bandit_snr", profile).levels) - 1:
                 for m in FIXES:
                     fixed = [r for r in table if r["sim"] == sim and r["groups"] == groups and r["group_size"] == size
                              and r["label"] == m]

@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from experiments import signature
-from experiments.cache import Unit
 from experiments.llm import run_unit
 from paper_figs.common import Results, apply_style, save_figure
-from sim.record import write_records
+from runtime.cache import Unit
+from runtime.files import write_records
 
 NAME = "figs2_llm_signature"
 PANEL_KEYS = (*signature.GRANULARITIES, "final_accuracy")

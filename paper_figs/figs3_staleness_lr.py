@@ -20,7 +20,6 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from experiments.cache import Unit, unit
 from experiments.staleness_lr import (
     COLUMNS,
     CRITERIA,
@@ -37,7 +36,8 @@ from experiments.staleness_lr import (
     theory_step,
 )
 from paper_figs.common import Results, apply_style, label_words, method_color, save_figure
-from sim.record import read_records, write_records
+from runtime.cache import Unit, unit
+from runtime.files import read_records, write_records
 
 NAME = "figs3_staleness_lr"
 SCALE_STYLE = {"quadratic": ("o", "-"), "bandit_gaussian": ("s", "--"), "bandit_gaussian_mean": ("^", ":"),

@@ -161,7 +161,7 @@ class Cli:
 def main(cli: Cli) -> list[Path]:
     import pandas as pd
 
-    from sim.record import check_output_dir
+    from runtime.files import check_output_dir
 
     check_output_dir(cli.out, "out")
     data = Path(cli.data)
@@ -175,6 +175,6 @@ def main(cli: Cli) -> list[Path]:
 
 
 if __name__ == "__main__":
-    from sim.cli import parse
+    from runtime.cli import parse
 
     main(parse(Cli, None, prog="python -m paper_figs.llm_highsnr"))

@@ -95,7 +95,7 @@ def main(cli: Cli) -> list[Path]:
     import pandas as pd
 
     from experiments import llm_figures
-    from sim.record import check_output_dir
+    from runtime.files import check_output_dir
     from sim.schema import LEGACY_LLM_COLUMNS
 
     check_output_dir(cli.out, "out")

@@ -5,7 +5,7 @@ into parameter updates with each row's method (``sim.stabilizers``, one choice p
 ``gac.update`` once per group of rows that share a GAC configuration (in gradient, momentum or update
 space), Adaptive Braking, the staleness-aware, KL-target or ESS-scaled (VCPO) step size, SGD, SGD with
 heavy-ball momentum or Adam. Rows are ordered setting-major: row = setting_index · seeds + seed_index.
-``GridResult`` holds what was recorded and turns it into the per-step record of ``sim.record``.
+``GridResult`` holds what was recorded and turns it into the per-step record of ``runtime.files``.
 """
 
 from __future__ import annotations

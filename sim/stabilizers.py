@@ -528,6 +528,3 @@ def bapo_clip_bounds(ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.
     return float(c_low[0]), float(c_high[0])
 
 
-def bapo_clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, c_low, c_high) -> torch.Tensor:
-    """Per-token objective min(r·A, clip(r, c_low, c_high)·A) (to maximise; the loss is its negative mean)."""
-    return torch.minimum(ratio * advantages, ratio.clamp(c_low, c_high) * advantages)

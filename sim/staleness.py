@@ -44,12 +44,6 @@ class Staleness:
         return torch.randint(0, self.max_staleness + 1, shape, generator=generator, dtype=torch.int64)
 
 
-def versions(staleness_per_step: torch.Tensor) -> torch.Tensor:
-    """The parameter version used at each step: max(0, t − s_t); ``staleness_per_step`` has steps first."""
-    steps = torch.arange(staleness_per_step.shape[0]).reshape(-1, *([1] * (staleness_per_step.dim() - 1)))
-    return (steps - staleness_per_step).clamp_min(0)
-
-
 class VersionRing:
     """Ring buffer of the last ``capacity`` versions of any object (e.g. a model state_dict)."""
 

@@ -48,9 +48,9 @@ def tiny_checkpoint(tmp_path_factory, request):
 
 @pytest.fixture(autouse=True)
 def _isolated_run_cache(tmp_path_factory, monkeypatch):
-    import experiments.cache
+    import runtime.cache
 
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path_factory.mktemp("run-cache"))
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path_factory.mktemp("run-cache"))
     monkeypatch.delenv("GAC_LAB_FORCE", raising=False)
     monkeypatch.setenv("GAC_LAB_JOBS", "1")  # one process: the parallel path has its own tests (test_driver)
 

@@ -63,7 +63,7 @@ def golden_mismatches(written: Path | pd.DataFrame, golden: Path | pd.DataFrame,
 
 def write_goldens() -> None:
     """Run each figure of FIGURES at the smoke profile (every unit recomputed) and save its CSVs as the goldens."""
-    from paper_figs.driver import make_figure
+    from tests.figures import make_figure
 
     GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

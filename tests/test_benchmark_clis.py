@@ -1,4 +1,4 @@
-"""The benchmarks' command lines (``sim.cli.parse``: tyro over a checked config): a bad value exits 2 with one line
+"""The benchmarks' command lines (``runtime.cli.parse``: tyro over a checked config): a bad value exits 2 with one line
 naming it, before any timing."""
 
 from __future__ import annotations
@@ -61,11 +61,11 @@ def test_pipeline_bad_value_is_one_line_before_any_work(argv, named, tmp_path, c
     assert named in err and len(err.splitlines()) == 1, err
 
 
-def test_pipeline_parses_names_keep_and_plan(tmp_path):
+def test_pipeline_parses_names_and_keep(tmp_path):
     from benchmarks.pipeline import PipelineArgs
-    from sim.cli import parse
+    from runtime.cli import parse
 
-    args = parse(PipelineArgs, ["fig7_bound", "fig4_stability_region", "--keep", str(tmp_path), "--plan"],
+    args = parse(PipelineArgs, ["fig7_bound", "fig4_stability_region", "--keep", str(tmp_path)],
                  prog="pipeline")
-    assert args == PipelineArgs(names=("fig7_bound", "fig4_stability_region"), keep=tmp_path, plan=True)
-    assert parse(PipelineArgs, [], prog="pipeline") == PipelineArgs(names=(), keep=None, plan=False)
+    assert args == PipelineArgs(names=("fig7_bound", "fig4_stability_region"), keep=tmp_path)
+    assert parse(PipelineArgs, [], prog="pipeline") == PipelineArgs(names=(), keep=None)

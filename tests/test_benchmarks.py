@@ -1,9 +1,7 @@
 """The pipeline benchmark runs the figure command from an empty cache and reports wall and CPU time."""
 
-import os
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,34 +17,6 @@ def test_pipeline_benchmark_smoke_run(tmp_path):
     assert last.startswith("fig4_stability_region figures, empty cache:")
     assert "s wall" in last and "cores × wall" in last and "target" not in last  # a smoke run has no target
     assert (tmp_path / "fig4_stability_region.csv").stat().st_size > 0
-
-
-def test_pipeline_plan_counts_each_shared_unit_once_and_finds_duplicate_training():
-    from experiments import llm
-    from paper_figs import driver
-
-    args = driver.FigureArgs(names=("fig5_llm_grpo", "fig9_early_warning"), profile="quick")
-    table = driver.plan(driver.declare(args), log=lambda *a: None)
-    fig5, fig9, both = table["fig5_llm_grpo"], table["fig9_early_warning"], table["all"]
-    assert fig5["shared"] == fig5["grpo"] > 0  # fig9 reads every run of fig5's sweep
-    assert both["units"] == fig9["units"] and both["core_s"] == pytest.approx(fig9["core_s"])  # fig5's counted once
-    assert both["core_s"] < fig5["core_s"] + fig9["core_s"]
-    # two runs that differ only in their evaluation schedule train the same policy
-    run = llm.sweep("quick")[0]
-    twin = llm.Run(replace(run.args, eval_every=run.args.eval_every * 2), run.roles)
-    keys = {driver.training_key(llm.run_unit(r)) for r in (run, twin)}
-    assert len(keys) == 1 and llm.run_unit(run).name != llm.run_unit(twin).name
-
-
-def test_pipeline_plan_computes_nothing(tmp_path):
-    env = {**os.environ, "GAC_LAB_CACHE": str(tmp_path / "cache"), "GAC_LAB_RUNS": str(tmp_path / "runs")}
-    done = subprocess.run([sys.executable, "-m", "benchmarks.pipeline", "--plan", "fig4_stability_region",
-                           "fig7_bound"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    table = done.stdout.splitlines()[1:4]  # under the header: one row per figure, then "all"
-    rows = {line.split()[0]: line.split()[1:] for line in table}
-    assert set(rows) == {"fig4_stability_region", "fig7_bound", "all"} and rows["all"][0] == "2"
-    assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()
 
 
 def test_device_check_times_both_configurations_then_runs_the_study_naming_the_device(tmp_path, monkeypatch):

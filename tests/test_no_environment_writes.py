@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("gac", "theory", "sim", "experiments", "paper_figs", "benchmarks", "course")
+PACKAGES = ("gac", "theory", "sim", "runtime", "experiments", "paper_figs", "benchmarks", "course")
 WRITE = re.compile(r"os\.environ\s*\[[^\]]+\]\s*=(?!=)|os\.environ\.(update|setdefault|pop)\(|os\.putenv\(|"
                    r"os\.unsetenv\(|del\s+os\.environ\[")
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRINT = ("import json; from sim import paths; print(json.dumps({'runs': str(paths.runs_dir()), "
+PRINT = ("import json; from runtime import paths; print(json.dumps({'runs': str(paths.runs_dir()), "
          "'cache': str(paths.cache_dir()), 'figures': str(paths.figures_dir())}))")
 
 
@@ -38,7 +38,7 @@ def test_from_another_folder_nothing_goes_into_the_checkout(tmp_path):
 
 def test_installed_nothing_goes_into_site_packages(tmp_path):
     site, work, home = tmp_path / "site-packages", tmp_path / "work", tmp_path / "home"
-    shutil.copytree(ROOT / "sim", site / "sim", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "runtime", site / "runtime", ignore=shutil.ignore_patterns("__pycache__"))
     work.mkdir()
     where = locations(work, site, home)  # no pyproject.toml beside the package: an install
     assert not any(site in p.parents for p in where.values())

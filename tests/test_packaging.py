@@ -20,7 +20,7 @@ def names(requirements):
     return {re.split(r"[<>=\[ ]", r.strip(), maxsplit=1)[0].lower() for r in requirements}
 
 
-EXTRAS = ("research", "trl", "tensorboard", "cluster", "site", "dev")
+EXTRAS = ("research", "trl", "cluster", "site", "dev")
 CONDA_NAME = {"torch": "pytorch", "ray": "ray-core"}  # PyPI name -> conda-forge name, where they differ
 PIP_ONLY = ("django-static-mathjax",)
 """Requirements that environment.yml takes from PyPI (its pip section) instead of conda-forge."""
@@ -88,7 +88,7 @@ def test_the_wheel_holds_the_library_alone(tmp_path):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     packages = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
-    assert {"gac", "sim", "theory", "experiments", "paper_figs"} <= set(packages)
+    assert {"gac", "sim", "theory", "runtime", "experiments", "paper_figs"} <= set(packages)
     for package in packages:
         shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__", "out", ".cache"))
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
@@ -103,13 +103,14 @@ def test_the_wheel_holds_the_library_alone(tmp_path):
 
 
 def test_layers_contract_holds_and_covers_every_package():
-    """lint-imports keeps gac <- theory, sim <- experiments <- paper_figs (no upward import, even in a function)."""
+    """lint-imports keeps gac <- runtime <- theory, sim <- experiments <- paper_figs (no upward import, even in a
+    function)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     linter = config["tool"]["importlinter"]
     packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests"}
     assert packages == set(linter["root_packages"])
     layers = linter["contracts"][0]["layers"]
-    assert layers.index("experiments") < layers.index("sim | theory") < layers.index("gac")
+    assert layers.index("experiments") < layers.index("sim | theory") < layers.index("runtime") < layers.index("gac")
     exe = Path(sys.executable).parent / "lint-imports"
     if not exe.exists():
         pytest.skip("lint-imports is not installed (pip install 'gac-lab[dev]')")
@@ -122,17 +123,17 @@ def test_a_contract_forbids_the_run_code_from_importing_the_figures(tmp_path):
     tree with such an import (inside a function) fails with that contract, so the check can fail."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     (forbidden,) = [c for c in config["contracts"] if c["type"] == "forbidden"]
-    assert set(forbidden["source_modules"]) >= {"experiments", "sim", "theory", "gac"}
+    assert set(forbidden["source_modules"]) >= {"experiments", "sim", "theory", "runtime", "gac"}
     assert forbidden["forbidden_modules"] == ["paper_figs"]
     exe = Path(sys.executable).parent / "lint-imports"
     if not exe.exists():
         pytest.skip("lint-imports is not installed (pip install 'gac-lab[dev]')")
-    for package in ("gac", "theory", "sim", "experiments", "paper_figs"):
+    for package in ("gac", "theory", "sim", "runtime", "experiments", "paper_figs"):
         (tmp_path / package).mkdir()
         (tmp_path / package / "__init__.py").write_text("")
     (tmp_path / "experiments" / "__init__.py").write_text("def plot():\n    from paper_figs import x\n")
-    lines = ["[importlinter]", "root_packages =", *[f"    {p}" for p in ("gac", "theory", "sim", "experiments",
-                                                                         "paper_figs")],
+    lines = ["[importlinter]", "root_packages =", *[f"    {p}" for p in ("gac", "theory", "sim", "runtime",
+                                                                         "experiments", "paper_figs")],
              "[importlinter:contract:forbidden]", f"name = {forbidden['name']}", "type = forbidden",
              "source_modules =", *[f"    {m}" for m in forbidden["source_modules"]],
              "forbidden_modules =", *[f"    {m}" for m in forbidden["forbidden_modules"]]]

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from experiments import results_tables as rt
+from tests.records import without_provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +48,7 @@ def test_a_changed_number_in_a_csv_changes_its_table(rendered, tmp_path):
 def test_a_csv_without_provenance_is_refused(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    (data / "llm_snr.csv").write_text(rt.without_provenance((ROOT / "docs/data/llm_snr.csv").read_text()))
+    (data / "llm_snr.csv").write_text(without_provenance((ROOT / "docs/data/llm_snr.csv").read_text()))
     with pytest.raises(rt.ProvenanceMissing, match="stamp docs/data/llm_snr.csv"):
         rt.snr_table(data)
 
@@ -58,7 +59,7 @@ def test_stamp_adds_provenance_and_keeps_every_other_cell(tmp_path):
     path.write_text(original)
     rt.stamp(path, "python -m x --out t.csv", "74818e2")
     assert path.read_text().splitlines()[0] == "a,b,note,code,command"
-    assert rt.without_provenance(path.read_text()) == original
+    assert without_provenance(path.read_text()) == original
     rt.stamp(path, "python -m y", "abc1234")  # stamping again replaces, never duplicates
     frame = rt.read("t.csv", tmp_path)
     assert list(frame.columns) == ["a", "b", "note", "code", "command"]

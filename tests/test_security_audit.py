@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("gac", "sim", "experiments", "paper_figs", "theory", "course", "benchmarks", "notebooks")
+SOURCES = ("gac", "sim", "runtime", "experiments", "paper_figs", "theory", "course", "benchmarks", "notebooks")
 
 ALLOWED = {("paper_figs/common.py", "pickle.loads"):
            "a copy of a figure made by pickle.dumps one line before, in the same process; never a file"}

@@ -355,19 +355,6 @@ def noise_limit(beta) -> dict:
             "momentum": {"rho": rho_m, "cosine": rho_m**3 / (1 - rho_m**2)}}
 
 
-def check_noise_limit(betas=(0.5, 0.9, 0.99), a: float = 1e-5, staleness: int = 4) -> float:
-    """max |closed form − Lyapunov| of ρ* and cos(Δθ) at a tiny a (one direction, where both converge as a → 0)."""
-    worst = 0.0
-    for beta in betas:
-        closed = noise_limit(beta)
-        for placement in PLACEMENTS:
-            rho = (self_consistent_rho(a, [1.0], staleness, beta, placement) if placement in GAC_PLACEMENTS
-                   else 0.0)
-            cosine = predicted_update_cosine(a, [1.0], staleness, beta, rho, placement)
-            worst = max(worst, abs(rho - closed[placement]["rho"]), abs(cosine - closed[placement]["cosine"]))
-    return worst
-
-
 # ---------------------------------------------------------------------------------------------
 # Direct simulation: the optimizers written out, real GAC through gac.control (independent of the above)
 # ---------------------------------------------------------------------------------------------

@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import gac
-from sim.cli import Refused, checked_registry
+from runtime.cli import Refused, checked_registry
+from runtime.files import atomic_write_bytes, check_output_dir, one_line_os_error
 from sim.llm.checkpoint import out_dir_lock, prepare_out_dir
 from sim.llm.train import Args, NonFiniteError, run_records
-from sim.record import atomic_write_bytes, check_output_dir, one_line_os_error
 from sim.stabilizers import BAPOConfig, BrakingConfig, KLTargetConfig, M2POConfig, TISConfig, VCPOConfig
 
 METHOD_GROUPS = {"gac": ("--gac.", "--gac-space", "--gac_space"),
@@ -28,7 +28,7 @@ refused (read from the command line, so that one given at its default value is r
 
 def cli_registry():
     """tyro rules: GAC's τ (``float | ThresholdRule``) is given as a float, and a method config's ValueError becomes
-    ``sim.cli.Refused`` (one line instead of tyro's error box)."""
+    ``runtime.cli.Refused`` (one line instead of tyro's error box)."""
     import tyro
 
     registry = tyro.constructors.ConstructorRegistry()

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from sim.fingerprint import changed_files, code_fingerprint, source_hashes
-from sim.record import atomic_write_bytes, current_umask, exclusive_lock
+from runtime.files import atomic_write_bytes, current_umask, exclusive_lock
+from runtime.fingerprint import changed_files, code_fingerprint, source_hashes
 
 CODE = ("gac", "sim")
 """The source a trainer run executes: its checkpoints and summary record this code's fingerprint."""

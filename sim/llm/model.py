@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from runtime.files import atomic_write_bytes
 from sim.llm.task import BOS, EOS, PAD, VOCAB, through_first_eos
-from sim.record import atomic_write_bytes
 
 # Named sizes: (hidden, layers, heads, kv_heads, head_dim, mlp). "tiny" (19k parameters) is for tests,
 # "small" (0.6M) for the quick figures, "cpu" (1.2M) the CPU default, "gpu" (25M) one GPU.

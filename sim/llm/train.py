@@ -21,15 +21,15 @@ from pathlib import Path
 import torch
 
 import gac
+from runtime.cli import check_device
+from runtime.files import RecordStream, check_output_dir
+from runtime.fingerprint import code_fingerprint
 from sim import stabilizers
 from sim.advantages import group_advantages
-from sim.cli import check_device
-from sim.fingerprint import code_fingerprint
 from sim.llm import checkpoint
 from sim.llm.model import SIZES, Qwen3, load_model, sample, token_logprobs
 from sim.llm.task import AdditionTask
 from sim.llm.warmstart import WarmStartConfig, heldout_accuracy, load_warm_start
-from sim.record import RecordStream, check_output_dir
 from sim.schema import NO_REGIME, columns, make_row
 from sim.staleness import KINDS, Staleness, VersionRing
 

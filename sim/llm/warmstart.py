@@ -17,14 +17,14 @@ from pathlib import Path
 
 import torch
 
-from sim import paths
-from sim.fingerprint import code_fingerprint
+from runtime import paths
+from runtime.files import atomic_write_bytes, exclusive_lock
+from runtime.fingerprint import code_fingerprint
 from sim.llm.model import SIZES, build_model, load_model, sample, save_model, token_logprobs
 from sim.llm.task import AdditionTask, through_first_eos
-from sim.record import atomic_write_bytes, exclusive_lock
 
 RUNS_DIR = paths.runs_dir()
-"""The warm-start cache's root (``sim.paths``: the checkout's runs/, else the user's cache folder; GAC_LAB_RUNS)."""
+"""The warm-start cache's root (``runtime.paths``: the checkout's runs/, else the user's cache folder; GAC_LAB_RUNS)."""
 WARM_START_CODE = ("sim/llm/warmstart.py", "sim/llm/model.py", "sim/llm/task.py")
 """The source that computes a warm start: an edit to any of them trains a new one."""
 ATTEMPT_STRIDE = 1_000_003

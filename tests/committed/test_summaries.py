@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 
 from experiments import llm_figures, signature, stats, verdict
-from experiments.results_tables import without_provenance
 from paper_figs import figs2_llm_signature
-from sim.record import write_records
+from runtime.files import write_records
+from tests.records import without_provenance
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data"
 

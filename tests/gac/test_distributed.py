@@ -109,23 +109,6 @@ def test_nonfinite_on_one_rank_stops_every_rank():
     assert all("non-finite gradient at step 1" in o for o in outcomes)
 
 
-def _abort_worker(rank, marker, always):
-    if rank == 0 and (always or not os.path.exists(marker)):
-        open(marker, "w").close()
-        os.abort()  # what a gloo teardown abort looks like to the parent: SIGABRT
-
-
-def test_spawn_gloo_retries_one_teardown_abort_only():
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as tmp:
-        marker = os.path.join(tmp, "aborted")
-        spawn_gloo(_abort_worker, lambda attempt: (marker, False), WORLD)  # aborts once, then passes
-        assert os.path.exists(marker)
-        with pytest.raises(mp.ProcessExitedException):
-            spawn_gloo(_abort_worker, lambda attempt: (marker, True), WORLD)  # aborts every time
-
-
 def presence_worker(rank: int, init_file: str, result_dir: str) -> None:
     """Two parameters, each sharded over both ranks. At step 1 parameter 0 gets a gradient on rank 1's shard only
     (rank 0's shard is all zeros: a genuine zero there), parameter 1 none at all (zeros on both ranks). Then a rank

@@ -11,15 +11,16 @@ from sim.llm.train import Args
 
 @pytest.fixture
 def tiny_testbed(tiny_checkpoint, monkeypatch, torch_threads):
-    """experiments.llm_figures' profile "test": its arms on the tiny checkpoint, 2 warm seeds × 1 seed, 4 steps."""
-    from experiments import llm_figures
+    """The testbed's profile "test" (``experiments.llm_figures``): its arms on the tiny checkpoint, 2 warm seeds × 1
+    seed, 4 steps."""
+    from experiments import profiles
 
-    monkeypatch.setitem(llm_figures.PROFILES, "test", dict(
+    monkeypatch.setitem(profiles.TESTBED, "test", profiles.Testbed(
         warm_seeds=(1, 2), seeds=(0,), steps=4,
         base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, prompts_per_step=4, group_size=4,
                   eval_every=2, eval_problems=8, snr_every=2, temperature=2.0, lr=3e-3,
                   threads=torch_threads)))
-    return llm_figures.PROFILES["test"]
+    return profiles.TESTBED["test"]
 
 
 @pytest.fixture

@@ -7,10 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import experiments.cache
-from experiments import cache, llm, llm_figures
+import runtime.cache
+from experiments import llm, llm_figures
 from paper_figs import driver, fig1_cosine, fig3_divergence
 from paper_figs.driver import FigureArgs
+from runtime import cache, graph
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("fig1_cosine", "fig3_divergence", "figs2_llm_signature")  # fig1 and fig3 share the testbed's sync and naive
@@ -21,17 +22,17 @@ def test_the_graph_holds_each_shared_unit_once_and_waits_for_warm_starts(tmp_pat
     declared = driver.declare(args)
     names = [u.name for units in declared.values() for u in units]
     assert len(set(names)) < len(names)  # fig3 and fig5 share runs: declared twice, one unit
-    cached, tasks = llm.unit_tasks([u for units in declared.values() for u in units], tmp_path / "cache")
-    computed = [u.name for t in tasks for u in llm.units_of(t)]
+    cached, tasks = graph.unit_tasks([u for units in declared.values() for u in units], tmp_path / "cache")
+    computed = [t.unit.name for t in tasks if t.unit is not None]
     assert cached == {} and sorted(computed) == sorted(set(names))  # each unit in one task
     by_name = {t.name: t for t in tasks}
     for task in tasks:
-        waits = {w for u in llm.units_of(task) for w in u.after}
-        assert set(task.after) == waits and all(isinstance(by_name[w].spec, llm.WarmStart) for w in waits)
+        waits = {b.name for b in task.unit.before} if task.unit is not None else set()
+        assert set(task.after) == waits and all(by_name[w].unit is None and w.startswith("warm start") for w in waits)
 
 
 def test_each_run_is_read_once_per_command_and_the_plots_read_no_cache(tiny_testbed, tmp_path, monkeypatch):
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
     for module in (fig1_cosine, fig3_divergence):
         monkeypatch.setattr(module, "toy_units", lambda profile, device: [])  # their LLM panels only
     reads, computed = [], []
@@ -40,8 +41,8 @@ def test_each_run_is_read_once_per_command_and_the_plots_read_no_cache(tiny_test
     compute_run = llm.compute_run
     monkeypatch.setattr(llm, "compute_run", lambda args: computed.append(args) or compute_run(args))
     args = FigureArgs(names=("fig1_cosine", "fig3_divergence"), profile="test", out=tmp_path / "out")
-    fig1 = {llm.run_name(r.args) for r in llm_figures.runs("test") if "fig1" in r.roles}
-    fig3 = {llm.run_name(r.args) for r in llm_figures.runs("test") if "fig3" in r.roles}
+    fig1 = {llm.run_unit(r).name for r in llm_figures.runs("test") if "fig1" in r.roles}
+    fig3 = {llm.run_unit(r).name for r in llm_figures.runs("test") if "fig3" in r.roles}
     runs, shared = fig1 | fig3, fig1 & fig3
     assert shared and shared < fig3  # fig3 reads a part of fig1's runs
 
@@ -69,7 +70,7 @@ def test_python_m_paper_figs_runs_the_graph_on_two_workers(tmp_path):
     done = subprocess.run([sys.executable, "-m", "paper_figs", name, "--dry-run", "--jobs", "2", "--out", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "on 2 workers" in done.stdout and f"{name} done at" in done.stdout
+    assert "on 2 workers" in done.stdout and f"[paper_figs] {name} done (" in done.stdout
     assert "[paper_figs] training the warm start tiny" in done.stdout  # said as it starts, not only when done
     declared = driver.declare(FigureArgs(names=(name,), profile="quick", dry_run=True, out=out))[name]
     assert {u.kind for u in declared} > {"llm_grpo"} and any(llm.warm_start_name(u.spec.args) for u in declared

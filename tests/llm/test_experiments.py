@@ -1,20 +1,20 @@
 """The LLM sweep and fig5 end to end on a tiny profile (tiny model, 3 steps, 1 seed; cache in tmp)."""
 
-import experiments.cache
-from experiments import llm
-from paper_figs import driver
+import runtime.cache
+from experiments import llm, profiles
+from tests.figures import make_figure
 
 
 def test_sweep_feeds_fig5(tiny_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
-    monkeypatch.setitem(llm.PROFILES, "test", dict(
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setitem(profiles.LLM_SWEEP, "test", profiles.LLMSweep(
         base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=3, prompts_per_step=4, group_size=4,
                   minibatches=2, eval_every=2, eval_problems=8, temperature=0.5, ratio_to="proximal"),
         seeds=(0,), main_lr=3e-3, small_lrs=(1e-3,), grid={1e-3: (0, 2), 3e-3: (0, 2), 1e-2: (0,)},
         line_staleness=(0, 2), high_staleness=2))
     runs = llm.sweep("test")
     assert len({(r.args.method, r.args.staleness, r.args.lr, r.args.ratio_to) for r in runs}) == len(runs)
-    results = llm.sweep_results("test", log=lambda *a: None)
+    results = llm.results_of(runs, log=lambda *a: None)
     assert {r["sim"] for _, res in results for r in res["records"]} == {"llm"}
     cached_files = sorted((tmp_path / "cache").glob("llm_grpo-*.json"))
     assert len(cached_files) == len(runs)
@@ -22,7 +22,7 @@ def test_sweep_feeds_fig5(tiny_checkpoint, tmp_path, monkeypatch):
     from tests.figure_reader import assert_a_reader_understands, capture
 
     figures = capture(fig5_llm_grpo, monkeypatch)
-    driver.make_figure("fig5_llm_grpo", "test", tmp_path / "out")  # reads the cache
+    make_figure("fig5_llm_grpo", "test", tmp_path / "out")  # reads the cache
     assert figures and all(assert_a_reader_understands(fig, "fig5") is None for fig in figures)
     assert sorted((tmp_path / "cache").glob("llm_grpo-*.json")) == cached_files
     for ext in ("png", "pdf", "csv"):
@@ -35,7 +35,7 @@ def test_results_of_trains_each_warm_start_once_before_its_runs(tmp_path, monkey
     # Parallel workers only load a warm start, so each run must wait for its own, trained once.
     from sim.llm.train import Args
 
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
     events = []
     monkeypatch.setattr(llm, "warm_start", lambda config, log: events.append(("warm", config.digits)))
     monkeypatch.setattr(llm, "run_records", lambda args, log: events.append(("run", args.digits)) or
@@ -62,24 +62,6 @@ def test_fig5_kl_rho_ranks_the_naive_proximal_runs_only():
     others = [run("gac", "proximal", 0.9, 0.9), run("naive", "behaviour", 1.0, 1.0)]  # would raise ρ if counted
     assert kl_rho(naive + others) == -1.0
     assert kl_rho([run("naive", "proximal", kl, kl) for kl in (0.1, 0.3, 0.2)]) == 1.0
-
-
-def test_run_cost_estimates_stay_within_a_quarter_of_the_measured_runs():
-    # The costs order the work and give the progress line's seconds left: checked against the measured table,
-    # with the old formula (one factor for every configuration) failing it.
-    from dataclasses import replace
-
-    from sim.llm.train import Args
-
-    base = Args(size="small", digits=2, prompts_per_step=16, group_size=8, minibatches=1, ratio_to="behaviour",
-                method="naive")
-
-    def worst(estimate):
-        return max(abs(estimate(replace(base, **changes)) / cpu_s - 1)
-                   for _, changes, cpu_s in llm.COST_CALIBRATION)
-
-    assert worst(llm.estimated_seconds) <= 0.25
-    assert worst(lambda a: a.steps * 0.19 * (a.digits + 1) / 3) > 0.25
 
 
 def test_a_saved_warm_start_is_not_counted_as_training_work(tmp_path, monkeypatch):

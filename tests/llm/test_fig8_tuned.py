@@ -4,16 +4,16 @@ import math
 
 import pandas as pd
 
-import experiments.cache
-from experiments import tuning
+import runtime.cache
+from experiments import profiles, tuning
 from paper_figs import fig8_tuned
-from paper_figs.driver import make_figure
+from tests.figures import make_figure
 
 
 def test_fig8_writes_figure_and_tables(tiny_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(tuning, "LLM_METHODS", ("bapo",))
-    monkeypatch.setitem(tuning.LLM_TUNING, "smoke", dict(
+    monkeypatch.setitem(profiles.LLM_TUNING, "smoke", profiles.LLMTuning(
         base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=2, prompts_per_step=4, group_size=4,
                   minibatches=2, eval_every=2, eval_problems=8, temperature=0.5, ratio_to="proximal"),
         staleness=(2,), lrs=(1e-3, 3e-3, 1e-2, 3e-2), tuning_seeds=1, reporting_seeds=1))

@@ -1,7 +1,7 @@
 """The warm-start lock (``exclusive_lock(..., wait=True)``, an ``fcntl.flock``): waiting processes take turns, never
 both inside, and a lock left by a killed trainer does not block the next one (the kernel drops a flock when its
 holder's descriptors close, however the process ends). The out-dir lock's race and kill tests are in
-tests/sim/test_locks.py and tests/llm/test_train.py."""
+tests/runtime/test_locks.py and tests/llm/test_train.py."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import time
 
 import pytest
 
+from runtime.files import exclusive_lock
 from sim.llm import warmstart
-from sim.record import exclusive_lock
 
 ROUNDS = 40
 
@@ -66,7 +66,7 @@ def test_a_warm_start_lock_left_by_a_killed_trainer_does_not_block(tmp_path, mon
                                        batch_size=4, target_accuracy=0.0, ceiling_accuracy=1.0)
     target = warmstart.warm_start_path(config)
     lock = target.parent / f".{target.name}.lock"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom sim.record import exclusive_lock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom runtime.files import exclusive_lock\n"
                                "with exclusive_lock(sys.argv[1], 'warm start', wait=True):\n"
                                "    print('held', flush=True)\n    time.sleep(60)", str(lock)],
                               stdout=subprocess.PIPE, text=True)

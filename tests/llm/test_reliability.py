@@ -256,8 +256,8 @@ def test_a_bad_number_is_one_line_naming_its_flag(tmp_path, capsys, monkeypatch,
 
 def test_records_are_streamed_so_a_killed_run_keeps_its_steps_with_their_types(run_dir, tmp_path, capsys,
                                                                                 monkeypatch):
+    from runtime.files import read_records
     from sim.llm import train
-    from sim.record import read_records
 
     argv, finished = run_dir
     real_step, made = train.rl_step, []

@@ -8,23 +8,24 @@ import math
 import numpy as np
 import pytest
 
-import experiments.cache
+import runtime.cache
 import sim.llm.warmstart
-from experiments import signature
+from experiments import profiles, signature
 from paper_figs import __main__ as cli
 from paper_figs import figs2_llm_signature
-from paper_figs.driver import make_figure
+from tests.figures import make_figure
 
 
 def _tiny_profile(tiny_checkpoint):
-    return dict(base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=4, prompts_per_step=4,
-                          group_size=4, eval_every=2, eval_problems=8, temperature=0.5, lr=3e-3, snr_every=1),
-                seeds=(0, 1), cells={"base": (0, 2), "updates=2": (0, 2)})
+    return profiles.Signature(base=dict(size="tiny", model=str(tiny_checkpoint), digits=1, steps=4, prompts_per_step=4,
+                                        group_size=4, eval_every=2, eval_problems=8, temperature=0.5, lr=3e-3,
+                                        snr_every=1),
+                              seeds=(0, 1), cells={"base": (0, 2), "updates=2": (0, 2)})
 
 
 def test_figs2_rows_cosines_and_snr(tiny_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
-    monkeypatch.setitem(signature.PROFILES, "test", _tiny_profile(tiny_checkpoint))
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setitem(profiles.SIGNATURE, "test", _tiny_profile(tiny_checkpoint))
     make_figure("figs2_llm_signature", "test", tmp_path)
     with open(tmp_path / "figs2_llm_signature_table.csv") as handle:
         table = [dict(r, staleness=int(r["staleness"])) for r in csv.DictReader(handle)]
@@ -35,7 +36,9 @@ def test_figs2_rows_cosines_and_snr(tiny_checkpoint, tmp_path, monkeypatch):
     assert len(rows) == 8 and {(r["config"], r["staleness"], r["seed"]) for r in rows} == {
         (c, s, k) for c in ("base", "updates=2") for s in ("0", "2") for k in ("0", "1")}
     assert {r["device"] for r in rows} == {"cpu"}
-    results = signature.sweep_results("test", log=lambda *a, **k: None)  # from the cache now
+    from experiments.llm import results_of
+
+    results = results_of(signature.sweep("test"), log=lambda *a, **k: None)  # from the cache now
     for item, res in results:
         row = signature.run_row(item, res)
         late = [r for r in res["records"] if r["step"] >= item.args.steps // 10]
@@ -51,7 +54,7 @@ def test_figs2_rows_cosines_and_snr(tiny_checkpoint, tmp_path, monkeypatch):
 
 
 def test_gpu_command_dry_run_writes_csv_naming_device(tiny_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(sim.llm.warmstart, "RUNS_DIR", tmp_path / "runs")
     assert cli.main(["figs2_llm_signature", "fig5_llm_grpo", "--profile", "gpu", "--device", "cuda", "--dry-run",
                      "--out", str(tmp_path / "out")]) == 0

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from experiments import stats, verdict
+from experiments.profiles import lookup
 
 
 def test_ladder_neighbours_are_2x_apart_and_widening_moves_off_an_edge_best():
@@ -77,11 +78,11 @@ def test_gap_ratio_and_paired_interval():
 
 def test_every_arm_resolves_to_valid_args_and_the_protocol_keeps_tuning_apart():
     for name in ("full", "quick", "v2"):
-        p = verdict.PROFILES[name]
+        p = lookup("verdict", name)
         assert p.tuning_warm not in p.reporting_warms and p.tuning_seed not in p.reporting_seeds
         for arm in (*verdict.ARMS.values(), *verdict.combination_arms([]).values()):
             verdict.arm_args(p, arm, 3e-4, p.reporting_warms[0], 0).validate()
-    full = verdict.PROFILES["full"]
+    full = lookup("verdict", "full")
     assert len(full.reporting_warms) >= 3 and len(full.reporting_seeds) >= 2
     args = verdict.arm_args(full, verdict.ARMS["gac momentum"], 3e-4, 1, 0)
     assert (args.minibatches, args.ratio_to, args.staleness, args.digits) == (2, "behaviour", 16, 3)
@@ -90,8 +91,8 @@ def test_every_arm_resolves_to_valid_args_and_the_protocol_keeps_tuning_apart():
 def test_verdict_v2_runs_on_the_testbed_configuration_and_its_warm_starts():
     from experiments import llm_figures
 
-    v2 = verdict.PROFILES["v2"]
-    assert v2.reporting_warms == llm_figures.PROFILES["full"]["warm_seeds"] and len(v2.reporting_warms) >= 8
+    v2 = lookup("verdict", "v2")
+    assert v2.reporting_warms == lookup("testbed", "full").warm_seeds and len(v2.reporting_warms) >= 8
     assert v2.tuning_warm not in v2.reporting_warms and len(v2.reporting_seeds) >= 2
     assert {"vcpo", "m2po", "bapo", "tis", "kl_target", "braking", "gac gradient", "gac update",
             "gac momentum"} <= set(v2.arms)
@@ -107,23 +108,23 @@ def test_fig10_gpu_profile_dry_run_writes_every_arm_with_warm_start_and_seed(tin
     """The figure command end to end on the gpu profile's arms, shrunk to a CPU smoke run (--dry-run)."""
     import csv
 
-    import experiments.cache
+    import runtime.cache
     import sim.llm.warmstart
     from paper_figs import __main__ as cli
 
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(sim.llm.warmstart, "RUNS_DIR", tmp_path / "runs")
     assert cli.main(["fig10_verdict", "--profile", "gpu", "--dry-run", "--out", str(tmp_path / "out")]) == 0
     out = tmp_path / "out" / "dry_run"  # a dry run never writes over real figures
     with open(out / "fig10_verdict.csv") as handle:
         rows = list(csv.DictReader(handle))
-    assert {r["arm"] for r in rows} == set(verdict.PROFILES["gpu"].arms)
+    assert {r["arm"] for r in rows} == set(lookup("verdict", "gpu").arms)
     assert {r["warm_seed"] for r in rows} == {"1", "2"} and {r["seed"] for r in rows} == {"0"}  # dry run: shrunk
     assert {r["direction_control"] for r in rows if r["arm"].startswith("gac")} == {"gac"}
     assert {r["gac_space"] for r in rows if r["arm"].startswith("gac")} == {"gradient", "update", "momentum"}
     assert (out / "fig10_verdict.png").stat().st_size > 0
     with open(out / "fig10_verdict_table.csv") as handle:
-        assert {r["arm"] for r in csv.DictReader(handle)} == set(verdict.PROFILES["gpu"].arms)
+        assert {r["arm"] for r in csv.DictReader(handle)} == set(lookup("verdict", "gpu").arms)
 
 
 def test_control_differences_pair_each_arm_with_its_controls_on_the_same_warm_start_and_seed():

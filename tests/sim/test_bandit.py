@@ -5,7 +5,7 @@ import torch
 from sim import bandit
 from sim.bandit import GaussianBandit, SoftmaxBandit, run_bandit
 from sim.grid import GridUpdater, setting
-from sim.record import same_records
+from tests.records import same_records
 
 GRID = [setting("naive", 0, 0.2), setting("naive", 3, 0.2), setting("gac", 3, 0.2), setting("tis", 3, 0.2),
         setting("m2po", 3, 0.2), setting("lr_scale", 3, 0.2, staleness_kind="random")]

@@ -1,7 +1,7 @@
 """The before/after CSV comparison: equal within float reordering and documented added columns, nothing else."""
 
 from experiments.compare_csv import compare, main
-from sim.record import write_records
+from runtime.files import write_records
 
 BASE = [{"step": 0, "kl_behaviour": 0.1, "objective": 1.0 / 3.0, "regime": "keep"},
         {"step": 1, "kl_behaviour": 0.2, "objective": float("nan"), "regime": "skip"}]

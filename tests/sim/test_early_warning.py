@@ -11,9 +11,10 @@ from experiments import early_warning as ew
 from experiments.llm import Run
 from paper_figs import fig9_early_warning
 from paper_figs.common import Results
-from paper_figs.driver import FIGURES, make_figure
+from paper_figs.driver import FIGURES
 from sim.llm.train import Args
 from sim.schema import make_row
+from tests.figures import make_figure
 
 
 def pairwise_auc(scores, labels) -> float:

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from matplotlib.collections import PolyCollection
 
-import experiments.cache
+import runtime.cache
 from paper_figs import committed, common, driver
 from paper_figs.__main__ import FIGURES, parse_args
 from tests.figure_reader import BAND, assert_a_reader_understands
@@ -94,7 +94,7 @@ def drawn(tmp_path_factory, tiny_checkpoint):
         figures.update({key: saved[0][1]} if len(saved) == 1 else dict(saved))
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(experiments.cache, "CACHE_DIR", root / "cache")  # one cache: fig9 reads fig1, fig3, fig5's runs
+        mp.setattr(runtime.cache, "CACHE_DIR", root / "cache")  # one cache: fig9 reads fig1, fig3, fig5's runs
         mp.setenv("GAC_LAB_JOBS", "1")
         mp.delenv("GAC_LAB_FORCE", raising=False)
         mp.setattr(common.plt, "close", lambda *a, **k: None)

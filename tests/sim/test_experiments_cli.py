@@ -61,10 +61,10 @@ def test_the_other_experiment_commands_refuse_bad_values_in_one_line(main, argv,
     ("warm_starts", [""], "OUT is empty; give the CSV path"),
 ])
 def test_llm_table_commands_parse_in_one_line(module, argv, named, capsys):
-    """What their ``__main__`` parses with (sim.cli.parse on their Cli)."""
+    """What their ``__main__`` parses with (runtime.cli.parse on their Cli)."""
     import importlib
 
-    from sim.cli import parse
+    from runtime.cli import parse
 
     cli = importlib.import_module(f"experiments.{module}").Cli
     assert named in refused(lambda a: parse(cli, a, prog=f"python -m experiments.{module}"), argv, capsys)

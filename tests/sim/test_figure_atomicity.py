@@ -12,7 +12,7 @@ import pytest
 
 from paper_figs.common import Results
 from paper_figs.driver import FigureArgs, make_figures, plot_figure
-from sim.record import atomic_write_bytes, is_complete, publish_together
+from runtime.files import atomic_write_bytes, is_complete, publish_together
 
 
 def _fake_figure(monkeypatch, fail: bool):
@@ -89,7 +89,7 @@ def test_two_runs_publishing_into_one_folder_never_leave_a_marker_over_a_mix(tmp
 
 
 def test_a_second_run_into_a_used_out_folder_waits_for_the_first_naming_it(tmp_path, monkeypatch):
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from sim.record import exclusive_lock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from runtime.files import exclusive_lock\n"
                                f"with exclusive_lock({str(tmp_path / '.lock')!r}, 'x'):\n"
                                "    print('held', flush=True); sys.stdin.readline()"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

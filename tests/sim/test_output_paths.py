@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import paper_figs.__main__ as figs_cli
-from sim.record import check_output_dir
+from runtime.files import check_output_dir
 
 # /proc refuses new files even to root, so this case is meaningful where the tests run as root (chmod is not).
 UNWRITABLE = Path("/proc/gac-lab-out")
@@ -107,7 +107,7 @@ def _disk_full_write(monkeypatch):
 
 
 def test_a_full_disk_names_the_file_and_leaves_no_temp_file(tmp_path, monkeypatch):
-    from sim.record import atomic_write_bytes
+    from runtime.files import atomic_write_bytes
 
     _disk_full_write(monkeypatch)
     with pytest.raises(OSError) as error:
@@ -117,7 +117,7 @@ def test_a_full_disk_names_the_file_and_leaves_no_temp_file(tmp_path, monkeypatc
 
 
 def test_paper_figs_on_a_full_disk_is_one_line_naming_the_path(tmp_path, monkeypatch, capsys):
-    from sim.record import atomic_write_bytes
+    from runtime.files import atomic_write_bytes
 
     def make_figures(args, jobs, declared=None, **options):  # options: executor, progress
         atomic_write_bytes(args.out / "fig7_bound.csv", b"x")  # as a plot writes its CSV

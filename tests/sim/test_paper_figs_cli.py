@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import paper_figs.__main__ as figs_cli
-from experiments import llm
 from paper_figs import driver, fig8_tuned
+from runtime import graph
 
 
 def fake_figures(written: list):
@@ -64,36 +64,24 @@ def test_jobs_option_that_is_not_a_count_is_one_line(value, monkeypatch, capsys,
     assert "--jobs must be a whole number of worker processes >= 1" in err and len(err.splitlines()) == 1
 
 
-def test_default_jobs_follow_the_cores_and_the_memory_of_the_largest_model(monkeypatch):
-    monkeypatch.delenv("GAC_LAB_JOBS")
-    monkeypatch.setattr(llm.os, "cpu_count", lambda: 16)
-    monkeypatch.setattr(llm, "available_memory", lambda: 128 * 2**30)
-    assert llm.default_jobs("small") == 16  # the cores bound: a workstation is used, not capped at 2
-    monkeypatch.setattr(llm, "available_memory", lambda: 30 * 2**30)
-    assert llm.default_jobs("small") == 16 and llm.default_jobs("gpu") == 30 // 6  # the memory bound, per size
-    assert llm.default_jobs("gpu") == int(30 // (llm.WORKER_MEMORY["gpu"] / 2**30))
-    monkeypatch.setattr(llm.os, "cpu_count", lambda: 2)
-    assert llm.default_jobs("tiny") == 2
-    monkeypatch.setattr(llm, "available_memory", lambda: 2**29)  # half a worker's memory: still one
-    assert llm.default_jobs("small") == 1
-    assert all(llm.WORKER_MEMORY[size] > llm.MEASURED_PEAK_GIB[size] * 2**30 for size in llm.MEASURED_PEAK_GIB)
+def test_default_jobs_are_the_cores_and_at_most_cuda_workers_on_a_gpu(monkeypatch):
+    monkeypatch.delenv("GAC_LAB_JOBS", raising=False)
+    monkeypatch.setattr(graph.os, "cpu_count", lambda: 16)
+    assert graph.default_jobs() == 16 and graph.default_jobs(device="cuda") == graph.CUDA_WORKERS
+    monkeypatch.setattr(graph.os, "cpu_count", lambda: 2)
+    assert graph.default_jobs() == 2 and graph.default_jobs(device="cuda:0") == 2
 
 
-def test_jobs_beyond_cores_or_memory_are_warned_and_capped(monkeypatch):
-    monkeypatch.setattr(llm.os, "cpu_count", lambda: 16)
-    monkeypatch.setattr(llm, "available_memory", lambda: int(2.5 * 2**30))  # room for 2 workers of 1 GiB
-    monkeypatch.setenv("GAC_LAB_JOBS", "8")
-    with pytest.warns(RuntimeWarning, match=r"GAC_LAB_JOBS=8 .*16 cores, 2.5 GiB available.*using 2"):
-        assert llm.default_jobs("small") == 2
-    with pytest.warns(RuntimeWarning, match=r"--jobs 8 .*using 2"):
-        assert llm.default_jobs("small", jobs=8) == 2  # --jobs wins over GAC_LAB_JOBS, within the same limit
-    monkeypatch.setattr(llm, "available_memory", lambda: 64 * 2**30)
+def test_jobs_beyond_the_cores_are_warned_and_capped(monkeypatch):
+    monkeypatch.setattr(graph.os, "cpu_count", lambda: 16)
     monkeypatch.setenv("GAC_LAB_JOBS", "40")
-    with pytest.warns(RuntimeWarning, match="using 16"):
-        assert llm.default_jobs("small") == 16
+    with pytest.warns(RuntimeWarning, match=r"GAC_LAB_JOBS=40 .*16 cores.*using 16"):
+        assert graph.default_jobs() == 16
+    with pytest.warns(RuntimeWarning, match=r"--jobs 8 .*using 4"):
+        assert graph.default_jobs(jobs=8, device="cuda") == 4  # --jobs wins over GAC_LAB_JOBS, within the same limit
     monkeypatch.setenv("GAC_LAB_JOBS", "12")
-    assert llm.default_jobs("small") == 12  # within the machine: as asked
-    assert llm.default_jobs("small", jobs=3) == 3
+    assert graph.default_jobs() == 12  # within the machine: as asked
+    assert graph.default_jobs(jobs=3) == 3
 
 
 def test_ctrl_c_in_paper_figs_is_one_line(tmp_path, monkeypatch, capsys):
@@ -149,7 +137,7 @@ def test_cuda_without_a_cuda_device_is_one_line_before_any_work(tmp_path, monkey
 
 
 def test_gac_lab_force_recomputes_as_documented(tmp_path, monkeypatch):
-    """sim.paths documents GAC_LAB_FORCE=1 as "recompute cached results"; paper_figs used to ignore it."""
+    """runtime.paths documents GAC_LAB_FORCE=1 as "recompute cached results"; paper_figs used to ignore it."""
     assert not figs_cli.parse_args(["fig7_bound", "--out", str(tmp_path)]).force
     monkeypatch.setenv("GAC_LAB_FORCE", "1")
     assert figs_cli.parse_args(["fig7_bound", "--out", str(tmp_path)]).force

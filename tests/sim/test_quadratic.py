@@ -5,7 +5,7 @@ import torch
 import gac
 from sim.grid import setting
 from sim.quadratic import DIVERGENCE_FACTOR, NoiseStream, QuadraticProblem, run_quadratic
-from sim.record import same_records
+from tests.records import same_records
 
 PROBLEM = QuadraticProblem(dim=6, condition_number=10.0, noise=0.3)
 GRID = [setting("naive", 0, 0.3), setting("naive", 3, 0.3), setting("lr_scale", 3, 0.3),

@@ -1,8 +1,8 @@
 """Same seed, same CSV: a figure recomputed from scratch (cache bypassed) writes byte-identical files."""
 
-from experiments import cache
 from paper_figs import figs1_bandit_snr
-from paper_figs.driver import make_figure
+from runtime import cache
+from tests.figures import make_figure
 
 
 def test_same_seed_gives_a_byte_identical_figure_csv(tmp_path, monkeypatch):

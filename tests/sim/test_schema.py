@@ -48,12 +48,3 @@ def test_llm_rows_have_exactly_the_schema_columns(tiny_checkpoint, tmp_path):
     _check(train.run_records(args)["records"], "llm")
 
 
-def test_same_records_counts_nan_as_equal_and_nothing_else():
-    from sim.record import same_records
-
-    a = [{"step": 0, "cos_prev": float("nan"), "regime": "keep"}]
-    assert same_records(a, [dict(a[0])])
-    assert not same_records(a, [dict(a[0], cos_prev=0.0)])
-    assert not same_records(a, [dict(a[0], regime="skip")])
-    assert not same_records(a, [{"step": 0, "cos_prev": float("nan")}])  # a key missing
-    assert not same_records(a, a + a)

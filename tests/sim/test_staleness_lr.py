@@ -144,9 +144,9 @@ def test_smoke_tables_have_every_cell_and_the_documented_columns():
 def test_llm_scale_smoke_on_the_tiny_model(tiny_checkpoint, tmp_path, monkeypatch):
     """The LLM scale's search runs real trainer runs (tiny model, 3 steps), one per (cell, step size, warm start),
     and yields a row per cell with the table's columns and no closed-form theory."""
-    import experiments.cache
+    import runtime.cache
 
-    monkeypatch.setattr(experiments.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(law, "LLM_BASE", dict(size="tiny", model=str(tiny_checkpoint), digits=1, prompts_per_step=4,
                                               group_size=4, eval_problems=8, warm_ceiling=1.0))
     monkeypatch.setitem(law.SEARCH_RANGE, "llm", (1e-3, 1.0))
@@ -176,7 +176,7 @@ def test_command_refuses_bad_output_before_any_run(out, message, tmp_path, monke
 
 def test_command_will_not_overwrite_the_committed_table_with_the_quick_profile(monkeypatch, capsys):
     monkeypatch.setattr(law, "law_tables", lambda *a, **k: pytest.fail("ran before checking its output"))
-    monkeypatch.setattr("experiments.outputs.git_tracked", lambda path: True)
+    monkeypatch.setattr("runtime.files.git_tracked", lambda path: True)
     with pytest.raises(SystemExit):
         law.main(["--out", "docs/data/staleness_lr_scaling.csv", "--profile", "quick"])
     assert "committed data" in capsys.readouterr().err

@@ -8,16 +8,12 @@ import pytest
 import torch
 
 import gac
+from runtime.files import atomic_write_bytes, read_records, write_records
 from sim import stabilizers
 from sim.grid import setting
-from sim.record import atomic_write_bytes, read_records, same_records, write_records
 from sim.schema import columns, make_row
-from sim.staleness import Staleness, TensorVersionBuffer, VersionRing, versions
-
-
-def test_versions_first_steps_use_theta0():
-    s_t = torch.tensor([3, 3, 3, 3, 3])
-    assert versions(s_t).tolist() == [0, 0, 0, 0, 1]
+from sim.staleness import Staleness, TensorVersionBuffer, VersionRing
+from tests.records import same_records
 
 
 def test_random_staleness_in_bounds_and_fixed():

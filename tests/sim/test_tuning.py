@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from experiments import toy, tuning
+from experiments.profiles import lookup
 from sim.bandit import run_bandit
 from sim.grid import setting
 from sim.stabilizers import STALE_DATA
@@ -134,7 +135,7 @@ def test_toy_rows_gap_equals_a_run_of_that_setting_alone():
     table = pd.DataFrame(tuning.toy_rows("bandit_gaussian", "smoke", grid=grid))
     assert len(table) == (4 + 2 * 4) * 2 and set(table["method"]) == {"sync", "naive", "bapo"}
     assert set(table[table["method"] == "sync"]["staleness"]) == {0}
-    steps = toy.profile_of("smoke").bandit_steps
+    steps = lookup("toy", "smoke").bandit_steps
     alone = run_bandit(toy.GAUSSIAN, [setting("bapo", 4, 0.1)], steps, 2, groups=toy.BANDIT_GROUPS,
                        group_size=toy.BANDIT_GROUP_SIZE)
     expected = [alone.meta["optimal_reward"] - r["final_objective"] for r in alone.summary_rows()]

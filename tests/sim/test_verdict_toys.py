@@ -9,16 +9,17 @@ import pandas as pd
 import pytest
 
 from experiments import tuning, verdict_toys
+from experiments.profiles import lookup
 from experiments.verdict_toys import COLUMNS, GAC_SPACES, LR_GRID, OPTIMIZERS, SIM_ARMS, SIM_STRUCTURES, STALENESS
 
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     """The smoke table and its per-run rows, computed once (cached in a temporary folder, as conftest does)."""
-    import experiments.cache
+    import runtime.cache
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(experiments.cache, "CACHE_DIR", tmp_path_factory.mktemp("verdict-cache"))
+        patch.setattr(runtime.cache, "CACHE_DIR", tmp_path_factory.mktemp("verdict-cache"))
         rows = pd.DataFrame(verdict_toys.toy_verdict_rows("smoke"))
         runs = {(sim, structure): pd.DataFrame(verdict_toys.run_rows(sim, structure, "smoke"))
                 for sim, structures in SIM_STRUCTURES.items() for structure in structures}
@@ -51,7 +52,7 @@ def test_every_arm_where_it_applies(smoke_rows):
 
 def _recomputed(runs: pd.DataFrame, optimizer: str, arm: str, staleness: int) -> tuple[float, float]:
     """(best lr on the tuning seeds, mean final gap on the reporting seeds there), from the per-run rows."""
-    p = verdict_toys.profile_of("smoke")
+    p = lookup("verdict_toys", "smoke")
     runs = runs[(runs["optimizer"] == optimizer) & (runs["key"] == arm) & (runs["staleness"] == staleness)]
     tuned = runs[runs["seed"] < p.tuning_seeds].groupby("lr")["final_gap"].mean()
     best = float(tuned[tuned == tuned.min()].index.min())
@@ -81,7 +82,7 @@ def test_step_size_picked_on_reporting_seeds_is_caught(monkeypatch, smoke):
     """Mutation: the protocol picks each arm's step size on the reporting seeds (leaks the reported numbers)."""
     _, runs = smoke
     real = tuning.pick_lrs
-    p = verdict_toys.profile_of("smoke")
+    p = lookup("verdict_toys", "smoke")
     reporting = list(range(p.tuning_seeds, p.tuning_seeds + p.reporting_seeds))
     monkeypatch.setattr(tuning, "pick_lrs", lambda table, seeds: real(table, reporting))
     rows = pd.DataFrame(verdict_toys.toy_verdict_rows("smoke"))

@@ -91,23 +91,6 @@ def test_predicted_max_stable_step_and_runs_below_it():
     assert below["diverged"] == 0.0 and below["final_sq"] < 1.5 * below["mid_sq"]
 
 
-@pytest.mark.heavy
-def test_mutation_filter_replaced_by_step_cut_fails(monkeypatch):
-    def step_cut_matrix(a, staleness, rho):
-        m = np.zeros((staleness + 2, staleness + 2))
-        m[: staleness + 1, : staleness + 1] = cosine.companion_matrix(a * (1 - rho), staleness)
-        m[staleness + 1, staleness] = 1.0
-        return m
-
-    monkeypatch.setattr(gac_stability, "filtered_companion_matrix", step_cut_matrix)
-    assert gac_stability.check_gac_boundary(max_staleness=8, rhos=(0.5, 0.9))["max_error"] > 1e-2
-    monkeypatch.undo()
-    monkeypatch.setattr(gac_stability, "filtered_gradient_moments",
-                        lambda a, staleness, rho: cosine.gradient_moments(np.asarray(a) * (1 - rho), staleness))
-    rows = gac_stability.check_self_consistent_rho(settings=[(4, 2.0)], dim=400, steps=1000)
-    assert not rows[0]["abs_error"] < 0.03
-
-
 # ---- issue 23: fast checks of the parts only the heavy checks reached, each against an independent computation ----
 
 

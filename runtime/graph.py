@@ -1,9 +1,12 @@
-"""The run graph's scheduler (``run_tasks``, over ``graphlib``) and its default executor, a local process pool whose
-workers end when the process that started it dies; ``experiments.cluster`` opens a Ray cluster as the other executor.
+"""The one road from cached units to their results: ``compute`` reads each unit's cache entry once and computes the
+missing ones as a graph of tasks (a unit after the tasks it waits for, e.g. a GRPO run after its warm start), with one
+progress line; the figures and every study's command line go through it.
 
-Without that, a ``kill -9`` of a parallel ``paper_figs`` run leaves the workers re-parented, computing on, then
-idle at hundreds of MB each. Each worker runs a watchdog thread that polls its parent's pid (portable: no
-signals or prctl, whose Linux death signal follows the creating thread rather than the process).
+``run_tasks`` schedules the graph (``graphlib``, longest chain first) on an executor: by default a local process pool
+whose workers end when the process that started it dies (``runtime.cluster`` opens a Ray cluster as the other one).
+Without that, a ``kill -9`` of a parallel ``paper_figs`` run leaves the workers re-parented, computing on, then idle
+at hundreds of MB each. Each worker runs a watchdog thread that polls its parent's pid (portable: no signals or
+prctl, whose Linux death signal follows the creating thread rather than the process).
 """
 
 from __future__ import annotations
@@ -12,11 +15,15 @@ import multiprocessing
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
 from typing import Any, Protocol
+
+from runtime import cache, paths
 
 PARENT_POLL_S = 0.5
 """How often a worker checks that its parent is alive."""
@@ -41,7 +48,7 @@ def process_pool(jobs: int) -> ProcessPoolExecutor:
 
 class Executor(Protocol):
     """Where ``run_tasks`` sends the tasks that do not run here: the part of ``concurrent.futures.Executor`` it uses
-    (``process_pool``'s ProcessPoolExecutor; ``experiments.cluster.RayExecutor``)."""
+    (``process_pool``'s ProcessPoolExecutor; ``runtime.cluster.RayExecutor``)."""
 
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future: ...
 
@@ -62,10 +69,13 @@ class Task:
     here: bool = False
     """run in this process, not a worker (short work that needs what only this process holds, e.g. a plot that
     receives the results of the tasks before it)"""
-    spec: Any = None
-    """what the task stands for to whoever reads its result; in the run graph an ``experiments.llm.TaskSpec`` (a unit,
-    a batch of runs, a warm start, a figure: the units it computes and their results); it stays in this process: a
-    worker receives ``fn`` and ``args`` only"""
+    unit: cache.Unit | None = None
+    """the unit whose result the task computes (None: a warm start, a plot); it stays in this process: a worker
+    receives ``fn`` and ``args`` only"""
+    started: str | None = None
+    """the line that says the task has started (a long task before which nothing else can be reported)"""
+    done: str | None = None
+    """the line that says a task without a unit is done"""
 
 
 def _graph(tasks: list[Task]) -> TopologicalSorter:
@@ -215,3 +225,135 @@ class Progress:
         """``"E s elapsed, P% of the estimated work, ~L s left"``: the end of a progress log line."""
         share = self.done_cost / self.total if self.total > 0 else 1.0
         return f"{self.elapsed_s():.0f} s elapsed, {share:.0%} of the estimated work, ~{self.eta_s():.0f} s left"
+
+
+CUDA_WORKERS = 4
+"""Most worker processes that share one CUDA device: a few keep the device busy while one samples on the host; more
+would add CUDA contexts, not throughput (a judgement, not measured on a device)."""
+
+
+def default_jobs(jobs: int | None = None, device: str = "cpu") -> int:
+    """Worker processes that compute at once: one per core (each worker runs one task on one thread), at most
+    CUDA_WORKERS on a CUDA ``device``. ``jobs`` (``--jobs``), else ``GAC_LAB_JOBS`` (read, never set), overrides it
+    up to that limit: more is warned about and capped; a value that is not a whole number >= 1 is a one-line
+    ValueError. Every run is seeded on its own, so the results do not depend on the count."""
+    cores = os.cpu_count() or 1
+    limit = min(cores, CUDA_WORKERS) if device.startswith("cuda") else cores
+    if jobs is None:
+        text = paths.jobs_setting()
+        if not text:
+            return limit
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(f"GAC_LAB_JOBS must be a whole number of worker processes >= 1, got {text!r}; unset "
+                             f"it to use the default")
+        jobs, source = int(text), f"GAC_LAB_JOBS={text}"
+    else:
+        if jobs < 1:
+            raise ValueError(f"--jobs must be a whole number of worker processes >= 1, got {jobs}")
+        source = f"--jobs {jobs}"
+    if jobs > limit:
+        where = f"{CUDA_WORKERS} workers per CUDA device" if device.startswith("cuda") else f"{cores} cores"
+        warnings.warn(f"{source} is more than this machine runs at once ({where}); using {limit}", RuntimeWarning,
+                      stacklevel=2)
+        return limit
+    return jobs
+
+
+def unit_tasks(units: list[cache.Unit], folder: Path, force: bool = False) -> tuple[dict[str, Any], list[Task]]:
+    """(the cached results of ``units`` by unit name, read once each; the tasks that compute the others).
+
+    Every missing unit is one task, after the tasks it waits for (``Unit.before``: a GRPO run's warm start, one task
+    however many runs share it, so parallel workers only load it and two warm starts train side by side). ``force``
+    reads nothing: every unit is computed.
+    """
+    distinct = {u.name: u for u in units}
+    results = {} if force else {name: u.lookup(folder) for name, u in distinct.items()}
+    results = {name: r for name, r in results.items() if r is not None}
+    tasks: dict[str, Task] = {}
+    for name, u in distinct.items():
+        if name in results:
+            continue
+        for before in u.before:
+            tasks.setdefault(before.name, before)
+        tasks[name] = Task(name, cache.compute_unit, (u, str(folder)), u.cost, tuple(b.name for b in u.before), unit=u)
+    return results, list(tasks.values())
+
+
+Consumer = tuple[list[cache.Unit], Callable[[list[tuple[cache.Unit, Any]]], Any]]
+"""Units and a function of their (unit, result) pairs, run in this process once they are done (a figure's plot)."""
+
+
+def compute(units: list[cache.Unit], jobs: int | None = None, force: bool = False, folder: Path | None = None,
+            consumers: dict[str, Consumer] | None = None, log=print, executor: Callable[[int], Executor] | None = None,
+            progress: bool = False, name: str = "runs", device: str = "cpu") -> dict[str, Any]:
+    """Every unit's result by name: cached ones read once each, the others computed on ``jobs`` workers of
+    ``executor`` into the cache ``folder`` (default ``runtime.cache.CACHE_DIR``); ``consumers`` run here as soon as
+    their units are done.
+
+    Without an executor, a process connected to a Ray cluster (``runtime.cluster.current``: a Ray worker computing
+    the full verdict's unit) sends the tasks to that cluster, ``jobs`` (default: its CPUs) at a time; elsewhere they
+    go to local processes (``jobs`` default: ``default_jobs``). The log has a first line with the work to do, a line
+    when a long task starts, and one per finished unit or consumer, each ending with the elapsed time and the seconds
+    left by the cost estimates (``Progress``); ``progress`` also draws a tqdm bar on a terminal's stderr.
+    """
+    from runtime import cluster
+
+    folder = cache.CACHE_DIR if folder is None else Path(folder)
+    if executor is None and (connected := cluster.current()) is not None:
+        executor, jobs = connected.executor, jobs or connected.cpus
+    jobs = default_jobs(device=device) if jobs is None else jobs
+    values, tasks = unit_tasks(units, folder, force)
+    holder = {t.unit.name: t.name for t in tasks if t.unit is not None}
+    for consumer, (mine, then) in (consumers or {}).items():
+        tasks.append(Task(consumer, _consume, (then, mine, values), PLOT_SECONDS,
+                          tuple(dict.fromkeys(holder[u.name] for u in mine if u.name in holder)), here=True,
+                          done=f"{consumer} done"))
+    every = {u.name for u in units}
+    log(f"[{name}] {len(every)} units, {len(values)} cached; {len(holder)} to compute: {len(tasks)} tasks on {jobs} "
+        f"workers", flush=True)
+    meter, count = Progress(tasks, jobs), 0
+    bar = _progress_bar(meter, name) if progress else None
+    say = log if bar is None else (lambda text, **_: bar.write(text))
+
+    def started(task: Task) -> None:
+        meter.started(task)
+        if task.started is not None:
+            say(f"[{name}] {task.started}", flush=True)
+
+    def finished(task: Task, result: Any) -> None:
+        nonlocal count
+        meter.done(task)
+        if bar is not None:
+            bar.set_postfix_str(f"~{meter.eta_s():.0f} s left", refresh=False)
+            bar.update(round(meter.done_cost) - bar.n)
+        if task.unit is not None:
+            values[task.unit.name] = result
+            count += 1
+            say(f"[{name} {count}/{len(holder)}] {task.unit.describe(result)} ({meter.line()})", flush=True)
+        elif task.done is not None:
+            say(f"[{name}] {task.done} ({meter.line()})", flush=True)
+
+    try:
+        run_tasks(tasks, jobs, finished, executor, on_start=started)
+    finally:
+        if bar is not None:
+            bar.close()
+    return values
+
+
+PLOT_SECONDS = 3.0
+"""Rough seconds of one consumer (a figure's plot: matplotlib, PNG and PDF): orders the tasks, never changes a
+result."""
+
+
+def _consume(then: Callable[[list], Any], units: list[cache.Unit], values: dict[str, Any]) -> Any:
+    return then([(u, values[u.name]) for u in units])
+
+
+def _progress_bar(progress: Progress, name: str):
+    """A tqdm bar over the graph's estimated core-seconds (shown on a terminal only); the seconds left it shows are
+    ``Progress.eta_s``'s (tqdm's own rate would count the tasks still running as no work)."""
+    from tqdm import tqdm
+
+    return tqdm(total=round(progress.total), unit="est. core-s", disable=None, dynamic_ncols=True, desc=f"[{name}]",
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} est. core-s [{elapsed}{postfix}]")

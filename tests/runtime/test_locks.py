@@ -1,4 +1,4 @@
-"""sim.record.exclusive_lock: exactly one of two processes racing for a lock wins, every time."""
+"""runtime.files.exclusive_lock: exactly one of two processes racing for a lock wins, every time."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import multiprocessing
 
 import pytest
 
-from sim.record import exclusive_lock
+from runtime.files import exclusive_lock
 
 TRIALS = 200
 """The old check-then-write pid lock let both processes in about one of 40 such trials, so 200 trials catch it with

@@ -1,7 +1,9 @@
-"""Writers and readers of record rows (the per-step rows of ``sim.schema``, or any table of dicts).
+"""File safety: atomic writes, locks, figure sets published together, output checks made before any work, and the
+readers and writers of record rows (the per-step rows of ``sim.schema``, or any table of dicts).
 
-CSV, JSON lines and TensorBoard. Writers are atomic (temp file, then rename) and CSV/JSONL need
-nothing beyond the stdlib, so the LLM run and the figures use the same ones.
+CSV and JSON lines. Writers are atomic (temp file, then rename) and CSV/JSONL need nothing beyond the
+stdlib, so the LLM run and the figures use the same ones. Whether committed data would be overwritten is asked of git
+(``git ls-files``; no library does this); where git or the repository is absent, nothing is tracked.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import io
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -23,17 +26,6 @@ from pathlib import Path
 def columns_of(rows: Sequence[dict]) -> list[str]:
     """Every key of ``rows`` in first-seen order (for rows of one simulator: its ``sim.schema.columns``)."""
     return list(dict.fromkeys(key for row in rows for key in row))
-
-
-def same_value(a, b) -> bool:
-    """Two record values equal, NaN equal to NaN (a record marks "not measured" with NaN)."""
-    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
-
-
-def same_records(a: Sequence[dict], b: Sequence[dict]) -> bool:
-    """Two lists of records with the same keys and every value ``same_value``."""
-    return len(a) == len(b) and all(ra.keys() == rb.keys() and all(same_value(ra[k], rb[k]) for k in ra)
-                                    for ra, rb in zip(a, b, strict=True))
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
@@ -298,43 +290,38 @@ def _column_type(values: Sequence[str]):
     return str
 
 
-RUN_KEYS = ("sim", "method", "label", "staleness", "seed")
-"""Columns that name a run (its TensorBoard sub-folder); the numeric others become scalars."""
-
-
-def write_tensorboard(rows: Sequence[dict], log_dir: Path | str) -> list[Path]:
-    """Write record rows as TensorBoard scalars, one sub-folder per run, tags = the record's column names.
-
-    Needs the optional ``tensorboard`` package (``pip install 'gac-lab[tensorboard]'``). Booleans
-    (e.g. ``diverged``) are written as 0/1; strings (``regime``) are skipped.
-    """
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError as error:
-        raise ImportError("write_tensorboard needs the tensorboard package: "
-                          "pip install 'gac-lab[tensorboard]'") from error
-    runs: dict[tuple, list[dict]] = {}
-    for row in rows:
-        runs.setdefault(tuple((k, row[k]) for k in RUN_KEYS if k in row), []).append(row)
-    folders = []
-    for key, run_rows in runs.items():
-        folder = Path(log_dir) / "_".join(f"{k}={v}" for k, v in key)
-        with SummaryWriter(log_dir=str(folder)) as writer:
-            for row in run_rows:
-                for name, value in row.items():
-                    if name in RUN_KEYS or name == "step" or isinstance(value, str) or value is None:
-                        continue
-                    writer.add_scalar(name, float(value), global_step=int(row["step"]))
-        folders.append(folder)
-    return folders
-
-
 def _json_safe(value):
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
 
 
-__all__ = ["columns_of", "exclusive_lock", "one_line_os_error",
-           "publish_together", "is_complete", "atomic_write_bytes", "write_records",
-           "read_records", "RecordStream", "write_tensorboard", "RUN_KEYS"]
+def git_tracked(path: Path) -> bool:
+    """Whether ``path`` is a file that the git repository around it tracks."""
+    path = Path(path).resolve()
+    if not path.parent.is_dir():
+        return False
+    try:
+        found = subprocess.run(["git", "ls-files", "--error-unmatch", "--", path.name], cwd=path.parent,
+                               capture_output=True, text=True)
+    except OSError:  # no git
+        return False
+    return found.returncode == 0
+
+
+def check_output_files(out: Path, written: Iterable[Path], profile: str, force: bool, flag: str = "--out") -> Path:
+    """``out`` once it is a .csv whose folder this process can write in, and none of the ``written`` files
+    (``out`` and the files beside it) is tracked by git unless the profile is ``full`` or ``force``; else a one-line
+    ValueError naming the path and the way out."""
+    out = Path(out)
+    if out.suffix != ".csv":
+        raise ValueError(f"{flag} must name a .csv file, got {out}")
+    if out.is_dir():
+        raise ValueError(f"{flag} {out} is a folder; give a .csv file")
+    check_output_dir(out.parent, f"{flag} {out}: its folder")
+    if profile != "full" and not force:
+        tracked = [str(path) for path in written if git_tracked(path)]
+        if tracked:
+            raise ValueError(f"{flag} {tracked[0]} is committed data (tracked by git) and --profile {profile} would "
+                             f"overwrite it with a smaller run; give another {flag}, or --force to overwrite it")
+    return out

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PARENT = textwrap.dedent("""
     import os, sys, time
-    from experiments.pool import process_pool
+    from runtime.graph import process_pool
 
     def slow_job():
         print(os.getpid(), flush=True)  # the worker announces itself, then works for longer than the test

@@ -2,10 +2,11 @@
 
 A ``Unit`` is one computable, cacheable piece of work (a GRPO run, a toy simulation): ``fn(*args)``'s JSON-able
 result, stored under ``experiments/.cache/KIND-HASH.json`` in a checkout, the user's cache folder otherwise
-(``sim.paths``; atomically; ``GAC_LAB_CACHE`` moves it). Its key holds a fingerprint of the code that computes it
-(gac/, sim/, theory/, experiments/; not the plotting code), so editing that code recomputes. The figures compute
-their units in one graph of tasks (``compute_unit`` in a worker, ``paper_figs.driver``); a command line that needs
-one unit's result takes ``result(unit)``, which reads it or computes it here. ``GAC_LAB_FORCE=1`` always recomputes.
+(``runtime.paths``; atomically; ``GAC_LAB_CACHE`` moves it). Its key holds a fingerprint of the code that computes it
+(gac/, sim/, theory/, experiments/; not the plotting code, not this runtime), so editing that code recomputes. Units
+are computed in one graph of tasks (``runtime.graph.compute``, ``compute_unit`` in a worker); a command line that
+needs one unit's result takes ``result(unit)``, which reads it or computes it here. ``GAC_LAB_FORCE=1`` always
+recomputes.
 
 Each entry carries the SHA-256 of its content (as a checkpoint does), so an entry altered into other valid JSON is
 a miss that warns with its path, never a silent change of a figure. A write that fails (disk full, a read-only
@@ -19,7 +20,7 @@ import functools
 import hashlib
 import json
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,14 +28,15 @@ from typing import Any
 import torch
 
 import gac
-from sim import fingerprint, paths
-from sim.record import atomic_write_bytes
+from runtime import fingerprint, paths
+from runtime.files import atomic_write_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = paths.cache_dir()
-"""The run cache (``sim.paths``: the checkout's experiments/.cache, else the user's cache folder; GAC_LAB_CACHE)."""
+"""The run cache (``runtime.paths``: the checkout's experiments/.cache, else the user's cache folder; GAC_LAB_CACHE)."""
 SOURCE_DIRS = ("gac", "sim", "theory", "experiments")
-"""The code that computes a cached result (paper_figs/ only plots: a plot edit recomputes nothing)."""
+"""The code that computes a cached result (paper_figs/ only plots and runtime/ only runs, stores and reports: an edit
+there recomputes nothing)."""
 
 
 def config_hash(config: dict) -> str:
@@ -114,8 +116,8 @@ class Unit:
     ``fn`` lives in the code whose fingerprint ``key`` holds, and is module-level when a worker computes the unit
     (a spawned worker imports it; ``result`` computes in this process and takes any callable).
     ``spec`` is what the unit stands for to whoever reads its result (an ``experiments.llm.Run``, a panel name);
-    ``after`` names the tasks it waits for (a GRPO run: its warm start); ``cost`` is a rough estimate of its
-    seconds on one core, which orders the work and never changes a result.
+    ``before`` holds the tasks (``runtime.graph.Task``) it waits for (a GRPO run: its warm start); ``cost`` is a rough
+    estimate of its seconds on one core, which orders the work and never changes a result.
     """
 
     kind: str
@@ -123,7 +125,7 @@ class Unit:
     fn: Callable[..., Any] = field(repr=False)
     args: tuple = field(default=(), repr=False)
     spec: Any = None
-    after: tuple[str, ...] = ()
+    before: tuple = field(default=(), repr=False)
     cost: float = 10.0
 
     @functools.cached_property
@@ -135,19 +137,9 @@ class Unit:
         """The cached result, or None when it is missing (never computes)."""
         return lookup(self.kind, self.key, folder)
 
-    # A unit is the spec of the task that computes it alone (``experiments.llm.TaskSpec``).
-    @property
-    def units(self) -> tuple[Unit, ...]:
-        """The units the task computes: this one."""
-        return (self,)
-
-    def unit_results(self, result: Any) -> list[tuple[Unit, Any]]:
-        """(this unit, the task's result)."""
-        return [(self, result)]
-
-    def done_line(self, where: str, elapsed_s: float) -> str | None:
-        """None: a unit's result is reported as a unit's."""
-        return None
+    def describe(self, result: Any) -> str:
+        """What the progress line says of the unit once ``result`` is in: its kind."""
+        return self.kind
 
 
 def unit(kind: str, fn: Callable[..., Any], *args, spec: Any = None, cost: float = 10.0) -> Unit:
@@ -173,8 +165,9 @@ def result(item: Unit, force: bool = False) -> Any:
 
 
 @contextlib.contextmanager
-def one_thread():
-    """torch on one thread inside the block (the units run side by side, one per core); the count restored after."""
+def single_thread() -> Iterator[None]:
+    """torch on one intra-op thread inside the block, the previous count restored after: the units run side by side,
+    one per core, and on tiny tensors a second thread only spins when another process holds a core."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -187,6 +180,6 @@ def compute_unit(item: Unit, folder: str | Path) -> Any:
     """Compute ``item`` with torch on one thread and store its result in the cache folder ``folder`` (a task: runs
     in a worker process, so the folder is an argument, never a global set there). A GRPO run sets its own thread
     count from its arguments."""
-    with one_thread():
+    with single_thread():
         result = item.fn(*item.args)
     return store(item.kind, item.key, result, Path(folder))

@@ -4,7 +4,7 @@ arguments (torch on one thread), so the same bits and the same CSVs.
 
 ``connect`` starts a local cluster (no address) or joins one (``host:port``, or ``auto`` for the one ``ray start``
 made on the local host), then checks before any work what every node must share with this process, each failure a
-one-line ValueError: the code (its fingerprint, ``experiments.cache.code_fingerprint``, must equal this checkout's,
+one-line ValueError: the code (its fingerprint, ``runtime.cache.code_fingerprint``, must equal this checkout's,
 or a node would store other numbers under the same cache key) and the folders (a node writes its results into the
 run cache and reads warm starts that another node trained, so both must be the same shared folders, at the same
 paths). Each task checks the fingerprint again on its worker (a node may join after the check). Ray is an optional
@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments import cache
-from sim import paths
+from runtime import cache, paths
 
 INSTALL_HINT = "pip install -e '.[cluster]'"
 START_ATTEMPTS = 2
@@ -93,7 +92,7 @@ def check_nodes(reports: list[dict[str, Any]], code: str, folders: dict[str, str
 
 
 class RayExecutor:
-    """The ``experiments.pool.Executor`` of a Ray cluster: each ``submit`` is one Ray task of one CPU, guarded by
+    """The ``runtime.graph.Executor`` of a Ray cluster: each ``submit`` is one Ray task of one CPU, guarded by
     ``checked_call``; ``shutdown(cancel_futures=True)`` cancels the tasks not yet finished (the cluster stays up)."""
 
     def __init__(self, ray, remote, code: str):
@@ -120,7 +119,7 @@ class RayExecutor:
 @dataclass
 class Cluster:
     """A connected Ray cluster: ``cpus`` (its CPUs when it was checked: the default number of tasks at once) and
-    ``executor``, the opener ``experiments.pool.run_tasks`` takes."""
+    ``executor``, the opener ``runtime.graph.compute`` and ``run_tasks`` take."""
 
     address: str
     cpus: int
@@ -133,7 +132,7 @@ def connect(address: str | None = None, cache_folder: Path | None = None, cpus: 
             log=print) -> Iterator[Cluster]:
     """A Ray cluster for the block: a local one started here (``address`` None; ``cpus`` CPUs, default all) or the
     one at ``address``, checked with ``check_nodes`` (the run cache ``cache_folder``, default
-    ``experiments.cache.CACHE_DIR``, and the warm-start folder shared, the same code everywhere) before any work.
+    ``runtime.cache.CACHE_DIR``, and the warm-start folder shared, the same code everywhere) before any work.
     A one-line ValueError when Ray is missing, the cluster cannot be reached or a check fails. Ray is shut down
     (this process disconnected; a cluster started here stopped) when the block ends."""
     ray = _import_ray()

@@ -1,4 +1,4 @@
-"""``--executor ray`` (experiments/cluster.py): a figure computed on a local 2-CPU Ray cluster writes the same CSVs,
+"""``--executor ray`` (runtime/cluster.py): a figure computed on a local 2-CPU Ray cluster writes the same CSVs,
 byte for byte, as the local executor; the cluster's preconditions fail in one line before any work; the graph's
 progress line counts the estimated work."""
 
@@ -11,11 +11,11 @@ from dataclasses import replace
 
 import pytest
 
-from experiments import cache, cluster
-from experiments.pool import Progress, Task, run_tasks
 from paper_figs import fig1_cosine
 from paper_figs.__main__ import parse_args
-from paper_figs.driver import make_figure
+from runtime import cache, cluster, graph
+from runtime.graph import Progress, Task, run_tasks
+from tests.figures import make_figure
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                reason="Ray is not installed (the optional extra: pip install -e '.[cluster]')")
@@ -89,8 +89,8 @@ def test_grpo_runs_of_a_connected_process_go_to_the_cluster_with_the_same_record
     runs = [llm.Run(replace(base, method=method, staleness=s, seed=seed), ("test",))
             for method, s, seed in (("naive", 0, 0), ("naive", 4, 1), ("gac", 4, 0))]
     executors = []
-    real_run_tasks = llm.run_tasks
-    monkeypatch.setattr(llm, "run_tasks", lambda tasks, jobs, report, executor=None, on_start=None: (
+    real_run_tasks = graph.run_tasks
+    monkeypatch.setattr(graph, "run_tasks", lambda tasks, jobs, report, executor=None, on_start=None: (
         executors.append(executor), real_run_tasks(tasks, jobs, report, executor, on_start=on_start))[1])
     sent = llm.results_of(runs, log=lambda *a: None)
     assert len(executors) == 1 and executors[0] is not None  # the cluster's executor, not the local pool
@@ -210,15 +210,17 @@ def test_progress_by_counts_when_every_task_costs_the_same():
     assert progress.line() == "15 s elapsed, 33% of the estimated work, ~15 s left"
 
 
-def test_a_warm_start_to_train_says_so_when_it_starts():
-    from experiments.llm import WARM_START_FOUND_SECONDS, WarmStart, start_line
+def test_a_warm_start_to_train_says_so_when_it_starts(tmp_path, monkeypatch):
+    from experiments import llm
     from sim.llm.train import Args
 
     args = Args(size="small", digits=2, warm_seed=3)
-    line = start_line(Task("warm", str.upper, cost=90.0, spec=WarmStart(args)))
-    assert line == "training the warm start small 2-digit, warm seed 3 (estimate 90 s)"
-    assert start_line(Task("warm", str.upper, cost=WARM_START_FOUND_SECONDS, spec=WarmStart(args))) is None  # on disk
-    assert start_line(Task("run", str.upper, cost=90.0)) is None  # a run is reported when it ends
+    monkeypatch.setattr(llm, "warm_start_path", lambda config: tmp_path / "absent")
+    task = llm.warm_start_task(args)
+    assert task.started == "training the warm start small 2-digit, warm seed 3 (estimate 90 s)"
+    assert task.done == "warm start small 2-digit, warm seed 3 trained"
+    monkeypatch.setattr(llm, "warm_start_path", lambda config: tmp_path)  # on disk
+    assert llm.warm_start_task(args).started is None
 
 
 @pytest.mark.parametrize("argv, message", [

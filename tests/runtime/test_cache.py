@@ -7,8 +7,7 @@ import warnings
 
 import pytest
 
-from experiments import cache
-from sim import fingerprint
+from runtime import cache, fingerprint
 
 
 def cached(kind, key, compute):
@@ -182,13 +181,13 @@ def test_a_full_disk_warns_with_the_path_and_keeps_the_computed_result(monkeypat
     assert not path.exists()
 
 
-def test_one_thread_restores_thread_count():
+def test_single_thread_restores_thread_count():
     import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(2)  # not 1, so that a count left at 1 is seen
     try:
-        with pytest.raises(RuntimeError), cache.one_thread():
+        with pytest.raises(RuntimeError), cache.single_thread():
             assert torch.get_num_threads() == 1
             raise RuntimeError("restored even on error")
         assert torch.get_num_threads() == 2

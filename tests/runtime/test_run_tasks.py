@@ -1,11 +1,11 @@
-"""``experiments.pool.run_tasks``: every task once, each after the tasks it waits for, longest chain first."""
+"""``runtime.graph.run_tasks``: every task once, each after the tasks it waits for, longest chain first."""
 
 import os
 from pathlib import Path
 
 import pytest
 
-from experiments.pool import Task, priorities, run_tasks
+from runtime.graph import Task, priorities, run_tasks
 
 
 def _chain(tmp_path: Path) -> list[Task]:
