@@ -81,8 +81,13 @@ def panels(fig) -> list:
 
 
 def ylabel(ax) -> str:
-    """The y label of ``ax``, or of an axes it shares its y axis with (a row of panels labels only its first)."""
-    return next((a.get_ylabel() for a in [ax, *ax.get_shared_y_axes().get_siblings(ax)] if a.get_ylabel()), "")
+    """The y label of ``ax``, or of an axes it shares its y axis with, or of the first panel of its grid row (a row of
+    panels that plots one metric labels only its first)."""
+    row = [] if ax.get_subplotspec() is None else [
+        a for a in ax.figure.axes if a.get_subplotspec() is not None
+        and a.get_subplotspec().get_gridspec() is ax.get_subplotspec().get_gridspec()
+        and a.get_subplotspec().rowspan == ax.get_subplotspec().rowspan and a.get_subplotspec().colspan.start == 0]
+    return next((a.get_ylabel() for a in [ax, *ax.get_shared_y_axes().get_siblings(ax), *row] if a.get_ylabel()), "")
 
 
 def metric_range(label: str) -> tuple[float, float] | None:

@@ -21,6 +21,7 @@ import runtime.cache
 from paper_figs import committed, common, driver
 from paper_figs.__main__ import FIGURES, parse_args
 from tests.figure_reader import BAND, assert_a_reader_understands
+from tests.figures import make_figure
 from tests.golden_csv import FIGURES as GOLDEN_FIGURES
 from tests.golden_csv import GOLDEN_DIR, golden_mismatches
 
@@ -51,7 +52,7 @@ def with_committed_llm_panel(name: str, out: Path, warm_seeds=None) -> None:
     from experiments import llm_figures
     from paper_figs import llm_testbed
     from paper_figs.common import Panel
-    from paper_figs.driver import results_for
+    from runtime.graph import compute
 
     table = committed_testbed_steps()
     if warm_seeds is not None:
@@ -62,13 +63,15 @@ def with_committed_llm_panel(name: str, out: Path, warm_seeds=None) -> None:
     module = driver.module(name)
     llm = next(p for p in module.PANELS if p.name == "llm")
     panels = [p for p in module.PANELS if p.name != "llm"] + [Panel("llm", lambda results: rows, llm.plot, llm.n_axes)]
-    module.plot(results_for(module.toy_units("smoke"), "smoke"), out, panels=panels)
+    units = module.toy_units("smoke")
+    values = compute(units, 1, log=lambda *a, **k: None)
+    module.plot(common.Results("smoke", "cpu", False, tuple((u, values[u.name]) for u in units)), out, panels=panels)
 
 
 @pytest.fixture(scope="module")
 def drawn(tmp_path_factory, tiny_checkpoint):
     """({name: Figure}, {name: its output folder}) for every figure of ``DRAWN``, each drawn, saved and kept open."""
-    from experiments import llm, tuning
+    from experiments import llm, profiles, tuning
     from experiments.verdict import committed_verdict
     from paper_figs import fig10_verdict, llm_highsnr, llm_snr, llm_testbed
 
@@ -102,22 +105,23 @@ def drawn(tmp_path_factory, tiny_checkpoint):
         for name in FIGURES:
             mp.setattr(driver.module(name), "save_figure", keep)
         tiny = {**TINY_SWEEP["base"], "size": "tiny", "model": str(tiny_checkpoint)}
-        mp.setitem(llm.PROFILES, "test", {**TINY_SWEEP, "base": tiny})
+        mp.setitem(profiles.LLM_SWEEP, "test", profiles.LLMSweep(**{**TINY_SWEEP, "base": tiny}))
         mp.setattr(tuning, "LLM_METHODS", ("bapo",))
-        mp.setitem(tuning.LLM_TUNING, "smoke", dict(base={**tiny, "steps": 2}, staleness=(2,),
-                                                    lrs=(1e-3, 3e-3, 1e-2, 3e-2), tuning_seeds=1, reporting_seeds=1))
+        mp.setitem(profiles.LLM_TUNING, "smoke", profiles.LLMTuning(
+            base={**tiny, "steps": 2}, staleness=(2,), lrs=(1e-3, 3e-3, 1e-2, 3e-2), tuning_seeds=1,
+            reporting_seeds=1))
         for name in TOYS:
             module = driver.module(name)
             units = module.toy_units("smoke") if hasattr(module, "toy_units") else None
-            draw(name, lambda folder, name=name, units=units: driver.make_figure(name, "smoke", folder, units=units))
+            draw(name, lambda folder, name=name, units=units: make_figure(name, "smoke", folder, units=units))
         draw("fig1_cosine", lambda folder: with_committed_llm_panel("fig1_cosine", folder, warm_seeds=(1, 2)))
         draw("fig3_divergence", lambda folder: with_committed_llm_panel("fig3_divergence", folder))
-        draw("fig5_llm_grpo", lambda folder: driver.make_figure("fig5_llm_grpo", "test", folder))
+        draw("fig5_llm_grpo", lambda folder: make_figure("fig5_llm_grpo", "test", folder))
         toys = [u for name in ("fig1_cosine", "fig3_divergence") for u in driver.module(name).toy_units("smoke")]
         sweep = [llm.run_unit(r) for r in llm.sweep("test")]
         draw("fig9_early_warning",
-             lambda folder: driver.make_figure("fig9_early_warning", "smoke", folder, units=toys + sweep))
-        draw("fig8_tuned", lambda folder: driver.make_figure("fig8_tuned", "smoke", folder))
+             lambda folder: make_figure("fig9_early_warning", "smoke", folder, units=toys + sweep))
+        draw("fig8_tuned", lambda folder: make_figure("fig8_tuned", "smoke", folder))
         draw("fig10_verdict", lambda folder: committed.draw("fig10_verdict", folder))
         draw("figs2_llm_signature", lambda folder: committed.draw("figs2_llm_signature", folder))
         draw("figs3_staleness_lr committed", lambda folder: committed.draw("figs3_staleness_lr", folder))
@@ -180,13 +184,13 @@ def test_fig2_fills_the_transient_window_and_the_theory_column(drawn):
 
 
 def test_fig7_bound_holds_on_every_smoke_setting(drawn):
-    from experiments import bound
+    from experiments.profiles import lookup
 
     out = drawn[1]["fig7_bound"]
     rows = [{k: float(v) if k.startswith(("measured", "bound")) else v for k, v in r.items()}
             for r in _rows(out / "fig7_bound.csv")]
     assert (out / "fig7_bound_tightness.csv").stat().st_size > 0
-    assert len(rows) == len(bound.SMOKE_SETTINGS)
+    assert len(rows) == len(lookup("bound", "smoke").settings)
     assert all(r["measured_min"] <= r["measured_avg"] <= r["bound"] for r in rows)  # the theorem, at tiny size
 
 
