@@ -79,6 +79,13 @@ _ALIAS = object()
 """``FusedAlignmentControl._swappable``'s answer for "keep: the gradient tensor itself becomes the reference"."""
 
 
+def coupled_weight_decay(optimizer: torch.optim.Optimizer, group: dict) -> bool:
+    """Whether Adam-like ``optimizer`` adds its weight decay λ·θ to the gradient in ``group`` (Adam) rather than
+    decaying θ (AdamW). AdamW is told by its class: torch before 2.7 has no ``decoupled_weight_decay`` group key."""
+    decoupled = isinstance(optimizer, torch.optim.AdamW) or group.get("decoupled_weight_decay", False)
+    return group["weight_decay"] != 0 and not decoupled
+
+
 def fused_unavailable(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> str | None:
     """Why the fused path cannot serve ``optimizer`` over ``params`` (one phrase), or None when it can."""
     if type(optimizer) not in FUSED_OPTIMIZERS:
@@ -305,7 +312,7 @@ def first_moments(wrapper, index_of: dict, exact_look) -> tuple[dict, dict, list
     terms, grad_terms = Terms(len(indices)), Terms(len(indices))
     for group in wrapper.param_groups:
         beta1 = float(group["betas"][0])
-        coupled = group["weight_decay"] != 0 and not group.get("decoupled_weight_decay", False)
+        coupled = coupled_weight_decay(wrapper.optimizer, group)
         for p in group["params"]:
             if p.grad is None:
                 continue

@@ -63,7 +63,7 @@ import torch
 from gac.config import SPACES, GACConfig, check_config, reference_dtype_for
 from gac.control import ACT, NonFiniteGradientError
 from gac.distributed import local_tensor
-from gac.fused import FusedAlignmentControl, first_moments, fused_look_at_gradients, make_tracker
+from gac.fused import FusedAlignmentControl, coupled_weight_decay, first_moments, fused_look_at_gradients, make_tracker
 from gac.state import init_threshold_stats
 from gac.tracker import (
     REFERENCE_KEY,
@@ -281,7 +281,7 @@ class GACOptimizer(torch.optim.Optimizer):
                 state = self.state.get(p, {})
                 if self._moment_kind == "adam":
                     beta1 = float(group["betas"][0])
-                    if group["weight_decay"] != 0 and not group.get("decoupled_weight_decay", False):
+                    if coupled_weight_decay(self.optimizer, group):
                         grad = grad.add(local_tensor(p), alpha=group["weight_decay"])
                     buffer = state.get("exp_avg")
                     buffer = None if buffer is None else local_tensor(buffer)
