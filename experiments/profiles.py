@@ -1,7 +1,7 @@
 """Every study's run sizes in one typed registry: a frozen dataclass per study (the sizes that study varies), one entry
 per profile name, and one lookup, ``lookup(study, name)``, which refuses a name the study has not in one line.
 
-The figures' profiles are quick (fresh runs on a 2-core CPU), full (the committed data's runs) and gpu (the LLM
+The figures' profiles are quick (fresh runs that fit a laptop), full (the committed data's runs) and gpu (the LLM
 figures on one GPU); a study with more (the verdict's v2, the high-SNR study's tune and fig3) names them here too.
 ``smoke`` entries are the tests' (tiny runs, numbers meaningless); a test adds its own under ``test``. The values are
 plain data (no torch, no simulator), so a command's ``--help`` imports this module for free.
