@@ -6,7 +6,7 @@ torch's fused kernel's and its sums are float64 (the fused path's are float32 BL
 within 1e-5 (test_fused's tolerances, and for a bfloat16 reference its bf16 bounds); state_dict round trips; a failed
 compile warns once and finishes its step with the same arithmetic; steps it does not serve run the fused path; two
 gloo ranks reproduce one process with one all_reduce per step.
-Each parameter layout and dtype compiles once per process (seconds to a minute on a loaded 2-core CPU): slow.
+Each parameter layout and dtype compiles once per process (a C++ compile): slow.
 """
 
 import copy
