@@ -4,8 +4,9 @@ The main table (``--sizes``, 10M parameters by default; 100M with ``--sizes 10 1
 ``gac.wrap(AdamW(fused=True))`` in each GAC space (gradient, update, momentum), in the project and the keep regime,
 over the fused AdamW step on the same transformer-shaped parameters, each contender measured alternately with the
 baseline in one process (medians), at each thread count of ``--threads`` (1 and all by default) and on ``--device``
-(cpu, or cuda where one exists); ``AdamW(foreach=True)`` and the general path (``fused=False``) are shown beside.
-Each ratio is printed with its memory-traffic floors (``FLOOR_PASSES``, ``PATH_PASSES``) and the 1-min load average.
+(cpu, or cuda where one exists); ``AdamW(foreach=True)``, the general path (``fused=False``) and the compiled step
+(``compiled=True``, with the time its compile took in the warm-up) are shown beside. Each ratio is printed with its
+memory-traffic floors (``FLOOR_PASSES``, ``PATH_PASSES``, ``COMPILED_PASSES``) and the 1-min load average.
 ``--apply-sizes`` adds GAC's ``apply()`` alone (general tracker) over the fused AdamW step; ``--sharded`` FSDP2 on 2
 CPU processes; ``--baseline DIR`` times another copy of gac (an earlier commit's) beside, for before/after numbers.
 Run: ``python -m benchmarks.gac_overhead [--sizes 10 100] [--threads 1 0] [--device cpu] [--repeats 9]
@@ -129,6 +130,14 @@ chunk by chunk (read θ_after, θ_before, d: 3), then θ ← θ_after − α·d 
 write m_t: 4), exp_avg −= α·d/β1 (read 2, write 1: 3), m_t's buffer kept as d (0): 7; keep: 4."""
 
 
+COMPILED_PASSES = {("gradient", "project"): 4, ("gradient", "keep"): 2, ("update", "project"): 7,
+                   ("update", "keep"): 7, ("momentum", "project"): 5, ("momentum", "keep"): 5}
+"""Passes ``gac.compiled`` (``wrap(..., compiled=True)``) adds. gradient project: the sums (read g, d: 2), the step
+reading d and writing g' over it (2): 4; keep: the fused path's 2. update: loop 1 reads θ, g, m, v, d (5); loop 2 is
+the step reading d and writing d ← Δ (2): 7, project or keep. momentum: loop 1 reads g, m, d (3); loop 2 reads d and
+writes d ← m_t (2): 5."""
+
+
 def floor_ratio(passes: int) -> float:
     """(fused AdamW's passes + ``passes``) / fused AdamW's: the ratio if both ran at memory bandwidth."""
     return (ADAMW_PASSES + passes) / ADAMW_PASSES
@@ -173,6 +182,7 @@ class Contender:
     regime: str = "project"
     foreach: bool = False
     fused_path: bool | None = None  # gac.wrap(..., fused=): None the default (fused for AdamW), False the general path
+    compiled: bool = False  # gac.wrap(..., compiled=True): GAC inside a torch.compile'd AdamW step (gac.compiled)
     library: object = None  # another gac module (--baseline); None: this one
 
 
@@ -181,6 +191,7 @@ def contenders(baseline=None) -> list[Contender]:
     for space in SPACES:
         rows += [Contender(f"{space} project", space), Contender(f"{space} keep", space, "keep"),
                  Contender(f"{space} project, general", space, fused_path=False)]
+        rows.append(Contender(f"{space} project, compiled", space, compiled=True))
         if baseline is not None:
             rows.append(Contender(f"before: {space} project", space, library=baseline))
     return rows
@@ -201,7 +212,7 @@ def build(contender: Contender | None, start: list[torch.Tensor]):
     cfg = library.GACConfig(threshold=0.0, space=contender.space)
     if contender.library is not None:
         return params, library.wrap(inner, cfg)
-    return params, library.wrap(inner, cfg, fused=contender.fused_path)
+    return params, library.wrap(inner, cfg, fused=contender.fused_path, compiled=contender.compiled)
 
 
 def synchronize(device: torch.device) -> None:
@@ -233,9 +244,7 @@ def measure_pair(contender: Contender, start: list[torch.Tensor], grads: list[to
         synchronize(device)
         return time.perf_counter() - begin, time.process_time() - cpu
 
-    for name in runs:  # warm-up: optimizer state, references and buffers allocated, a first moment to control
-        for _ in range(3):
-            timed(name)
+    warm_up = {name: [timed(name) for _ in range(3)] for name in runs}  # state, references, buffers, a compile
     samples = {name: [] for name in runs}
     for _ in range(repeats):
         for name in runs:
@@ -243,10 +252,13 @@ def measure_pair(contender: Contender, start: list[torch.Tensor], grads: list[to
     report = runs[contender.name][1].last_report if contender.space else None
     if report is not None:
         assert report.regime == contender.regime, (contender, report)
+    if contender.compiled:
+        assert runs[contender.name][1]._compiled.steps_taken == 2 + repeats  # all steps but the first
     med = {name: statistics.median(wall for wall, _ in v) for name, v in samples.items()}
     cpu = {name: statistics.median(used for _, used in v) for name, v in samples.items()}
     return {"adamw_ms": med["adamw"] * 1e3, "ms": med[contender.name] * 1e3,
-            "ratio": med[contender.name] / med["adamw"], "cpu_ratio": cpu[contender.name] / cpu["adamw"]}
+            "ratio": med[contender.name] / med["adamw"], "cpu_ratio": cpu[contender.name] / cpu["adamw"],
+            "first_s": max(warm_up[contender.name])}  # the slowest warm-up step (wall, process CPU): the compile
 
 
 def measure_steps(total_millions: float, repeats: int, device: torch.device, baseline=None):
@@ -273,12 +285,17 @@ def print_steps(sizes: list[float], repeats: int, device: torch.device, baseline
         for contender, r in measure_steps(size, repeats, device, baseline):
             key = (contender.space, contender.regime)
             floor = f"{floor_ratio(FLOOR_PASSES[key]):>5.2f}" if contender.space else f"{'':>5}"
-            path = (f"{floor_ratio(PATH_PASSES[key]):>5.2f}" if contender.space and contender.fused_path is None
+            passes = COMPILED_PASSES if contender.compiled else PATH_PASSES
+            path = (f"{floor_ratio(passes[key]):>5.2f}" if contender.space and contender.fused_path is None
                     and contender.library is None else f"{'':>5}")
             target = TARGETS.get(key) if contender.fused_path is None and contender.library is None else None
             print(f"{params_m:>7.1f}M {load:>5.1f} {contender.name:<28} {r['adamw_ms']:>9.2f} {r['ms']:>8.2f} "
                   f"{r['ratio']:>5.2f} {r['cpu_ratio']:>5.2f} {floor} {path} "
                   f"{'' if target is None else f'<= {target}':>6}", flush=True)
+            if contender.compiled:
+                wall, used = r["first_s"]
+                print(f"{'':>14} (its compile: the slowest warm-up step took {wall:.1f} s wall, {used:.1f} s CPU of "
+                      f"this process; the C++ compiler's own time is not counted)")
     print(f"(load average after: {os.getloadavg()[0]:.1f}; targets are for 10M parameters on one CPU thread; "
           f"'general' = gac.wrap(..., fused=False), the path every other optimizer takes)")
 

@@ -15,11 +15,12 @@ kernels torch already ships, chosen by measurement (one CPU thread, 10M paramete
   non-finite, never loses a tiny one, and counts the same parameters as having a gradient; under DDP/FSDP the step
   still has one all_reduce (the recomputation is local). Tensors of other dtypes (bfloat16, float16) are summed by
   the general path's code.
-- **The projection** is not folded into the optimizer's kernel: torch's fused AdamW kernel takes the gradient as
-  it is, so g' = g − α·d is one pass before it (read g, d; write g' over d, the buffers swapping roles as in the
+- **The projection** is not folded into the optimizer's kernel here: torch's fused AdamW kernel takes the gradient
+  as it is, so g' = g − α·d is one pass before it (read g, d; write g' over d, the buffers swapping roles as in the
   general path), and the inner optimizer's own ``step()`` (fused, foreach or for-loop, whichever the user built)
-  runs on g'. A ``torch.compile``d AdamW step with the projection folded in was slower than the fused kernel plus
-  the projection pass on CPU (and needs a C++ compiler at run time); ``torch._foreach`` ops are one pass each.
+  runs on g'. ``torch._foreach`` ops are one pass each. ``wrap(..., compiled=True)`` folds GAC into a
+  ``torch.compile``d Adam/AdamW step instead (``gac.compiled``: faster per step in every space, at the cost of a
+  compile and a C++ compiler at run time on CPU); it uses this tracker with its writes deferred (``apply(defer=)``).
 - **Keep regime, gradient space, reference "prev"**: the reference must become the raw g. Where the training loop
   hands a fresh gradient tensor each step (``zero_grad(set_to_none=True)``, torch's default; observed at the step
   before), the gradient tensor itself becomes the reference (no copy); a loop that writes into the same gradient
@@ -47,7 +48,7 @@ import weakref
 
 import torch
 
-from gac.control import KEEP
+from gac.control import ACT, KEEP
 from gac.distributed import local_tensor
 from gac.tracker import GradientAlignmentControl, _parts, real_parts
 
@@ -130,6 +131,8 @@ class FusedAlignmentControl(GradientAlignmentControl):
 
     def __init__(self, *args, **kwargs):
         self.general: str | None = None  # why this tracker now runs the general path (None: fused)
+        self._defer: str | None = None  # which writes ``apply`` leaves to its caller (gac.compiled): "act", "all"
+        self.deferred: tuple | None = None  # the ``_write`` arguments of the writes left to the caller
         self._presummed: tuple[list, tuple] | None = None  # (vectors, sums) taken while momentum space formed them
         self._last_grads: dict[int, weakref.ref] = {}  # the .grad tensor each parameter had at the end of last step
         super().__init__(*args, **kwargs)
@@ -137,7 +140,7 @@ class FusedAlignmentControl(GradientAlignmentControl):
     def __getstate__(self) -> dict:
         """A copy (``copy.deepcopy``, pickle) without the weak references to last step's gradients (its next step
         copies the reference instead of keeping the gradient tensor: the same numbers) or sums in flight."""
-        return {**super().__getstate__(), "_last_grads": {}, "_presummed": None}
+        return {**super().__getstate__(), "_last_grads": {}, "_presummed": None, "deferred": None}
 
     def set_params(self, params: list[torch.Tensor]) -> None:
         super().set_params(params)
@@ -191,9 +194,9 @@ class FusedAlignmentControl(GradientAlignmentControl):
             sums[:, redo] = super()._sums64([vectors[t] for t in redo], [refs[t] for t in redo], with_d_sq)
         return sums
 
-    def presum_moments(self, vectors: list, sums: torch.Tensor, with_d_sq: bool) -> None:
-        """Per-tensor sums of ``vectors`` (the next ``apply``'s, in its order) taken while momentum space formed
-        them."""
+    def presum(self, vectors: list, sums: torch.Tensor, with_d_sq: bool) -> None:
+        """Per-tensor sums (3, tensors) of ``vectors`` (the next ``apply``'s, in its order) taken where the vectors
+        were formed (momentum space's chunks, the compiled step's first loop)."""
         self._presummed = (vectors, sums, with_d_sq)
 
     # -- keep regime: the gradient tensor becomes the reference ---------------------------------------------
@@ -223,10 +226,30 @@ class FusedAlignmentControl(GradientAlignmentControl):
         self._set_reference(index, grad)
         self._swapped[index] = (weakref.ref(grad), grad._version)
 
-    def apply(self, vectors: list | None = None, *args, **kwargs):
+    # -- writes left to the caller (gac.compiled) ---------------------------------------------------------------
+    def _write(self, indices: list[int], vectors: list, regime: int, coef: float, swap: bool, scratch: bool) -> None:
+        if self._defer == "all" or (self._defer == "act" and regime == ACT):
+            self.deferred = (list(indices), vectors, regime, coef, swap, scratch)
+            return
+        super()._write(indices, vectors, regime, coef, swap, scratch)
+
+    def swap_written(self, index: int) -> None:
+        """The buffer swap of ``_swap_act`` once g' = g − α·d has been written over d by someone else (the compiled
+        step): ``.grad`` becomes the tensor holding g', the raw g the reference."""
+        param = self.params[index]
+        grad = param.grad
+        param.grad = self._reference_of(index)
+        self._set_reference(index, grad)
+        self._swapped[index] = (weakref.ref(grad), grad._version)
+
+    def apply(self, vectors: list | None = None, *args, defer: str | None = None, **kwargs):
+        """The general path's ``apply``; ``defer`` = "act" (when GAC acts) or "all" leaves the writes of v' and the
+        references to the caller: ``deferred`` then holds what ``_write`` was given (see ``gac.compiled``)."""
+        self._defer, self.deferred = defer, None
         try:
             return super().apply(vectors, *args, **kwargs)
         finally:
+            self._defer = None
             self._presummed = None
             if vectors is None:
                 self._last_grads = {i: weakref.ref(p.grad) for i, p in enumerate(self.params) if p.grad is not None}
@@ -300,7 +323,7 @@ def first_moments(wrapper, index_of: dict, exact_look) -> tuple[dict, dict, list
     (in cache), instead of in further passes over m_t and g.
 
     The same kernels on the same elements as the general path (from the same state, m_t has the same bits); the sums
-    go to the tracker for the ``apply`` that follows (``presum_moments``). A tensor that cannot be chunked (not
+    go to the tracker for the ``apply`` that follows (``presum``). A tensor that cannot be chunked (not
     contiguous, complex) is formed whole, and then the ``apply`` takes the sums itself. A gradient whose Σg² is not
     finite or below ``TINY_SQ`` is looked at by ``exact_look`` (``look_at_gradients``).
     """
@@ -349,7 +372,7 @@ def first_moments(wrapper, index_of: dict, exact_look) -> tuple[dict, dict, list
     if redo:
         sums[:, redo] = GradientAlignmentControl._sums64(tracker, [vectors[t] for t in redo], [refs[t] for t in redo],
                                                           with_d_sq)
-    tracker.presum_moments(vectors, sums, with_d_sq)
+    tracker.presum(vectors, sums, with_d_sq)
     unsure = [k for k, square in enumerate(squares.tolist()) if not TINY_SQ <= square < float("inf")]
     for k, index in enumerate(indices):
         has_gradient[index] = k not in unsure

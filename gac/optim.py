@@ -58,8 +58,11 @@ copy time in one line (save its ``state_dict()``).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
+from gac.compiled import CompiledAdamStep
 from gac.config import SPACES, GACConfig, check_config, reference_dtype_for
 from gac.control import ACT, NonFiniteGradientError
 from gac.distributed import local_tensor
@@ -102,7 +105,7 @@ class GACOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process_group=None,
-                 fused: bool | None = None):
+                 fused: bool | None = None, compiled: bool = False):
         if isinstance(optimizer, GACOptimizer) or getattr(optimizer, "_gac_wrapped", False):
             raise ValueError("wrap(): this optimizer is already wrapped by GAC; wrap the plain optimizer once")
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -122,6 +125,7 @@ class GACOptimizer(torch.optim.Optimizer):
         check_not_meta(named_parameters(optimizer.param_groups))
         params = [p for group in optimizer.param_groups for p in group["params"]]
         self.gac = make_tracker(optimizer, params, cfg, process_group, fused)  # gac.fused: Adam/AdamW's fast path
+        self._compiled = compiled_step(compiled, self.gac)  # gac.compiled: GAC inside a compiled Adam step
         self.gac.set_params(params)  # frozen ones too: GAC follows what the optimizer steps (see _follow_params)
         # Sets up hook dictionaries and the step profiler the way torch expects; then the group and
         # state containers are replaced by the inner optimizer's own objects (shared, not copied).
@@ -145,6 +149,8 @@ class GACOptimizer(torch.optim.Optimizer):
     def fused(self) -> bool:
         """Whether GAC runs its fused path (``gac.fused``: torch.optim.Adam / AdamW, unless it could not apply)."""
         return isinstance(self.gac, FusedAlignmentControl) and self.gac.general is None
+
+    _compiled: CompiledAdamStep | None = None  # wrap(compiled=True)
 
     swap_grads = True
     """In gradient space, act by swapping buffers: ``.grad`` becomes the tensor holding g' and the tensor that held g
@@ -200,6 +206,8 @@ class GACOptimizer(torch.optim.Optimizer):
             self.state[param][REFERENCE_KEY] = reference
 
     def _gradient_step(self) -> GACReport:
+        if self._compiled is not None and self.fused:  # gac.compiled: the projection folded into the step
+            return self._compiled.gradient_step(self)
         report = self.gac.apply(swap_grads=self.swap_grads)  # this wrapper owns the step: .grad may be swapped
         if report.regime != "skip":
             self._inner_step()
@@ -207,6 +215,10 @@ class GACOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def _update_step(self) -> GACReport:
+        if self._compiled is not None and self.fused:  # gac.compiled: the step and GAC in two loops
+            report = self._compiled.moment_step(self, "update")
+            if report is not None:
+                return report
         params = self.gac.params
         grads = [local_tensor(p.grad) for p in params if p.grad is not None]
         if not grads:
@@ -243,6 +255,10 @@ class GACOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def _momentum_step(self) -> GACReport:
+        if self._compiled is not None and self.fused:  # gac.compiled: m_t's sums, then the step with m_t − α·d
+            report = self._compiled.moment_step(self, "momentum")
+            if report is not None:
+                return report
         params = self.gac.params
         index_of = {p: i for i, p in enumerate(params)}
         if self.fused:  # m_t formed with its sums, and which parameters have a gradient, in one pass
@@ -467,14 +483,30 @@ def strip_gac_state(state_dict: dict) -> dict:
         "state": {k: v for k, v in state.items() if v}}
 
 
+def compiled_step(compiled: bool, tracker) -> CompiledAdamStep | None:
+    """The compiled step ``wrap(..., compiled=True)`` asks for, or None (one warning naming why it cannot serve)."""
+    if not isinstance(compiled, bool):
+        raise TypeError(f"wrap(): compiled must be True or False, got {compiled!r}")
+    if not compiled:
+        return None
+    why = ("it needs the fused path (Adam/AdamW)" if not isinstance(tracker, FusedAlignmentControl)
+           or tracker.general is not None else None)
+    if why is not None:
+        warnings.warn(f"gac.wrap(compiled=True): the compiled step cannot apply ({why}); it is not used",
+                      stacklevel=4)
+        return None
+    return CompiledAdamStep()
+
+
 def wrap(optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process_group=None,
-         fused: bool | None = None) -> GACOptimizer:
+         fused: bool | None = None, compiled: bool = False) -> GACOptimizer:
     """Return an optimizer whose ``step()`` applies GAC (``cfg``, in ``cfg.space``) and steps ``optimizer``.
 
     ``cfg`` must be a ``GACConfig`` (or None for the defaults); anything else is a one-line TypeError. Parameters
     added to ``optimizer`` or unfrozen later are controlled from their first gradient on (fresh reference).
     ``fused``: torch.optim.Adam / AdamW get the fused path (``gac.fused``) unless False; True warns when it cannot
-    apply.
+    apply. ``compiled=True`` (Adam/AdamW on the fused path): GAC folded into a ``torch.compile``d Adam/AdamW step
+    (``gac.compiled``), faster per step after a compile of seconds to minutes at the first steps it takes.
 
     Example::
 
@@ -482,7 +514,7 @@ def wrap(optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process
         loss.backward(); opt.step(); opt.zero_grad()
         opt.last_report.cosine
     """
-    return GACOptimizer(optimizer, cfg, process_group, fused)
+    return GACOptimizer(optimizer, cfg, process_group, fused, compiled)
 
 
 __all__ = ["GACOptimizer", "wrap", "strip_gac_state", "first_moment_kind", "COUNTERS_KEY"]
