@@ -17,7 +17,7 @@ Spaces (``GACConfig.space``), with v the controlled vector and d its reference:
 
 A skip restarts the reference in every space, so the next step is applied: a skip changes nothing the next vector is
 made from, and measured against the skipped vector every later step would be skipped. Which parameters take part,
-what is refused, ``torch.compile`` and copies: docs/usage.md ("Use GAC in your own trainer").
+what is refused, ``torch.compile`` and copies: docs/usage.md and RELIABILITY.md.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class GACOptimizer(torch.optim.Optimizer):
     """An optimizer that applies Gradient Alignment Control (in ``cfg.space``) around ``optimizer``'s step.
 
     GAC covers the parameters the inner optimizer steps, including groups added and parameters unfrozen after
-    wrapping (each from its first gradient, with a fresh reference); see the module docstring.
+    wrapping (each from its first gradient, with a fresh reference: ``_follow_params``).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process_group=None,
