@@ -7,10 +7,10 @@ baseline in one process (medians), at each thread count of ``--threads`` (1 and 
 (cpu, or cuda where one exists); ``AdamW(foreach=True)``, the general path (``fused=False``) and the compiled step
 (``compiled=True``, with the time its compile took in the warm-up) are shown beside. Each ratio is printed with its
 memory-traffic floors (``FLOOR_PASSES``, ``PATH_PASSES``, ``COMPILED_PASSES``) and the 1-min load average.
-``--apply-sizes`` adds GAC's ``apply()`` alone (general tracker) over the fused AdamW step; ``--sharded`` FSDP2 on 2
-CPU processes; ``--baseline DIR`` times another copy of gac (an earlier commit's) beside, for before/after numbers.
+``--sharded`` adds FSDP2 on 2 CPU processes; ``--baseline DIR`` times another copy of gac (an earlier commit's)
+beside, for before/after numbers.
 Run: ``python -m benchmarks.gac_overhead [--sizes 10 100] [--threads 1 0] [--device cpu] [--repeats 9]
-[--apply-sizes 1 10] [--sharded] [--baseline DIR]``.
+[--sharded] [--baseline DIR]``.
 """
 
 from __future__ import annotations
@@ -42,64 +42,6 @@ def transformer_shapes(total_millions: float) -> list[tuple[int, ...]]:
         shapes += [(hidden,), (3 * hidden, hidden), (hidden, hidden), (hidden,), (4 * hidden, hidden),
                    (hidden, 4 * hidden)]
     return shapes + [(hidden,)]
-
-
-def measure(total_millions: float, repeats: int, device: torch.device) -> dict:
-    """GAC's ``apply()`` alone (general tracker: keep, project, project with a bf16 reference) beside the fused and
-    the foreach AdamW step on the same parameters, alternately; ratios over the fused step."""
-    import torch
-
-    import gac
-
-    torch.manual_seed(0)
-    shapes = transformer_shapes(total_millions)
-    params = [torch.nn.Parameter((torch.randn(shape) * 0.02).to(device)) for shape in shapes]
-    grads = [torch.randn_like(p) for p in params]
-    numel = sum(p.numel() for p in params)
-    fused = torch.optim.AdamW(params, lr=1e-4, fused=True)
-    foreach = torch.optim.AdamW(params, lr=1e-4, foreach=True)
-    keep = gac.GradientAlignmentControl(params, gac.GACConfig(threshold=0.99))
-    project = gac.GradientAlignmentControl(params, gac.GACConfig(threshold=0.0))
-    half = gac.GradientAlignmentControl(params, gac.GACConfig(threshold=0.0, reference_dtype=torch.bfloat16))
-    steps = {"fused": fused.step, "foreach": foreach.step, "keep": keep.apply, "project": project.apply,
-             "project_bf16": half.apply}
-
-    def timed(step):
-        # Setting .grad is outside the timed region; the same fresh gradient each call so the
-        # project regime acts every time (cos = 1 with the previous, identical, gradient).
-        for p, g in zip(params, grads, strict=True):
-            p.grad = g.clone()
-        synchronize(device)
-        start = time.perf_counter()
-        step()
-        synchronize(device)
-        return time.perf_counter() - start
-
-    for step in steps.values():  # warm-up: allocate states and references
-        timed(step)
-    samples = {name: [] for name in steps}
-    for _ in range(repeats):  # alternate, so all see the same machine load
-        for name, step in steps.items():
-            samples[name].append(timed(step))
-    med = {k: statistics.median(v) for k, v in samples.items()}
-    return {"params_M": numel / 1e6, "tensors": len(params), **{f"{k}_ms": v * 1e3 for k, v in med.items()},
-            **{f"ratio_{k}": med[k] / med["fused"] for k in ("foreach", "keep", "project", "project_bf16")},
-            "extra_MB_fp32": project.reference_bytes() / 2**20, "extra_MB_bf16": half.reference_bytes() / 2**20,
-            "project_regime": project.last_report.regime}
-
-
-def print_apply(sizes: list[float], repeats: int, device: torch.device) -> None:
-    print(f"\nGAC's apply() alone (general tracker) / the AdamW(fused=True) step, alternately (medians of {repeats})")
-    print(f"{'params':>8} {'tensors':>7} {'fused ms':>9} {'foreach':>8} {'keep':>8} {'proj':>8} {'bf16':>8} "
-          f"{'foreach/F':>9} {'keep/F':>7} {'proj/F':>7} {'bf16/F':>7} {'ref MB':>7} {'bf16 MB':>7}")
-    for size in sizes:
-        r = measure(size, repeats, device)
-        assert r["project_regime"] == "project"
-        print(f"{r['params_M']:>7.1f}M {r['tensors']:>7} {r['fused_ms']:>9.2f} {r['foreach_ms']:>8.2f} "
-              f"{r['keep_ms']:>8.2f} {r['project_ms']:>8.2f} {r['project_bf16_ms']:>8.2f} {r['ratio_foreach']:>9.2f} "
-              f"{r['ratio_keep']:>7.2f} {r['ratio_project']:>7.2f} {r['ratio_project_bf16']:>7.2f} "
-              f"{r['extra_MB_fp32']:>7.1f} {r['extra_MB_bf16']:>7.1f}", flush=True)
-    print("(x/F = time over the fused AdamW step; the step with GAC's apply() is 1 + x/F of the plain step)")
 
 
 # -- the wrapped step: gac.wrap(AdamW(fused=True)) in each space and regime over AdamW(fused=True) -----------------
@@ -400,7 +342,7 @@ def print_sharded(r: dict) -> None:
 
 @dataclass
 class OverheadArgs:
-    """GAC's cost beside the fused AdamW step: the wrapped step per space and regime, apply() alone, FSDP2."""
+    """GAC's cost beside the fused AdamW step: the wrapped step per space and regime, FSDP2."""
 
     sizes: tuple[float, ...] = (10,)
     """millions of parameters of the wrapped-step table (100 too: --sizes 10 100; about 5 GB and minutes on CPU)"""
@@ -410,8 +352,6 @@ class OverheadArgs:
     """where the tensors live: cpu, or cuda (cuda:N)"""
     repeats: int = 9
     """timings per contender (medians are printed)"""
-    apply_sizes: tuple[float, ...] = ()
-    """also time GAC's apply() alone at these sizes (millions)"""
     sharded: bool = False
     """also measure FSDP2 on 2 CPU processes"""
     baseline: str | None = None
@@ -425,8 +365,8 @@ class OverheadArgs:
             raise ValueError(f"--repeats must be >= 1, got {self.repeats}")
         if not self.threads or any(t < 0 for t in self.threads):
             raise ValueError(f"--threads must be >= 0 each (0: all cores), got {self.threads}")
-        if any(size <= 0 for size in self.sizes + self.apply_sizes):
-            raise ValueError("--sizes and --apply-sizes are millions of parameters: each must be > 0")
+        if any(size <= 0 for size in self.sizes):
+            raise ValueError("--sizes are millions of parameters: each must be > 0")
         if self.baseline is not None and not Path(self.baseline, "gac").is_dir():
             raise ValueError(f"--baseline {self.baseline}: no gac/ package under it")
         try:
@@ -453,8 +393,6 @@ def main(argv=None) -> None:
               f"load average {os.getloadavg()[0]:.1f}")
         if args.sizes:
             print_steps(list(args.sizes), args.repeats, device, baseline)
-        if args.apply_sizes:
-            print_apply(list(args.apply_sizes), args.repeats, device)
     if args.sharded:
         print_sharded(sharded(repeats=args.repeats))
 

@@ -10,29 +10,22 @@ Collapse (the first step at which it holds; steps from it on are excluded from s
   evaluations, or the run diverged (non-finite). Evaluations come every ``eval_every`` steps plus one
   after the last step, so a collapse is located to the evaluation that first sees it (the onset may lie up
   to ``eval_every`` steps earlier: for k < eval_every the positives are the k steps before that evaluation).
-- Toys: the run's loss (quadratic: ``objective``; bandits: ``reward_gap`` = J* − J, since their objective is
-  a reward) is ≥ 10 × its own best loss so far AND ≥ 10 × sync's loss at the same step (same problem,
-  step size and seed), or the run diverged. The issue's plain "≥ 10 × sync" fires at the second record of
-  every run at s ≥ 8 and on runs that merely converge slower (Gaussian bandit s = 2 ends at 0.04 from
-  1.49 yet crosses 10 × sync's 0.004); requiring a loss of the run's own progress makes it the toys'
-  analogue of the LLM definition (a fall from the run's best).
+- Toys: the run's loss (quadratic: ``objective``; bandits: ``reward_gap`` = J* − J) is ≥ 10 × its own best loss so far
+  AND ≥ 10 × sync's loss at the same step (same problem, step size and seed), or the run diverged. The condition on
+  the run's own best makes it the toys' analogue of the LLM definition (a fall from the run's best): "≥ 10 × sync"
+  alone also fires on runs that merely converge slower.
 
 Labels: a step t (before the run's collapse c) is positive for horizon k when c − k ≤ t < c, i.e. the
 collapse comes within the next k steps; every other step before c, and every step of a run without a
 collapse, is negative. Steps are the record steps: the toys record every 5 steps.
 
-Direction, fixed in advance for every signal: a higher value is the warning (a stale-aligned cosine above
-what noise explains, a policy drifting from its data, an exploding gradient, more clipping, an entropy
-blow-up, an effective sample size that drops: ``ess_drop`` = 1 − ess_ratio). An AUC below 0.5 means the signal
-moves the other way before a collapse; it is not flipped.
+Direction, fixed in advance for every signal: a higher value is the warning (``ess_drop`` = 1 − ess_ratio); an AUC
+below 0.5 means the signal moves the other way before a collapse; it is not flipped.
 
-Statistics pool every scored step of every run of one simulator (``auc_collapsing_runs``: of the runs that
-collapse only, which gives less credit to telling healthy runs from doomed ones, as the staleness alone
-does). AUC = U / (n₊ n₋) with U the Mann–Whitney statistic of scipy (ties count one half). The alarm
-threshold is the 90th percentile of the signal over the negative steps (alarm: value > threshold, so at
-most 10% of negatives alarm);
-precision = alarmed positives / alarmed steps; the lead time of a collapse at c is c − the earliest
-alarmed step in [c − k, c), 0 when no step there alarms (a missed collapse); the median is over collapses.
+Statistics pool every scored step of every run of one simulator (``auc_collapsing_runs``: of the collapsing runs
+only). AUC = U / (n₊ n₋), U the Mann–Whitney statistic (ties count one half). The alarm threshold is the 90th
+percentile of the signal over the negative steps; precision = alarmed positives / alarmed steps; the lead time of a
+collapse at c is c − the earliest alarmed step in [c − k, c) (0 for a missed collapse), its median over collapses.
 """
 
 from __future__ import annotations

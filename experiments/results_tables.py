@@ -17,7 +17,6 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -256,24 +255,19 @@ def warm_start_table(data: Path) -> str:
     return markdown_table(header, rows) + "\n\n" + source_line({"warm_starts.csv": starts})
 
 
-@dataclass(frozen=True)
-class Table:
-    render: Callable[[Path], str]
-    """docs/data folder -> the table's markdown (its source line included)."""
-
-
-TABLES: dict[str, Table] = {
-    "testbed": Table(testbed_table),
-    "warm-starts": Table(warm_start_table),
-    "llm-snr": Table(snr_table),
-    "highsnr": Table(highsnr_table),
-    "signature-gaps": Table(signature_gaps_table),
-    "verdict": Table(verdict_table),
-    "toy-verdict": Table(toy_verdict_table),
-    "gac-table": Table(gac_table),
-    "gac-table-fresh-seeds": Table(lambda data: gac_table(data, "signature_gac_table_seeds3-8.csv")),
-    "law": Table(law_table),
+TABLES: dict[str, Callable[[Path], str]] = {
+    "testbed": testbed_table,
+    "warm-starts": warm_start_table,
+    "llm-snr": snr_table,
+    "highsnr": highsnr_table,
+    "signature-gaps": signature_gaps_table,
+    "verdict": verdict_table,
+    "toy-verdict": toy_verdict_table,
+    "gac-table": gac_table,
+    "gac-table-fresh-seeds": lambda data: gac_table(data, "signature_gac_table_seeds3-8.csv"),
+    "law": law_table,
 }
+"""Each RESULTS.md table block by name: docs/data folder -> the table's markdown (its source line included)."""
 
 
 def regenerate(text: str, data: Path = DATA) -> tuple[str, list[str]]:
@@ -287,7 +281,7 @@ def regenerate(text: str, data: Path = DATA) -> tuple[str, list[str]]:
     changed = []
 
     def render(match: re.Match) -> str:
-        body = TABLES[match["name"]].render(data).strip() + "\n"
+        body = TABLES[match["name"]](data).strip() + "\n"
         if body != match["body"]:
             changed.append(match["name"])
         return match[1] + body + match[4]

@@ -1,6 +1,6 @@
 """The LLM verdict: what closes the async − sync gap at the signature configuration, each arm at its own step size.
 
-Protocol (issue "What closes the async gap"): every arm — sync included — is tuned on a warm start that is never
+Protocol: every arm — sync included — is tuned on a warm start that is never
 reported (``TUNING_WARM``), over a log step grid with neighbours 2× apart that is widened until the arm's best
 lies inside it; each arm is then run at its best step on the reporting warm starts × RL seeds, and summarised with
 a hierarchical bootstrap (warm starts, then seeds within them). Controls separate "a smaller step" from "a better
@@ -11,10 +11,9 @@ arms are also run at a milder configuration (s = 4) at their tuned steps.
 the per-run rows (``*_runs.csv``) and the tuning grid (``*_tuning.csv``). ``--stage`` stops after tuning or
 reporting or the controls, so a long run can be committed in parts.
 
-Profile ``v2`` (issue "Verdict v2") runs the protocol on the reproducible testbed instead of the signature
-configuration: its configuration (``experiments.llm_figures.BASE``: 16 × 8 samples, one update per RL step, the
-clip ratio to π_b, accepted warm starts in [0.1, 0.5]), its 8 reported warm starts × 2 seeds, 200 RL steps (sync
-gained +0.186 [0.100, 0.272] there at a shared step), VCPO among the arms, and ``docs/data/verdict_llm_v2.csv``.
+Profile ``v2`` runs the protocol on the reproducible testbed (``experiments.llm_figures.BASE``) instead of the
+signature configuration: its 8 reported warm starts × 2 seeds, 200 RL steps, VCPO among the arms, and
+``docs/data/verdict_llm_v2.csv``.
 """
 
 from __future__ import annotations

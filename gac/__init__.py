@@ -1,14 +1,10 @@
 """gac: Gradient Alignment Control for asynchronous (stale) policy-gradient training.
 
-Pure core: ``state = gac.init(g, cfg)``; ``g', state, report = gac.update(g, state, cfg)`` on tensors
-of shape (..., P). Measure the cosine between the current gradient and a reference direction (the previous
-gradient, or an EMA of past ones); when it exceeds a threshold, remove ("project") or shrink
-("cap") the parallel part, or skip the step. Depends on torch only.
-
-In a training loop, ``opt = gac.wrap(optimizer, GACConfig(space=...))`` places the control: "gradient"
-(the raw gradient before the step), "update" (the optimizer's proposed step Δθ after it, against the
-previous proposed Δθ; the optimizer's state untouched) or "momentum" (the optimizer's first moment before
-the step, against the previous uncontrolled one; Adam/AdamW/SGD with momentum). See ``gac.optim``.
+Pure core: ``state = gac.init(g, cfg)``; ``g', state, report = gac.update(g, state, cfg)`` on tensors of shape
+(..., P): measure the cosine between the current vector and a reference direction (the previous one, or an EMA);
+above a threshold, remove ("project") or shrink ("cap") the parallel part, or skip the step. In a training loop,
+``opt = gac.wrap(optimizer, GACConfig(space=...))`` places the control in gradient, update or momentum space
+(``gac.optim``). Depends on torch only.
 """
 
 from gac.config import EMAThreshold, GACConfig, ThresholdRule

@@ -1,36 +1,20 @@
 """``gac.wrap(..., compiled=True)``: GAC folded into a ``torch.compile``d Adam/AdamW step, in every space.
 
-The fused path (``gac.fused``) runs torch's own fused Adam/AdamW kernel and adds passes of its own around it: the
-projection g' = g − α·d (gradient space), θ_before and Δ formed twice (update space), m_t formed and the stored moment
-shifted (momentum space). Here the step is Adam/AdamW written out in torch ops and compiled into one generated loop
-per parameter, with GAC's work inside it:
+The fused path (``gac.fused``) adds passes of its own around torch's fused Adam/AdamW kernel. Here the step is
+Adam/AdamW written out in torch ops and compiled into one generated loop per parameter, with GAC's work inside it:
 
-- **gradient**: the sums and the decision are the fused path's; when GAC acts, one loop reads θ, g, d, m, v and writes
-  g' (over d: the buffers swap roles as on the fused path), m, v, θ. Keep and skip are the fused path's.
-- **update**: loop 1 reads θ, g, m, v, d and returns ⟨Δ, d⟩, ‖Δ‖², ‖d‖², Σg² (Δ the step it would take; nothing
-  written); after the decision loop 2 reads them again and writes θ + Δ − α·d (θ + 0 on a skip: the optimizer's
-  state still advances, as on the other paths), m, v and the reference. No θ_before, no Δ stored.
-- **momentum**: loop 1 reads g, m, d (θ too under coupled weight decay) and returns the sums of m_t = β1·m + (1−β1)·g;
-  loop 2 steps with m_t − α·d as the first moment and writes the reference from m_t. A skip runs no loop 2.
+- **gradient**: when GAC acts, one loop reads θ, g, d, m, v and writes g' (over d: the buffers swap roles as on the
+  fused path), m, v, θ. Sums, decision, keep and skip are the fused path's.
+- **update**: loop 1 returns ⟨Δ, d⟩, ‖Δ‖², ‖d‖², Σg² of the step Δ it would take (nothing written); after the
+  decision loop 2 writes θ + Δ − α·d (θ + 0 on a skip), m, v and the reference. No θ_before, no Δ stored.
+- **momentum**: loop 1 returns the sums of m_t = β1·m + (1−β1)·g; loop 2 steps with m_t − α·d as the first moment and
+  writes the reference from m_t. A skip runs no loop 2.
 
-The sums of loop 1 are float64 products and sums of the vector's float32 (or float64) entries, as the general path's.
-The step is the one torch's fused kernel computes (bias corrections in float64 from the integer step count, m = β1·m +
-(1−β1)·g, v = β2·v + (1−β2)·g², θ = θ·(1 − lr·λ) − lr/bc1 · m / (√v / √bc2 + ε), coupled weight decay λ·θ added to g
-instead for Adam, g negated under ``maximize``), so results agree with the other paths within float rounding
-(tests/gac/test_compiled.py).
-
-Which steps: every parameter with a gradient has the optimizer's state already (the first step is the optimizer's
-own), a reference (none after a skip or at the first step: that step runs the fused path), one float dtype
-(float32/float64) for parameters, gradients and state, dense contiguous tensors; ``amsgrad``, ``capturable`` and
-``differentiable`` off; no step hooks and no gradient scaler on the inner optimizer; gradient space needs the buffer
-swap (reference "prev" in the gradient's dtype, a plain ``.grad``) on every parameter, and update/momentum sums that
-are finite. Any other step runs the fused path, whose results these agree with. A compile happens at the first
-compiled step of each loop and again for another set of shapes (a C++ compiler on CPU, Triton on GPU); a failed
-compile warns once naming why, finishes that step with the same function run eagerly, and the fused path runs from
-then on.
-
-Opt-in because the compile costs seconds to minutes of CPU once per process and parameter layout, which short runs
-and small models never earn back (``benchmarks/README.md``).
+The sums are float64, as the general path's; the step is the arithmetic of torch's fused kernel, so results agree with
+the other paths within float rounding (tests/gac/test_compiled.py). A step these loops do not serve
+(``CompiledAdamStep.serves`` and the callers' checks) runs the fused path; a failed compile warns once, finishes that
+step eagerly, and the fused path runs from then on. Opt-in because the compile is paid once per process and parameter
+layout, which short runs never earn back.
 """
 
 from __future__ import annotations

@@ -1,44 +1,20 @@
-"""The fused path of ``gac.wrap`` for ``torch.optim.Adam`` and ``torch.optim.AdamW``.
+"""The fused path of ``gac.wrap`` for ``torch.optim.Adam`` and ``torch.optim.AdamW``: the general path's decisions,
+references and state with fewer passes over the parameters, using kernels torch already ships (user-facing
+description: docs/usage.md, "The fused path").
 
-GAC's cost beside a fused AdamW step (7 passes over parameter-sized tensors: read θ, g, m, v; write θ, m, v) is the
-passes it adds. The general path (``gac.tracker``) adds more than it needs; this path removes what it can with the
-kernels torch already ships, chosen by measurement (one CPU thread, 10M parameters, alternated with the fused step):
+- **The sums** ⟨v, d⟩ and ‖v‖² are BLAS dots in the input's dtype over chunks of ``SUM_CHUNK`` elements (‖v‖² reads
+  the chunk again from cache), the chunk results added in float64. A tensor whose sums are not finite or so small
+  that float32 products could underflow (below ``TINY_SQ``) is summed again by the general path's float64 code, so a
+  finite gradient is never called non-finite; other dtypes (bfloat16, float16) always take the general path's code.
+- **The projection** g' = g − α·d is one ``torch._foreach`` pass before the inner optimizer's own ``step()`` (torch's
+  fused kernel takes the gradient as it is); ``gac.compiled`` folds it into a compiled step instead.
+- **Keep regime, gradient space, reference "prev"**: where the loop hands a fresh gradient tensor each step, that
+  tensor becomes the reference (no copy); a write into it after the step is caught at the next step.
+- **Momentum space**: m_t is formed chunk by chunk and its sums (and Σg²) are taken while the chunk is in cache.
+- **Update space**: the general path's structure (Δ formed chunk by chunk, never stored) with the sums above.
 
-- **The sums** ⟨v, d⟩ and ‖v‖² (‖d‖² is cached from when d was stored, as in the general path) are BLAS dots of the
-  input's dtype over chunks of ``SUM_CHUNK`` elements, the chunk results added in float64 by one stacked sum: the dot
-  ⟨v, d⟩ reads v and d from memory and ‖v‖² reads the chunk of v again from cache. The general path's float64 products
-  (each chunk converted to float64 first) cost more than the fused AdamW step itself; BLAS dots run at memory speed.
-  Precision: within a chunk the products and partial sums are the input's, across chunks float64 (float32: the cosine
-  agrees with the float64 sums far within the 1e-6 that tests/gac/test_fused.py requires). A tensor whose sums are
-  not finite, or so small that float32 products could have underflowed (‖v‖² or ‖d‖² below ``TINY_SQ``, zero
-  included), is summed again by the general path's float64 code: the fused path never calls a finite gradient
-  non-finite, never loses a tiny one, and counts the same parameters as having a gradient; under DDP/FSDP the step
-  still has one all_reduce (the recomputation is local). Tensors of other dtypes (bfloat16, float16) are summed by
-  the general path's code.
-- **The projection** is not folded into the optimizer's kernel here: torch's fused AdamW kernel takes the gradient
-  as it is, so g' = g − α·d is one pass before it (read g, d; write g' over d, the buffers swapping roles as in the
-  general path), and the inner optimizer's own ``step()`` (fused, foreach or for-loop, whichever the user built)
-  runs on g'. ``torch._foreach`` ops are one pass each. ``wrap(..., compiled=True)`` folds GAC into a
-  ``torch.compile``d Adam/AdamW step instead (``gac.compiled``: faster per step in every space, at the cost of a
-  compile and a C++ compiler at run time on CPU); it uses this tracker with its writes deferred (``apply(defer=)``).
-- **Keep regime, gradient space, reference "prev"**: the reference must become the raw g. Where the training loop
-  hands a fresh gradient tensor each step (``zero_grad(set_to_none=True)``, torch's default; observed at the step
-  before), the gradient tensor itself becomes the reference (no copy); a loop that writes into the same gradient
-  tensor each step gets the copy. A write into that tensor after the step is detected at the next step (one-line
-  error), as for the general path's swapped buffers (``GACOptimizer.swap_grads`` = False turns both off).
-- **Momentum space**: m_t is formed chunk by chunk (the lerp of exp_avg and g into the reused buffer) and its sums,
-  and Σg² (which parameters have a gradient), taken from the chunk while it is in cache, instead of further passes
-  over m_t and g.
-- **Update space**: the general path's structure (θ_before kept, Δ formed chunk by chunk twice, never stored) with
-  the sums above; the look at g before the inner step (finite? which parameters have a gradient?) is Σg² by one
-  BLAS dot per tensor (the general path's min/max reductions decide only where that is not finite or tiny).
-
-Everything else (decision, threshold rules, references, state_dict, non-finite handling, the one all_reduce) is the
-general path's code. Results equal the general path's up to the rounding of the sums (tests/gac/test_fused.py).
-The path applies to ``torch.optim.Adam`` / ``AdamW`` (exactly those classes) with every parameter on one device and
-``differentiable=False``; otherwise ``gac.wrap`` warns once naming why and runs the general path. ``wrap(...,
-fused=False)`` asks for the general path; ``fused=True`` warns when it cannot apply (``fused=None``, the default,
-is silent for an optimizer that is not Adam/AdamW: those always ran the general path).
+The path serves exactly ``Adam``/``AdamW`` with every parameter on one device and ``differentiable=False``; otherwise
+``gac.wrap`` warns once naming why and runs the general path.
 """
 
 from __future__ import annotations

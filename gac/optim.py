@@ -1,59 +1,23 @@
 """wrap(optimizer, cfg): an optimizer whose step() applies GAC where ``cfg.space`` says.
 
-The wrapper shares ``param_groups`` and ``state`` with the optimizer it wraps, so LR schedulers,
-gradient clipping and checkpoint code see an ordinary ``torch.optim.Optimizer``. All GAC state lives
-in ``optimizer.state``-shaped entries, so every checkpoint path that keeps an optimizer's state keeps
-GAC's: the reference under each parameter's ``"gac_reference"``, and (in ``state_dict()`` only) the step
-counts and threshold statistics as plain Python numbers under the first parameter's ``"gac_counters"``.
+The wrapper shares ``param_groups`` and ``state`` with the optimizer it wraps, so schedulers, clipping and checkpoint
+code see an ordinary ``torch.optim.Optimizer``. GAC's state lives in ``optimizer.state``-shaped entries: the reference
+under each parameter's ``"gac_reference"``, and (in ``state_dict()`` only) the counts and threshold statistics as
+plain numbers under the first parameter's ``"gac_counters"``.
 
 Spaces (``GACConfig.space``), with v the controlled vector and d its reference:
 
-- ``"gradient"``: v = the raw ``.grad``, controlled before the inner step; skip = no inner step. Acting swaps buffers
+- ``"gradient"``: v = ``.grad``, controlled before the inner step; skip = no inner step. Acting swaps buffers
   (``GACOptimizer.swap_grads``): ``.grad`` becomes the tensor holding g' and the one that held g the reference.
-- ``"update"``: θ_before is saved, the inner step runs, v = Δ = θ_after − θ_before (weight decay included);
-  d is built from previous proposed Δ; θ = θ_before + Δ' (skip: θ = θ_before), computed as θ_after − α·d.
-  The inner optimizer's state stays as its step left it. Memory: the reference (one previous Δ per parameter) as
-  state, and θ_before: one parameter-sized buffer, kept between steps and reused (a fresh one each step costs page
-  faults on CPU, several times a copy into an existing buffer). Δ is never stored whole: the tracker forms
-  it chunk by chunk (``gac.tracker.Difference``), and θ_after − α·d is written in the same pass. Peak: 2
-  parameter-sized tensors (was 3: θ_before and Δ per step).
-- ``"momentum"``: v = the first moment m_t the inner step is about to form (Adam/AdamW:
-  β1·exp_avg + (1−β1)·g; SGD: μ·buf + (1−δ)·g, buf = g at its first step; g includes coupled weight decay
-  and ``maximize``); d is built from previous uncontrolled m. Acting shifts the stored buffer so that the
-  inner step forms m' = m − α·d: exp_avg −= α·d/β1 (SGD: buf −= α·d/μ); the second moment is untouched.
-  At a step where some parameter has no first moment yet, GAC measures but keeps. Skip = no inner step,
-  buffers unchanged. Memory: the reference (one previous m per parameter) and one parameter-sized buffer that m_t
-  is formed in, kept between steps; with reference "prev" the buffer becomes the reference and the old reference
-  the next buffer (no copy).
+- ``"update"``: v = Δ = θ_after − θ_before (weight decay included), θ = θ_after − α·d (skip: θ = θ_before). θ_before
+  is one buffer reused between steps; Δ is formed chunk by chunk (``gac.tracker.Difference``), never stored whole.
+- ``"momentum"``: v = the first moment m_t the inner step is about to form (Adam: β1·exp_avg + (1−β1)·g; SGD:
+  μ·buf + (1−δ)·g). Acting shifts the stored buffer so the inner step forms m' = m − α·d (exp_avg −= α·d/β1, SGD:
+  buf −= α·d/μ); a step where some parameter has no first moment yet measures but keeps.
 
-A skip restarts the reference (as at init) in every space, so the next step is measured against nothing (cosine NaN)
-and applied: at most every other step is skipped, whatever the gradients. Otherwise a skip would lock training in,
-since it changes nothing the next vector is made from: in gradient space θ stays (a deterministic gradient repeats),
-in momentum space the stored moment stays (the next m_t mostly repeats the skipped one: 140 of 150 steps skipped on
-pure noise), in update space θ is restored but the optimizer's momentum advanced and proposes the skipped step again.
-
-Which parameters: every parameter of the inner optimizer's ``param_groups``, as they are at each step. One that
-joins after ``wrap`` (a group added with ``add_param_group`` on the wrapper or on the inner optimizer, a parameter
-unfrozen with ``requires_grad_(True)``) is controlled, and counted in the cosine, from its first gradient on, with a
-fresh reference (zero, as at init). A parameter without a gradient at a step (``.grad`` None, or all zeros: what
-``zero_grad(set_to_none=False)`` leaves in an unused one) takes no part in that step, in every space: it is not counted
-in the cosine (neither its vector nor its reference), GAC does not move it (the inner optimizer does with it what it
-does unwrapped: plain SGD moves neither; AdamW's momentum and weight decay move a zero-gradient one as they would
-without GAC), and its reference keeps its value for its next gradient. A gradient that is genuinely zero is treated
-alike: GAC acts on the parameters that received a gradient. Complex
-parameters are measured and projected in their real view (``torch.view_as_real``; see ``gac.control.real_view``).
-Refused in one line: a ``cfg`` that is not a ``GACConfig`` (TypeError), parameters on the meta device (named), sparse
-gradients, LBFGS, ``ZeroRedundancyOptimizer`` (its sharded state would drop GAC's reference from checkpoints), wrapping
-twice.
-
-``torch.compile(opt.step)`` (or a compiled function that calls it) is refused in one line at the first compiled call:
-the decision is data-dependent (one host sync per step), so a compiled step breaks its graph at every step and gains
-little, and a compiled update-space step was reported to drift (1.3e-3) after a compiled gradient-space one. Compile
-the model; step the optimizer uncompiled.
-
-Copies: ``copy.deepcopy``, ``pickle`` and ``torch.save`` of the wrapper keep GAC's state (reference, counts, threshold
-statistics), and the copy steps exactly as the original would; one wrapped with a ``process_group`` is refused at
-copy time in one line (save its ``state_dict()``).
+A skip restarts the reference in every space, so the next step is applied: a skip changes nothing the next vector is
+made from, and measured against the skipped vector every later step would be skipped. Which parameters take part,
+what is refused, ``torch.compile`` and copies: docs/usage.md and RELIABILITY.md.
 """
 
 from __future__ import annotations
@@ -101,7 +65,7 @@ class GACOptimizer(torch.optim.Optimizer):
     """An optimizer that applies Gradient Alignment Control (in ``cfg.space``) around ``optimizer``'s step.
 
     GAC covers the parameters the inner optimizer steps, including groups added and parameters unfrozen after
-    wrapping (each from its first gradient, with a fresh reference); see the module docstring.
+    wrapping (each from its first gradient, with a fresh reference: ``_follow_params``).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, cfg: GACConfig | None = None, process_group=None,

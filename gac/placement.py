@@ -11,17 +11,12 @@ GAC controls one vector v of each optimizer step against a reference d built fro
 - ``update``: v = the proposed step Δ = θ_after − θ_before of a step already taken; θ ← θ_after − (Δ − Δ')
   (= θ_before + Δ'). A skipped row goes back to θ_before.
 
-In every space a skipped row's reference restarts at zero (as at init; ``gac.update`` does it), so its next step is
-kept: a skip changes nothing the next vector is made from (θ; the stored moment; in update space the optimizer's
-momentum, which proposes the skipped direction again), so measured against the skipped vector every later step
-would be skipped (issue 35.1 in update space, issue 51.2 in gradient and momentum space).
+In every space a skipped row's reference restarts at zero (``gac.update``), so its next step is kept: a skip changes
+nothing the next vector is made from, so measured against the skipped vector every later step would be skipped.
 
-Each function takes a batch of independent controls (leading dims: runs, seeds, settings) and returns new tensors
-and a new ``GACState``; nothing is mutated. The small-LLM trainer (``sim.llm``, on its (K, P) rows) and the toy
-simulators (``sim.grid``) call these. ``gac.wrap`` applies the same three placements per parameter tensor, chunk by
-chunk, without forming a flat copy (``gac.optim``; memory and speed in benchmarks/README.md); the tests check it
-against these functions on a flattened model (tests/gac/test_placement.py), and ``theory.placement`` derives them
-independently.
+Each function takes a batch of independent controls (leading dims: runs, seeds, settings) and returns new tensors and
+a new ``GACState``; nothing is mutated. The simulators (``sim.grid``, ``sim.llm``) call these; ``gac.wrap`` applies
+the same placements per parameter tensor, chunk by chunk (tests/gac/test_placement.py checks it against these).
 """
 
 from __future__ import annotations

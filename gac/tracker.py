@@ -29,11 +29,8 @@ REFERENCE_KEY = "gac_reference"
 """Key of the reference direction in a parameter's state dict (``optimizer.state[p]`` under ``gac.wrap``)."""
 
 CHUNK_NUMEL = 1 << 17
-"""Elements per chunk of the float64 sums and of the in-place update; the scratch buffers cost at most this many
-elements each (float32 g', float64 copies of a chunk of v and d). A chunk of g, d and g' (3 × 512 KB in float32) stays
-in the last-level cache between the passes over it, so the acting step reads g and d and writes g' and d from and to
-memory once each. Each chunk costs a few torch ops, so larger chunks mean less overhead; 2^17 was the fastest of
-2^14 … 2^17 under ``benchmarks.gac_overhead`` (the timings: the commit that set it)."""
+"""Elements per chunk of the float64 sums and of the in-place update (the scratch buffers' size): a chunk of g, d and
+g' stays in cache between the passes over it; larger chunks pay fewer torch calls (``benchmarks.gac_overhead``)."""
 
 
 @dataclass
@@ -500,10 +497,8 @@ class GradientAlignmentControl:
               has_gradient: list[bool] | None = None) -> GACReport:
         """Apply GAC to the current ``.grad`` of the parameters (in place) and return the report.
 
-        A parameter without a gradient at this step — ``.grad`` None or all zeros on every rank — takes no part:
-        it is not counted in the cosine (neither its vector nor its reference), its vector is not written, and
-        its reference keeps its value. With ``zero_grad(set_to_none=False)`` an unused parameter thus counts as
-        one whose ``.grad`` is None, as in plain SGD, which moves neither.
+        A parameter without a gradient at this step (``.grad`` None or all zeros on every rank) takes no part: not
+        counted in the cosine, its vector not written, its reference kept.
 
         ``vectors`` (one per parameter, None where it has no value this step) replaces ``.grad`` as the
         controlled vector: ``gac.wrap`` passes the proposed step Δθ ("update" space) or the first moment
