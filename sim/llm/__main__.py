@@ -14,9 +14,8 @@ from pathlib import Path
 
 import gac
 from runtime.cli import Refused, checked_registry
-from runtime.files import atomic_write_bytes, check_output_dir, one_line_os_error
-from sim.llm.checkpoint import out_dir_lock, prepare_out_dir
-from sim.llm.train import Args, NonFiniteError, run_records
+from runtime.files import atomic_write_bytes, check_output_dir, claim_out_dir, one_line_os_error, out_dir_lock
+from sim.llm.train import RUN_FILES, Args, NonFiniteError, run_records
 from sim.stabilizers import BAPOConfig, BrakingConfig, KLTargetConfig, M2POConfig, TISConfig, VCPOConfig
 
 METHOD_GROUPS = {"gac": ("--gac.", "--gac-space", "--gac_space"),
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                              "raise --steps or lower --staleness")
         out_dir = check_output_dir(args.out_dir, "--out-dir")
         with out_dir_lock(out_dir):
-            prepare_out_dir(args)
+            claim_out_dir(out_dir, RUN_FILES, args.resume, args.overwrite)
             result = run_records(args, records_path=out_dir / "records.csv")  # streamed: a killed run keeps them
             atomic_write_bytes(out_dir / "summary.json", json.dumps(result["summary"], indent=1).encode())
     except (ValueError, Refused) as err:

@@ -21,12 +21,12 @@ from pathlib import Path
 import torch
 
 import gac
+from runtime import checkpoint
 from runtime.cli import check_device
-from runtime.files import RecordStream, check_output_dir
-from runtime.fingerprint import code_fingerprint
+from runtime.files import RecordStream, check_output_dir, claim_out_dir, out_dir_lock
+from runtime.fingerprint import code_fingerprint, source_hashes
 from sim import stabilizers
 from sim.advantages import group_advantages
-from sim.llm import checkpoint
 from sim.llm.model import SIZES, Qwen3, load_model, sample, token_logprobs
 from sim.llm.task import AdditionTask
 from sim.llm.warmstart import WarmStartConfig, heldout_accuracy, load_warm_start
@@ -39,6 +39,12 @@ MAX_SAMPLES_PER_STEP = 1 << 20
 COLLAPSE_FRACTION = 0.5
 """A run collapsed when its held-out accuracy falls below this fraction of the best of its evaluations so far (the
 start included): the failure AdamW with clipping actually shows (a non-finite run is counted apart)."""
+CODE = ("gac", "sim")
+"""The source a run executes: its checkpoints and summary record this code's fingerprint."""
+OUTPUT_ONLY = ("progress", "resume", "out_dir", "checkpoint_every", "steps", "overwrite", "allow_code_change")
+"""Args fields that cannot change a run's numbers (``steps`` only upwards); not ``threads``: long sums' last bits
+depend on it."""
+RUN_FILES = ("records.csv", "summary.json", "checkpoint.pt", "checkpoint.pt.sha256")
 
 
 def flag(name: str) -> str:
@@ -304,11 +310,38 @@ class Run:
             self.previous[series] = vector.detach().double()
         return value
 
+    def state_dict(self) -> dict:
+        """Everything a resume needs (the optimizer's state holds GAC's reference too), and the code and args."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "ring": self.ring.state_dict(), "generator": self.generator.get_state(), "records": self.records,
+                "previous": dict(self.previous), "nonfinite_at": self.nonfinite_at, "step": self.step,
+                "args": asdict(self.args), "code": source_hashes(CODE), "code_fingerprint": code_fingerprint(CODE)}
+
+    def load_state_dict(self, saved: dict) -> None:
+        """Continue from a checkpoint's state (the same numbers as an uninterrupted run from here on)."""
+        try:
+            self.model.load_state_dict(saved["model"])
+        except RuntimeError:
+            raise ValueError("--resume: the checkpoint holds another model") from None
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.ring.load_state_dict(saved["ring"])
+        self.generator.set_state(saved["generator"].cpu())  # map_location moved it; generators live on the CPU
+        self.records, self.nonfinite_at, self.step = saved["records"], saved["nonfinite_at"], saved["step"]
+        self.previous = dict(saved["previous"])
+
 
 def setup(args: Args, log=print) -> Run:
     """Validate ``args``, build the run, and restore it from the checkpoint with ``--resume``."""
     args.validate()
-    saved = checkpoint.checked_resume(args) if args.resume else None  # refuse before the models are built
+    saved, path = None, Path(args.out_dir) / "checkpoint.pt"
+    if args.resume:  # refuse before the models are built: other code, other args, or fewer steps
+        saved = checkpoint.load_checkpoint(path, args.device)
+        checkpoint.check_resume(path, saved, asdict(args), CODE, OUTPUT_ONLY, args.allow_code_change)
+        records = Path(args.out_dir) / "records.csv"
+        written = max(0, len(records.read_text().splitlines()) - 1) if records.exists() else 0
+        if args.steps < max(saved["step"], written):
+            raise ValueError(f"--steps {args.steps} would shrink the outputs: the checkpoint is at step "
+                             f"{saved['step']} and records.csv has {written} records")
     torch.set_num_threads(args.threads)
     if args.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
@@ -328,8 +361,8 @@ def setup(args: Args, log=print) -> Run:
               ring=VersionRing(args.staleness + 1), generator=torch.Generator().manual_seed(args.seed),
               warm_info=info, behaviour=copy.deepcopy(model).requires_grad_(False) if args.staleness else None)
     if saved is not None:
-        checkpoint.restore(run, saved)
-        log(f"[train] resumed from {Path(args.out_dir) / 'checkpoint.pt'} at step {run.step}")
+        run.load_state_dict(saved)
+        log(f"[train] resumed from {path} at step {run.step}")
     return run
 
 
@@ -535,9 +568,9 @@ def train(args: Args, run: Run | None = None, log=print) -> Iterator[dict]:
     """Yield the record of each RL step from ``run.step`` (a fresh ``setup(args)`` if not given) to args.steps; with
     ``checkpoint_every``, in the locked out_dir, saving checkpoints. A ``nonfinite`` record (``mark``) is the last."""
     run = setup(args, log) if run is None else run
-    with checkpoint.out_dir_lock(args.out_dir) if args.checkpoint_every else contextlib.nullcontext():
+    with out_dir_lock(args.out_dir) if args.checkpoint_every else contextlib.nullcontext():
         if args.checkpoint_every:
-            checkpoint.prepare_out_dir(args)
+            claim_out_dir(args.out_dir, RUN_FILES, args.resume, args.overwrite)
         from tqdm.auto import tqdm
         bar = tqdm(range(run.step, args.steps), disable=not args.progress, initial=run.step, total=args.steps,
                    desc=f"{args.run_method} s={args.staleness}", leave=False)
@@ -548,7 +581,7 @@ def train(args: Args, run: Run | None = None, log=print) -> Iterator[dict]:
                 break
             bar.set_postfix(reward=f"{record['objective']:.2f}", cos=f"{record['cos_prev']:.2f}")
             if args.checkpoint_every and run.step % args.checkpoint_every == 0 and run.step < args.steps:
-                checkpoint.save_checkpoint(Path(args.out_dir) / "checkpoint.pt", checkpoint.checkpoint_payload(run))
+                checkpoint.save_checkpoint(Path(args.out_dir) / "checkpoint.pt", run.state_dict())
         bar.close()
 
 
@@ -562,7 +595,7 @@ def summary(run: Run) -> dict:
             "start_accuracy": start, "final_accuracy": final, "eval_problems": len(run.heldout),
             "nonfinite_at": run.nonfinite_at, "collapsed_at": collapsed_at,
             "collapsed": collapsed_at is not None or run.nonfinite_at is not None,
-            "code_fingerprint": code_fingerprint(checkpoint.CODE)}
+            "code_fingerprint": code_fingerprint(CODE)}
 
 
 def run_records(args: Args, log=print, records_path: Path | str | None = None) -> dict:
