@@ -72,6 +72,11 @@ def folder(flag: str, hint: str = "give a folder (use . for the current one)"):
                                     str_from_instance=lambda value: [str(value)])
 
 
+def flag(name: str) -> str:
+    """The command-line flag of the dataclass field ``name`` (tyro writes underscores as hyphens)."""
+    return "--" + name.replace("_", "-")
+
+
 def check_device(device: str) -> None:
     """One-line ValueError unless ``device`` is cpu, or cuda / cuda:N on a machine where torch sees a CUDA device."""
     import torch

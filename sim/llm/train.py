@@ -22,7 +22,7 @@ import torch
 
 import gac
 from runtime import checkpoint
-from runtime.cli import check_device
+from runtime.cli import check_device, flag
 from runtime.files import RecordStream, check_output_dir, claim_out_dir, out_dir_lock
 from runtime.fingerprint import code_fingerprint, source_hashes
 from sim import stabilizers
@@ -30,26 +30,18 @@ from sim.advantages import group_advantages
 from sim.llm.model import SIZES, Qwen3, load_model, sample, token_logprobs
 from sim.llm.task import AdditionTask
 from sim.llm.warmstart import WarmStartConfig, heldout_accuracy, load_warm_start
-from sim.schema import NO_REGIME, columns, make_row
+from sim.schema import NO_REGIME, collapse_step, columns, make_row
 from sim.staleness import KINDS, Staleness, VersionRing
 
 MAX_EVAL_PROBLEMS = 1_000_000
 MAX_SAMPLES_PER_STEP = 1 << 20
 """Most samples one RL step may hold (prompts × group size): beyond it the rollout tensors alone outgrow memory."""
-COLLAPSE_FRACTION = 0.5
-"""A run collapsed when its held-out accuracy falls below this fraction of the best of its evaluations so far (the
-start included): the failure AdamW with clipping actually shows (a non-finite run is counted apart)."""
 CODE = ("gac", "sim")
 """The source a run executes: its checkpoints and summary record this code's fingerprint."""
 OUTPUT_ONLY = ("progress", "resume", "out_dir", "checkpoint_every", "steps", "overwrite", "allow_code_change")
 """Args fields that cannot change a run's numbers (``steps`` only upwards); not ``threads``: long sums' last bits
 depend on it."""
 RUN_FILES = ("records.csv", "summary.json", "checkpoint.pt", "checkpoint.pt.sha256")
-
-
-def flag(name: str) -> str:
-    """The command-line flag of the ``Args`` field ``name`` (tyro writes underscores as hyphens)."""
-    return "--" + name.replace("_", "-")
 
 
 @dataclass
@@ -254,25 +246,9 @@ def policy_loss(method: str, logp: torch.Tensor, behaviour_logp: torch.Tensor, a
     return loss, {"clip_frac": float(masked_mean(clipped.float(), valid)), "clip_low": c_low, "clip_high": c_high}
 
 
-def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Token-mean k3 estimate of KL(π ‖ π_ref) on tokens sampled near π: E[ρ − 1 − log ρ], ρ = π_ref/π."""
-    log_ratio = ref_logp - logp
-    return masked_mean(torch.exp(log_ratio) - 1 - log_ratio, mask.float())
-
-
 # -- the run -------------------------------------------------------------------------------------------------------
 class NonFiniteError(FloatingPointError):
     """A non-finite loss or gradient; the message names the RL step."""
-
-
-def collapse_step(accuracies: list[tuple[int, float]]) -> int | None:
-    """The step of the first evaluation below COLLAPSE_FRACTION × the best one before it, or None."""
-    best = -math.inf
-    for step, accuracy in accuracies:
-        if best > 0 and accuracy < COLLAPSE_FRACTION * best:
-            return step
-        best = max(best, accuracy)
-    return None
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor | None) -> float:
@@ -451,7 +427,8 @@ def rollouts(run: Run, policy: Qwen3) -> dict:
     vcpo_baseline = args.axes.step == "vcpo" and args.vcpo.vcpo_baseline
     if args.axes.objective == "tis" or args.ratio_to == "proximal" or args.axes.step == "vcpo":
         prox_logp, score_sq = [], []  # π_θ at the step's start (and VCPO's score norms in logit space)
-        for c in micro_batches(run, torch.arange(len(data["prompts"]), device=args.device)):
+        samples = torch.arange(len(data["prompts"]), device=args.device)
+        for c in samples.split(args.micro_batch or len(samples)):
             with autocast(args):
                 logp, _, logp_all = token_logprobs(run.model, data["prompts"][c], data["responses"][c],
                                                    args.temperature, True)
@@ -471,10 +448,6 @@ def rollouts(run: Run, policy: Qwen3) -> dict:
     return data
 
 
-def micro_batches(run: Run, samples: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    return samples.split(run.args.micro_batch or len(samples))
-
-
 def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
     """Backward of the loss of ``samples`` by micro-batches weighted by their share of its tokens; its statistics."""
     args, valid = run.args, data["mask"][samples].float()
@@ -482,7 +455,7 @@ def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
     totals, log_ratios = Counter(), []
     config = {"tis": args.tis, "m2po": args.m2po, "bapo": args.bapo}.get(args.axes.objective)
     params = {} if config is None else asdict(config)  # the objective's parameters, if it has any
-    for chunk in micro_batches(run, samples):
+    for chunk in samples.split(args.micro_batch or len(samples)):
         pick = {k: data[k][chunk] for k in ("prompts", "responses", "behaviour_logp", "mask", "advantages",
                                             "old_logp", "prox_logp") if k in data}
         with autocast(args):
@@ -492,10 +465,12 @@ def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
         loss, stats = policy_loss(args.axes.objective, logp, pick["old_logp"], pick["advantages"], mask,
                                   args.clip_eps, params, pick.get("prox_logp"))
         (loss * share).backward()
+        log_ratio = logp.detach() - pick["behaviour_logp"]
+        k3 = torch.exp(log_ratio) - 1 - log_ratio  # k3 estimate of KL(π_b ‖ π_θ) on π_b's tokens: ρ − 1 − log ρ
         totals.update(loss=float(loss.detach() * share), clip_frac=stats["clip_frac"] * float(share),
-                      kl_behaviour=float(kl_k3(pick["behaviour_logp"], logp.detach(), mask)) * float(share),
+                      kl_behaviour=float(masked_mean(k3, mask.float())) * float(share),
                       entropy=float(masked_mean(entropy.detach(), mask.float()) * share))
-        log_ratios.append(((logp.detach() - pick["behaviour_logp"]) * mask).double())
+        log_ratios.append((log_ratio * mask).double())
     weights = stabilizers.sequence_weights(torch.cat(log_ratios), valid.double())
     return {**totals, "clip_low": stats["clip_low"], "clip_high": stats["clip_high"],
             "ess_ratio": float(stabilizers.effective_sample_size(weights)[1])}

@@ -12,8 +12,8 @@ from runtime import checkpoint
 from runtime.files import file_sha256
 from sim.llm import train as train_module
 from sim.llm.__main__ import main
-from sim.llm.train import Args, NonFiniteError, collapse_step, rl_step, run_records, setup, summary, train
-from sim.schema import columns
+from sim.llm.train import Args, NonFiniteError, rl_step, run_records, setup, summary, train
+from sim.schema import collapse_step, columns
 from tests.records import same_value
 
 QUIET = dict(log=lambda *a: None)
