@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import fcntl
 import hashlib
 import io
@@ -64,6 +65,18 @@ def one_line_os_error(err: OSError, fallback: Path | str | None = None) -> str:
     """``PATH: reason`` for a failed read or write (disk full, permissions): the path first, one line."""
     reason = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[0]
     return f"{err.filename or fallback}: {reason}"
+
+
+def failed_write(err: OSError, fallback: Path | str | None = None, flag: str = "--out-dir") -> str:
+    """``one_line_os_error`` and the next step: free disk space, make the folder writable (or choose another
+    ``flag``), or, for another error, fix that."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free disk space"
+    elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = f"make the folder writable (or choose another {flag})"
+    else:
+        fix = "fix that"
+    return f"{one_line_os_error(err, fallback)}; {fix}"
 
 
 def check_output_dir(path: Path | str, flag: str) -> Path:

@@ -39,8 +39,7 @@ MAX_SAMPLES_PER_STEP = 1 << 20
 CODE = ("gac", "sim")
 """The source a run executes: its checkpoints and summary record this code's fingerprint."""
 OUTPUT_ONLY = ("progress", "resume", "out_dir", "checkpoint_every", "steps", "overwrite", "allow_code_change")
-"""Args fields that cannot change a run's numbers (``steps`` only upwards); not ``threads``: long sums' last bits
-depend on it."""
+"""Args fields that cannot change a run's numbers (``steps`` only upwards); ``threads`` can (long sums' last bits)."""
 RUN_FILES = ("records.csv", "summary.json", "checkpoint.pt", "checkpoint.pt.sha256")
 
 
@@ -197,12 +196,10 @@ class Args:
 
     def warm_start(self) -> WarmStartConfig | None:
         """The warm start a run of these args begins from (None when ``--model`` names a checkpoint)."""
-        if self.model is not None:
-            return None
-        return WarmStartConfig(size=self.size, digits=self.digits, seed=self.warm_seed,
-                               sft_problems=self.warm_sft_problems, target_accuracy=self.warm_target,
-                               ceiling_accuracy=self.warm_ceiling, max_steps=self.warm_max_steps,
-                               attempts=self.warm_attempts)
+        return None if self.model is not None else WarmStartConfig(
+            size=self.size, digits=self.digits, seed=self.warm_seed, sft_problems=self.warm_sft_problems,
+            target_accuracy=self.warm_target, ceiling_accuracy=self.warm_ceiling, max_steps=self.warm_max_steps,
+            attempts=self.warm_attempts)
 
     @property
     def axes(self) -> stabilizers.Combination:
@@ -360,7 +357,8 @@ def group_samples(groups: torch.Tensor, group_size: int, device) -> torch.Tensor
 def rl_step(run: Run) -> dict:
     """One RL step: sample from the stale policy, reward, advantage, (SNR probe), updates, record."""
     args, step = run.args, run.step
-    accuracy = evaluate(run) if step % args.eval_every == 0 else math.nan
+    with autocast(args):  # held-out accuracy of θ before this step's updates
+        accuracy = heldout_accuracy(run.model, run.task, run.heldout) if step % args.eval_every == 0 else math.nan
     version = max(0, step - int(run.schedule[step]))
     if run.behaviour is not None:  # the ring holds θ of the last s_max + 1 steps
         run.ring.push(step, {k: v.detach().clone() for k, v in run.model.state_dict().items()})
@@ -533,11 +531,6 @@ def snr_probe(run: Run, data: dict) -> float:
     return cosine(*gradients)
 
 
-def evaluate(run: Run) -> float:
-    with autocast(run.args):
-        return heldout_accuracy(run.model, run.task, run.heldout)
-
-
 # -- the loop ------------------------------------------------------------------------------------------------------
 def train(args: Args, run: Run | None = None, log=print) -> Iterator[dict]:
     """Yield the record of each RL step from ``run.step`` (a fresh ``setup(args)`` if not given) to args.steps; with
@@ -562,7 +555,8 @@ def train(args: Args, run: Run | None = None, log=print) -> Iterator[dict]:
 
 def summary(run: Run) -> dict:
     """Args, warm start, start and final held-out accuracy, where it failed, and the code's fingerprint."""
-    final = evaluate(run) if run.nonfinite_at is None else math.nan
+    with autocast(run.args):
+        final = heldout_accuracy(run.model, run.task, run.heldout) if run.nonfinite_at is None else math.nan
     accuracies = [(r["step"], r["accuracy"]) for r in run.records if not math.isnan(r["accuracy"])]
     start = accuracies[0][1] if accuracies and accuracies[0][0] == 0 else math.nan
     collapsed_at = collapse_step(accuracies + ([(run.step, final)] if run.nonfinite_at is None else []))
