@@ -37,8 +37,7 @@ import numpy as np
 from scipy.stats import mannwhitneyu
 
 from experiments.aggregate import measured
-from sim.llm.train import COLLAPSE_FRACTION, collapse_step
-from sim.schema import make_row, nonfinite
+from sim.schema import COLLAPSE_FRACTION, collapse_step, make_row, nonfinite
 
 SIGNALS: dict[str, str] = {
     "cos_prev": "cos of consecutive raw gradients",
@@ -88,7 +87,7 @@ def split_runs(rows: Iterable[dict]) -> dict[tuple, list[dict]]:
 
 
 def llm_collapse_step(run: list[dict]) -> float | None:
-    """Step of the first evaluation at which the run collapsed (``sim.llm.train.collapse_step``: held-out accuracy
+    """Step of the first evaluation at which the run collapsed (``sim.schema.collapse_step``: held-out accuracy
     below COLLAPSE_FRACTION × the best before it), or of its non-finite step, whichever comes first; None when
     neither happens."""
     bad = next((row["step"] for row in run if nonfinite(row)), None)

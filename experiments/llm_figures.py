@@ -101,7 +101,7 @@ def snr_bound(cos_halves: float) -> float:
 def run_table(results: list[tuple[Run, dict]]) -> pd.DataFrame:
     """One row per run: figure(s), warm seed, seed, arm, step size, start/final accuracy, mean cosine after the first
     fifth of the steps, mean halves' cosine and its bound, KL to π_b, whether it went non-finite or collapsed
-    (``sim.llm.train.COLLAPSE_FRACTION``)."""
+    (``sim.schema.COLLAPSE_FRACTION``)."""
     import pandas as pd
 
     from experiments.aggregate import measured

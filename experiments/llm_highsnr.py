@@ -9,7 +9,7 @@ every run also measures its own with the halves probe (``cos_halves``), so each 
 
 Both importance ratios are run: the behaviour ratio π_θ/π_b (the testbed's) and the uncorrected one π_θ/π_θ_old,
 π_θ_old the policy at the step's start (stale data used as if fresh, as verl's naive async does). A run *collapsed*
-when its held-out accuracy falls below half of its best so far (``sim.llm.train.COLLAPSE_FRACTION``).
+when its held-out accuracy falls below half of its best so far (``sim.schema.COLLAPSE_FRACTION``).
 
 Profiles: ``tune`` (sync at the candidate steps on the tuning warm start, never reported: the shared step is the
 largest at which sync does not collapse), ``fig3`` (sync, naive s = 16, GAC in gradient and update space at s = 16,

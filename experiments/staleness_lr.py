@@ -24,7 +24,7 @@ and no std: its gradient is the stale-gradient model's h⊙(μ_b − a*)(1 − 1
 λ = h_max(1 − 1/G)), and ``llm``: the reproducible testbed (``experiments.llm_figures.BASE``; one 0.6M Qwen3 run per
 warm start and step size, ``Law.llm_steps`` RL steps; its "seeds" are accepted warm starts), where a run is
 stable under ``progress`` if it neither went non-finite nor collapsed (the trainer's rule,
-``sim.llm.train.collapse_step``: a held-out accuracy below half of the best before it), and under ``finite`` if it
+``sim.schema.collapse_step``: a held-out accuracy below half of the best before it), and under ``finite`` if it
 never went non-finite. No closed form gives the LLM's λ_max, so its theory_lr is NaN; its exponent is still
 fitted beside theory's.
 ``python -m experiments.staleness_lr --profile full --out docs/data/staleness_lr_scaling.csv`` (toy scales;

@@ -5,8 +5,8 @@ tyro draws a ValueError raised while it builds the dataclass, and a value outsid
 multi-line box. ``parse`` carries the dataclass's own ValueError past tyro (as ``Refused``, which tyro does not catch)
 and prints it as ``prog: error: message``; ``choice``, ``whole`` and ``folder`` are field rules that refuse a bad
 choice, a number that is not a whole one (tyro's box for ``--jobs 1.5``) or an empty folder the same way (tyro reads
-``--out ""`` as ``Path("")``, the current folder, so a field check comes late). ``check_device`` is the one rule for a
-``--device`` value, checked before any work.
+``--out ""`` as ``Path("")``, the current folder, so a field check comes late); ``as_float`` reads a union with float
+as one float. ``check_device`` is the one rule for a ``--device`` value, checked before any work.
 """
 
 from __future__ import annotations
@@ -72,6 +72,11 @@ def folder(flag: str, hint: str = "give a folder (use . for the current one)"):
                                     str_from_instance=lambda value: [str(value)])
 
 
+def flag(name: str) -> str:
+    """The command-line flag of the dataclass field ``name`` (tyro writes underscores as hyphens)."""
+    return "--" + name.replace("_", "-")
+
+
 def check_device(device: str) -> None:
     """One-line ValueError unless ``device`` is cpu, or cuda / cuda:N on a machine where torch sees a CUDA device."""
     import torch
@@ -81,6 +86,24 @@ def check_device(device: str) -> None:
         raise ValueError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
     if kind == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {device} requested but torch sees no CUDA device on this machine; use --device cpu")
+
+
+def as_float(annotation, registry=None):
+    """``registry`` (a new tyro ConstructorRegistry when None) with a rule under which a field typed ``annotation``, a
+    union with float (GAC's ``float | ThresholdRule``), is given on the command line as one float."""
+    import tyro
+
+    registry = registry or tyro.constructors.ConstructorRegistry()
+
+    @registry.primitive_rule
+    def _as_float(type_info):
+        if type_info.type != annotation:
+            return None
+        return tyro.constructors.PrimitiveConstructorSpec(
+            nargs=1, metavar="FLOAT", instance_from_str=lambda strings: float(strings[0]),
+            is_instance=lambda value: isinstance(value, float), str_from_instance=lambda value: [str(value)])
+
+    return registry
 
 
 def checked_registry(types: tuple[type, ...], registry=None):

@@ -1,5 +1,6 @@
-"""File safety: atomic writes, locks, figure sets published together, output checks made before any work, and the
-readers and writers of record rows (the per-step rows of ``sim.schema``, or any table of dicts).
+"""File safety: atomic writes, locks, figure sets published together, output checks made before any work (a run's
+output folder: its lock, and no fresh run over another), and the readers and writers of record rows (the per-step
+rows of ``sim.schema``, or any table of dicts).
 
 CSV and JSON lines. Writers are atomic (temp file, then rename) and CSV/JSONL need nothing beyond the
 stdlib, so the LLM run and the figures use the same ones. Whether committed data would be overwritten is asked of git
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import fcntl
 import hashlib
 import io
@@ -63,6 +65,18 @@ def one_line_os_error(err: OSError, fallback: Path | str | None = None) -> str:
     """``PATH: reason`` for a failed read or write (disk full, permissions): the path first, one line."""
     reason = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[0]
     return f"{err.filename or fallback}: {reason}"
+
+
+def failed_write(err: OSError, fallback: Path | str | None = None, flag: str = "--out-dir") -> str:
+    """``one_line_os_error`` and the next step: free disk space, make the folder writable (or choose another
+    ``flag``), or, for another error, fix that."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free disk space"
+    elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = f"make the folder writable (or choose another {flag})"
+    else:
+        fix = "fix that"
+    return f"{one_line_os_error(err, fallback)}; {fix}"
 
 
 def check_output_dir(path: Path | str, flag: str) -> Path:
@@ -151,6 +165,25 @@ OUT_LOCK = ".lock"
 """The lock file of an output folder (``exclusive_lock``): one writer of a figure set or a run at a time."""
 
 
+def out_dir_lock(out_dir: Path | str, flag: str = "--out-dir"):
+    """The output folder's lock (``out_dir/OUT_LOCK``): one run per folder; the same process may enter again."""
+    return exclusive_lock(Path(out_dir) / OUT_LOCK, f"{flag} {out_dir}")
+
+
+def claim_out_dir(out_dir: Path | str, run_files: Iterable[str], resume: bool, overwrite: bool) -> None:
+    """Refuse a fresh run (not ``resume``) into a folder holding another run's ``run_files``, or with ``overwrite``
+    remove them; call it holding ``out_dir_lock``."""
+    if resume:
+        return
+    out_dir = Path(out_dir)
+    found = [name for name in run_files if (out_dir / name).exists()]
+    if found and not overwrite:
+        raise ValueError(f"--out-dir {out_dir} already holds a run ({', '.join(found)}); pass --resume to continue "
+                         "it, --overwrite to replace it, or choose another --out-dir")
+    for name in found:
+        (out_dir / name).unlink()
+
+
 def publish_together(staging: Path | str, out_dir: Path | str, name: str) -> list[Path]:
     """Move every file of ``staging`` into ``out_dir`` as one set, then write ``NAME.complete`` last: each file's
     name and SHA-256.
@@ -164,7 +197,7 @@ def publish_together(staging: Path | str, out_dir: Path | str, name: str) -> lis
     out_dir.mkdir(parents=True, exist_ok=True)
     marker = out_dir / f"{name}.complete"
     files = sorted(p for p in staging.iterdir() if p.is_file())
-    listing = "".join(f"{p.name} {_file_sha256(p)}\n" for p in files)
+    listing = "".join(f"{p.name} {file_sha256(p)}\n" for p in files)
     with exclusive_lock(out_dir / OUT_LOCK, f"the output folder {out_dir}", wait=True):
         marker.unlink(missing_ok=True)
         for path in files:
@@ -179,13 +212,17 @@ def is_complete(out_dir: Path | str, name: str) -> bool:
     marker = Path(out_dir) / f"{name}.complete"
     try:
         lines = [line.split() for line in marker.read_text().splitlines() if line.strip()]
-        return all(len(line) == 2 and _file_sha256(Path(out_dir) / line[0]) == line[1] for line in lines)
+        return all(len(line) == 2 and file_sha256(Path(out_dir) / line[0]) == line[1] for line in lines)
     except OSError:  # no marker, or a listed file gone
         return False
 
 
-def _file_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def current_umask() -> int:

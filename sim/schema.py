@@ -118,4 +118,21 @@ def nonfinite(row: dict) -> bool:
     return bool(row.get("nonfinite") or row.get("diverged"))
 
 
-__all__ = ["CORE", "EXTRAS", "SIM_EXTRAS", "NO_REGIME", "columns", "make_row", "nonfinite", "LEGACY_LLM_COLUMNS"]
+COLLAPSE_FRACTION = 0.5
+"""An LLM run collapsed when its held-out accuracy falls below this fraction of the best of its evaluations so far
+(the start included): the failure AdamW with clipping actually shows (a non-finite run is counted apart)."""
+
+
+def collapse_step(accuracies: list[tuple[int, float]]) -> int | None:
+    """The step of the first evaluation (``(step, accuracy)`` in order) below COLLAPSE_FRACTION × the best one before
+    it, or None: the LLM trainer's ``collapsed_at`` and every study's collapse."""
+    best = -math.inf
+    for step, accuracy in accuracies:
+        if best > 0 and accuracy < COLLAPSE_FRACTION * best:
+            return step
+        best = max(best, accuracy)
+    return None
+
+
+__all__ = ["CORE", "EXTRAS", "SIM_EXTRAS", "NO_REGIME", "columns", "make_row", "nonfinite", "LEGACY_LLM_COLUMNS",
+           "COLLAPSE_FRACTION", "collapse_step"]

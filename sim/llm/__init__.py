@@ -1,3 +1,3 @@
 """Small-LLM GRPO with stale rollouts, read top to bottom: the task (task.py), the Qwen3 model (model.py), its warm
 start (warmstart.py), the configuration, GRPO losses and one training loop on ``gac.wrap(torch.optim.AdamW)``
-(train.py), checkpoints (checkpoint.py) and the command line (``python -m sim.llm``). Sweeps: ``experiments/``."""
+(train.py) and the command line (``python -m sim.llm``). Checkpoints: ``runtime.checkpoint``; sweeps: experiments/."""

@@ -6,43 +6,23 @@ write (disk full, permissions), 130 Ctrl-C.
 
 from __future__ import annotations
 
-import errno
 import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import gac
-from runtime.cli import Refused, checked_registry
-from runtime.files import atomic_write_bytes, check_output_dir, one_line_os_error
-from sim.llm.checkpoint import out_dir_lock, prepare_out_dir
-from sim.llm.train import Args, NonFiniteError, run_records
+from runtime.cli import Refused, as_float, checked_registry
+from runtime.files import atomic_write_bytes, check_output_dir, claim_out_dir, failed_write, out_dir_lock
+from sim.llm.train import RUN_FILES, Args, NonFiniteError, run_records
 from sim.stabilizers import BAPOConfig, BrakingConfig, KLTargetConfig, M2POConfig, TISConfig, VCPOConfig
 
 METHOD_GROUPS = {"gac": ("--gac.", "--gac-space", "--gac_space"),
                  "tis": ("--tis.",), "m2po": ("--m2po.",), "bapo": ("--bapo.",), "braking": ("--braking.",),
                  "kl_target": ("--kl-target.", "--kl_target."), "vcpo": ("--vcpo.",)}
-"""The flags that set one method's parameters: given with a --method without that part they would be ignored, so
-refused (read from the command line, so that one given at its default value is refused too)."""
-
-
-def cli_registry():
-    """tyro rules: GAC's τ (``float | ThresholdRule``) is given as a float, and a method config's ValueError becomes
-    ``runtime.cli.Refused`` (one line instead of tyro's error box)."""
-    import tyro
-
-    registry = tyro.constructors.ConstructorRegistry()
-
-    @registry.primitive_rule
-    def _threshold(type_info):
-        if type_info.type != (float | gac.ThresholdRule):
-            return None
-        return tyro.constructors.PrimitiveConstructorSpec(
-            nargs=1, metavar="FLOAT", instance_from_str=lambda strings: float(strings[0]),
-            is_instance=lambda value: isinstance(value, float), str_from_instance=lambda value: [str(value)])
-
-    configs = (gac.GACConfig, TISConfig, M2POConfig, BAPOConfig, BrakingConfig, KLTargetConfig, VCPOConfig)
-    return checked_registry(configs, registry)
+"""Flags of one method's parameters: refused with a --method without that part (read from argv: a default too)."""
+CONFIGS = (gac.GACConfig, TISConfig, M2POConfig, BAPOConfig, BrakingConfig, KLTargetConfig, VCPOConfig)
+"""The method configs: a ValueError of their checks is one line (``runtime.cli.checked_registry``), not tyro's box."""
 
 
 def rerun(out_dir: Path | None) -> str:
@@ -63,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     out_dir, result = None, None
     try:
-        args = tyro.cli(Args, args=argv, prog="python -m sim.llm", registry=cli_registry(),
+        registry = checked_registry(CONFIGS, as_float(float | gac.ThresholdRule))  # GAC's τ given as a float
+        args = tyro.cli(Args, args=argv, prog="python -m sim.llm", registry=registry,
                         description="GRPO on a small Qwen3 model with stale rollouts (sim/llm/train.py).")
         for method, prefixes in METHOD_GROUPS.items():
             given = [a.split("=")[0] for a in argv if a.startswith(prefixes)]
@@ -76,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                              "raise --steps or lower --staleness")
         out_dir = check_output_dir(args.out_dir, "--out-dir")
         with out_dir_lock(out_dir):
-            prepare_out_dir(args)
+            claim_out_dir(out_dir, RUN_FILES, args.resume, args.overwrite)
             result = run_records(args, records_path=out_dir / "records.csv")  # streamed: a killed run keeps them
             atomic_write_bytes(out_dir / "summary.json", json.dumps(result["summary"], indent=1).encode())
     except (ValueError, Refused) as err:
@@ -91,10 +72,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 130
     except OSError as err:  # disk full, a folder made read-only during the run, ...
-        fix = ("free disk space" if err.errno in (errno.ENOSPC, errno.EDQUOT) else
-               "make the folder writable (or choose another --out-dir)"
-               if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else "fix that")
-        print(f"error: {one_line_os_error(err, out_dir)}; {fix}, then {rerun(out_dir)}", file=sys.stderr)
+        print(f"error: {failed_write(err, out_dir)}, then {rerun(out_dir)}", file=sys.stderr)
         return 4
     done = result["summary"]
     failed = " (non-finite)" if done["nonfinite_at"] is not None else " (collapsed)" if done["collapsed"] else ""

@@ -21,29 +21,26 @@ from pathlib import Path
 import torch
 
 import gac
-from runtime.cli import check_device
-from runtime.files import RecordStream, check_output_dir
-from runtime.fingerprint import code_fingerprint
+from runtime import checkpoint
+from runtime.cli import check_device, flag
+from runtime.files import RecordStream, check_output_dir, claim_out_dir, out_dir_lock
+from runtime.fingerprint import code_fingerprint, source_hashes
 from sim import stabilizers
 from sim.advantages import group_advantages
-from sim.llm import checkpoint
 from sim.llm.model import SIZES, Qwen3, load_model, sample, token_logprobs
 from sim.llm.task import AdditionTask
 from sim.llm.warmstart import WarmStartConfig, heldout_accuracy, load_warm_start
-from sim.schema import NO_REGIME, columns, make_row
+from sim.schema import NO_REGIME, collapse_step, columns, make_row
 from sim.staleness import KINDS, Staleness, VersionRing
 
 MAX_EVAL_PROBLEMS = 1_000_000
 MAX_SAMPLES_PER_STEP = 1 << 20
 """Most samples one RL step may hold (prompts × group size): beyond it the rollout tensors alone outgrow memory."""
-COLLAPSE_FRACTION = 0.5
-"""A run collapsed when its held-out accuracy falls below this fraction of the best of its evaluations so far (the
-start included): the failure AdamW with clipping actually shows (a non-finite run is counted apart)."""
-
-
-def flag(name: str) -> str:
-    """The command-line flag of the ``Args`` field ``name`` (tyro writes underscores as hyphens)."""
-    return "--" + name.replace("_", "-")
+CODE = ("gac", "sim")
+"""The source a run executes: its checkpoints and summary record this code's fingerprint."""
+OUTPUT_ONLY = ("progress", "resume", "out_dir", "checkpoint_every", "steps", "overwrite", "allow_code_change")
+"""Args fields that cannot change a run's numbers (``steps`` only upwards); ``threads`` can (long sums' last bits)."""
+RUN_FILES = ("records.csv", "summary.json", "checkpoint.pt", "checkpoint.pt.sha256")
 
 
 @dataclass
@@ -199,12 +196,10 @@ class Args:
 
     def warm_start(self) -> WarmStartConfig | None:
         """The warm start a run of these args begins from (None when ``--model`` names a checkpoint)."""
-        if self.model is not None:
-            return None
-        return WarmStartConfig(size=self.size, digits=self.digits, seed=self.warm_seed,
-                               sft_problems=self.warm_sft_problems, target_accuracy=self.warm_target,
-                               ceiling_accuracy=self.warm_ceiling, max_steps=self.warm_max_steps,
-                               attempts=self.warm_attempts)
+        return None if self.model is not None else WarmStartConfig(
+            size=self.size, digits=self.digits, seed=self.warm_seed, sft_problems=self.warm_sft_problems,
+            target_accuracy=self.warm_target, ceiling_accuracy=self.warm_ceiling, max_steps=self.warm_max_steps,
+            attempts=self.warm_attempts)
 
     @property
     def axes(self) -> stabilizers.Combination:
@@ -248,25 +243,9 @@ def policy_loss(method: str, logp: torch.Tensor, behaviour_logp: torch.Tensor, a
     return loss, {"clip_frac": float(masked_mean(clipped.float(), valid)), "clip_low": c_low, "clip_high": c_high}
 
 
-def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Token-mean k3 estimate of KL(π ‖ π_ref) on tokens sampled near π: E[ρ − 1 − log ρ], ρ = π_ref/π."""
-    log_ratio = ref_logp - logp
-    return masked_mean(torch.exp(log_ratio) - 1 - log_ratio, mask.float())
-
-
 # -- the run -------------------------------------------------------------------------------------------------------
 class NonFiniteError(FloatingPointError):
     """A non-finite loss or gradient; the message names the RL step."""
-
-
-def collapse_step(accuracies: list[tuple[int, float]]) -> int | None:
-    """The step of the first evaluation below COLLAPSE_FRACTION × the best one before it, or None."""
-    best = -math.inf
-    for step, accuracy in accuracies:
-        if best > 0 and accuracy < COLLAPSE_FRACTION * best:
-            return step
-        best = max(best, accuracy)
-    return None
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor | None) -> float:
@@ -304,11 +283,38 @@ class Run:
             self.previous[series] = vector.detach().double()
         return value
 
+    def state_dict(self) -> dict:
+        """Everything a resume needs (the optimizer's state holds GAC's reference too), and the code and args."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "ring": self.ring.state_dict(), "generator": self.generator.get_state(), "records": self.records,
+                "previous": dict(self.previous), "nonfinite_at": self.nonfinite_at, "step": self.step,
+                "args": asdict(self.args), "code": source_hashes(CODE), "code_fingerprint": code_fingerprint(CODE)}
+
+    def load_state_dict(self, saved: dict) -> None:
+        """Continue from a checkpoint's state (the same numbers as an uninterrupted run from here on)."""
+        try:
+            self.model.load_state_dict(saved["model"])
+        except RuntimeError:
+            raise ValueError("--resume: the checkpoint holds another model") from None
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.ring.load_state_dict(saved["ring"])
+        self.generator.set_state(saved["generator"].cpu())  # map_location moved it; generators live on the CPU
+        self.records, self.nonfinite_at, self.step = saved["records"], saved["nonfinite_at"], saved["step"]
+        self.previous = dict(saved["previous"])
+
 
 def setup(args: Args, log=print) -> Run:
     """Validate ``args``, build the run, and restore it from the checkpoint with ``--resume``."""
     args.validate()
-    saved = checkpoint.checked_resume(args) if args.resume else None  # refuse before the models are built
+    saved, path = None, Path(args.out_dir) / "checkpoint.pt"
+    if args.resume:  # refuse before the models are built: other code, other args, or fewer steps
+        saved = checkpoint.load_checkpoint(path, args.device)
+        checkpoint.check_resume(path, saved, asdict(args), CODE, OUTPUT_ONLY, args.allow_code_change)
+        records = Path(args.out_dir) / "records.csv"
+        written = max(0, len(records.read_text().splitlines()) - 1) if records.exists() else 0
+        if args.steps < max(saved["step"], written):
+            raise ValueError(f"--steps {args.steps} would shrink the outputs: the checkpoint is at step "
+                             f"{saved['step']} and records.csv has {written} records")
     torch.set_num_threads(args.threads)
     if args.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
@@ -328,8 +334,8 @@ def setup(args: Args, log=print) -> Run:
               ring=VersionRing(args.staleness + 1), generator=torch.Generator().manual_seed(args.seed),
               warm_info=info, behaviour=copy.deepcopy(model).requires_grad_(False) if args.staleness else None)
     if saved is not None:
-        checkpoint.restore(run, saved)
-        log(f"[train] resumed from {Path(args.out_dir) / 'checkpoint.pt'} at step {run.step}")
+        run.load_state_dict(saved)
+        log(f"[train] resumed from {path} at step {run.step}")
     return run
 
 
@@ -351,7 +357,8 @@ def group_samples(groups: torch.Tensor, group_size: int, device) -> torch.Tensor
 def rl_step(run: Run) -> dict:
     """One RL step: sample from the stale policy, reward, advantage, (SNR probe), updates, record."""
     args, step = run.args, run.step
-    accuracy = evaluate(run) if step % args.eval_every == 0 else math.nan
+    with autocast(args):  # held-out accuracy of θ before this step's updates
+        accuracy = heldout_accuracy(run.model, run.task, run.heldout) if step % args.eval_every == 0 else math.nan
     version = max(0, step - int(run.schedule[step]))
     if run.behaviour is not None:  # the ring holds θ of the last s_max + 1 steps
         run.ring.push(step, {k: v.detach().clone() for k, v in run.model.state_dict().items()})
@@ -418,7 +425,8 @@ def rollouts(run: Run, policy: Qwen3) -> dict:
     vcpo_baseline = args.axes.step == "vcpo" and args.vcpo.vcpo_baseline
     if args.axes.objective == "tis" or args.ratio_to == "proximal" or args.axes.step == "vcpo":
         prox_logp, score_sq = [], []  # π_θ at the step's start (and VCPO's score norms in logit space)
-        for c in micro_batches(run, torch.arange(len(data["prompts"]), device=args.device)):
+        samples = torch.arange(len(data["prompts"]), device=args.device)
+        for c in samples.split(args.micro_batch or len(samples)):
             with autocast(args):
                 logp, _, logp_all = token_logprobs(run.model, data["prompts"][c], data["responses"][c],
                                                    args.temperature, True)
@@ -438,10 +446,6 @@ def rollouts(run: Run, policy: Qwen3) -> dict:
     return data
 
 
-def micro_batches(run: Run, samples: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    return samples.split(run.args.micro_batch or len(samples))
-
-
 def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
     """Backward of the loss of ``samples`` by micro-batches weighted by their share of its tokens; its statistics."""
     args, valid = run.args, data["mask"][samples].float()
@@ -449,7 +453,7 @@ def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
     totals, log_ratios = Counter(), []
     config = {"tis": args.tis, "m2po": args.m2po, "bapo": args.bapo}.get(args.axes.objective)
     params = {} if config is None else asdict(config)  # the objective's parameters, if it has any
-    for chunk in micro_batches(run, samples):
+    for chunk in samples.split(args.micro_batch or len(samples)):
         pick = {k: data[k][chunk] for k in ("prompts", "responses", "behaviour_logp", "mask", "advantages",
                                             "old_logp", "prox_logp") if k in data}
         with autocast(args):
@@ -459,10 +463,12 @@ def accumulate_gradient(run: Run, data: dict, samples: torch.Tensor) -> dict:
         loss, stats = policy_loss(args.axes.objective, logp, pick["old_logp"], pick["advantages"], mask,
                                   args.clip_eps, params, pick.get("prox_logp"))
         (loss * share).backward()
+        log_ratio = logp.detach() - pick["behaviour_logp"]
+        k3 = torch.exp(log_ratio) - 1 - log_ratio  # k3 estimate of KL(π_b ‖ π_θ) on π_b's tokens: ρ − 1 − log ρ
         totals.update(loss=float(loss.detach() * share), clip_frac=stats["clip_frac"] * float(share),
-                      kl_behaviour=float(kl_k3(pick["behaviour_logp"], logp.detach(), mask)) * float(share),
+                      kl_behaviour=float(masked_mean(k3, mask.float())) * float(share),
                       entropy=float(masked_mean(entropy.detach(), mask.float()) * share))
-        log_ratios.append(((logp.detach() - pick["behaviour_logp"]) * mask).double())
+        log_ratios.append((log_ratio * mask).double())
     weights = stabilizers.sequence_weights(torch.cat(log_ratios), valid.double())
     return {**totals, "clip_low": stats["clip_low"], "clip_high": stats["clip_high"],
             "ess_ratio": float(stabilizers.effective_sample_size(weights)[1])}
@@ -525,19 +531,14 @@ def snr_probe(run: Run, data: dict) -> float:
     return cosine(*gradients)
 
 
-def evaluate(run: Run) -> float:
-    with autocast(run.args):
-        return heldout_accuracy(run.model, run.task, run.heldout)
-
-
 # -- the loop ------------------------------------------------------------------------------------------------------
 def train(args: Args, run: Run | None = None, log=print) -> Iterator[dict]:
     """Yield the record of each RL step from ``run.step`` (a fresh ``setup(args)`` if not given) to args.steps; with
     ``checkpoint_every``, in the locked out_dir, saving checkpoints. A ``nonfinite`` record (``mark``) is the last."""
     run = setup(args, log) if run is None else run
-    with checkpoint.out_dir_lock(args.out_dir) if args.checkpoint_every else contextlib.nullcontext():
+    with out_dir_lock(args.out_dir) if args.checkpoint_every else contextlib.nullcontext():
         if args.checkpoint_every:
-            checkpoint.prepare_out_dir(args)
+            claim_out_dir(args.out_dir, RUN_FILES, args.resume, args.overwrite)
         from tqdm.auto import tqdm
         bar = tqdm(range(run.step, args.steps), disable=not args.progress, initial=run.step, total=args.steps,
                    desc=f"{args.run_method} s={args.staleness}", leave=False)
@@ -548,13 +549,14 @@ def train(args: Args, run: Run | None = None, log=print) -> Iterator[dict]:
                 break
             bar.set_postfix(reward=f"{record['objective']:.2f}", cos=f"{record['cos_prev']:.2f}")
             if args.checkpoint_every and run.step % args.checkpoint_every == 0 and run.step < args.steps:
-                checkpoint.save_checkpoint(Path(args.out_dir) / "checkpoint.pt", checkpoint.checkpoint_payload(run))
+                checkpoint.save_checkpoint(Path(args.out_dir) / "checkpoint.pt", run.state_dict())
         bar.close()
 
 
 def summary(run: Run) -> dict:
     """Args, warm start, start and final held-out accuracy, where it failed, and the code's fingerprint."""
-    final = evaluate(run) if run.nonfinite_at is None else math.nan
+    with autocast(run.args):
+        final = heldout_accuracy(run.model, run.task, run.heldout) if run.nonfinite_at is None else math.nan
     accuracies = [(r["step"], r["accuracy"]) for r in run.records if not math.isnan(r["accuracy"])]
     start = accuracies[0][1] if accuracies and accuracies[0][0] == 0 else math.nan
     collapsed_at = collapse_step(accuracies + ([(run.step, final)] if run.nonfinite_at is None else []))
@@ -562,7 +564,7 @@ def summary(run: Run) -> dict:
             "start_accuracy": start, "final_accuracy": final, "eval_problems": len(run.heldout),
             "nonfinite_at": run.nonfinite_at, "collapsed_at": collapsed_at,
             "collapsed": collapsed_at is not None or run.nonfinite_at is not None,
-            "code_fingerprint": code_fingerprint(checkpoint.CODE)}
+            "code_fingerprint": code_fingerprint(CODE)}
 
 
 def run_records(args: Args, log=print, records_path: Path | str | None = None) -> dict:

@@ -12,7 +12,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 import gac  # noqa: E402
 from gac.integrations.trl import add_gac  # noqa: E402
-from sim.llm.hf import exact_match_reward, grpo_dataset, hf_model, hf_tokenizer  # noqa: E402
+from sim.hf import exact_match_reward, grpo_dataset, hf_model, hf_tokenizer  # noqa: E402
 from sim.llm.task import AdditionTask  # noqa: E402
 
 

@@ -13,8 +13,10 @@ import pytest
 import torch
 
 import sim.llm.__main__ as cli
-from sim.llm import checkpoint, warmstart
-from sim.llm.train import Args
+from runtime import checkpoint
+from runtime.fingerprint import code_fingerprint
+from sim.llm import warmstart
+from sim.llm.train import CODE, Args
 from sim.llm.warmstart import WarmStartConfig
 
 QUICK = ["--size", "tiny", "--digits", "1", "--prompts-per-step", "2", "--group-size", "4", "--eval-problems", "8",
@@ -42,9 +44,9 @@ def run_dir(tiny_checkpoint, tmp_path):
 def test_resume_after_a_source_edit_is_refused_naming_the_file_unless_allowed(run_dir, capsys, monkeypatch):
     argv, out = run_dir
     saved = checkpoint.load_checkpoint(out / "checkpoint.pt")
-    assert saved["code"] == checkpoint.source_hashes(checkpoint.CODE) and "sim/llm/train.py" in saved["code"]
+    assert saved["code"] == checkpoint.source_hashes(CODE) and "sim/llm/train.py" in saved["code"]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["code_fingerprint"] == saved["code_fingerprint"] == checkpoint.code_fingerprint(checkpoint.CODE)
+    assert summary["code_fingerprint"] == saved["code_fingerprint"] == code_fingerprint(CODE)
     records = (out / "records.csv").read_bytes()
     edited = {**saved["code"], "sim/llm/train.py": "0" * 16}  # as if train.py had been edited since
     monkeypatch.setattr(checkpoint, "source_hashes", lambda entries: edited)

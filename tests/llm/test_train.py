@@ -8,11 +8,12 @@ import pytest
 import torch
 
 import gac
-from sim.llm import checkpoint
+from runtime import checkpoint
+from runtime.files import file_sha256
 from sim.llm import train as train_module
 from sim.llm.__main__ import main
-from sim.llm.train import Args, NonFiniteError, collapse_step, rl_step, run_records, setup, summary, train
-from sim.schema import columns
+from sim.llm.train import Args, NonFiniteError, rl_step, run_records, setup, summary, train
+from sim.schema import collapse_step, columns
 from tests.records import same_value
 
 QUIET = dict(log=lambda *a: None)
@@ -249,7 +250,7 @@ def test_a_received_checkpoint_cannot_run_code(tiny_args, tmp_path, monkeypatch,
     payload = torch.load(path, weights_only=True)
     payload["records"] = Payload()
     torch.save(payload, path)
-    checkpoint.sidecar(path).write_text(checkpoint._sha256(path) + "\n")
+    checkpoint.sidecar(path).write_text(file_sha256(path) + "\n")
     marker = tmp_path / "marker"
     monkeypatch.setenv("GAC_PAYLOAD", str(marker))
     assert main([*common, "--resume"]) == 2
@@ -413,7 +414,7 @@ def test_out_dir_held_by_a_live_run_is_refused_and_free_once_it_is_killed(tiny_c
     import sys
 
     out = tmp_path / "shared"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom sim.llm.checkpoint import out_dir_lock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom runtime.files import out_dir_lock\n"
                                "with out_dir_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)",
                                str(out)], stdout=subprocess.PIPE, text=True)
     try:

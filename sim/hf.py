@@ -1,5 +1,7 @@
-"""Bridges from the task to Hugging Face trainers (TRL, the ``trl`` extra): a tokenizer with the task's character
-ids (so ``sim.llm.model`` checkpoints work with it), a dataset of prompts and answers, and an exact-match reward."""
+"""Bridges from the LLM task (``sim.llm``) to Hugging Face trainers (TRL, the ``trl`` extra), for GAC in TRL
+(docs/usage.md, tests/integrations/test_trl.py): a tokenizer with the task's character ids (so ``sim.llm.model``
+checkpoints work with it), the model as a ``transformers`` one, a dataset of prompts and answers, and an exact-match
+reward. The trainer (``sim.llm``) uses none of it."""
 
 from __future__ import annotations
 
@@ -26,7 +28,6 @@ def hf_tokenizer():
 def hf_model(source):
     """``sim.llm.model``'s Qwen3 — a model, or a checkpoint folder ``save_model`` wrote (Hugging Face's layout) — as
     a ``transformers`` Qwen3ForCausalLM with the same weights, for trainers that need a ``PreTrainedModel``."""
-    import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     if not isinstance(source, torch.nn.Module):
