@@ -33,7 +33,7 @@ SIGNAL_WORDS = {"cos_prev": "gradient cosine", "cos_update": "update cosine", "c
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
     """The toy simulations and the LLM testbed's runs of fig1 and fig3 (their units: nothing computed twice)."""
-    return [*[u for figure in TOY_FIGURES for u in figure.toy_units(profile, device)],
+    return [*[u for figure in TOY_FIGURES for u in figure.toy_units("smoke" if dry_run else profile, device)],
             *[run_unit(r) for r in llm_figures.runs(profile, device, dry_run)]]
 
 

@@ -40,6 +40,14 @@ def test_every_llm_figure_shrinks_its_runs_under_a_dry_run(name, profile):
     assert runs and {(r.args.size, r.args.steps, r.args.device) for r in runs} == {("tiny", 2, "cpu")}
 
 
+@pytest.mark.parametrize("name", ["fig1_cosine", "fig3_divergence", "fig9_early_warning"])
+def test_a_dry_run_draws_the_toy_panels_at_the_smoke_sizes(name):
+    toys = {u.name for u in driver.module(name).runs("quick", "cpu", dry_run=True) if u.kind != "llm_grpo"}
+    smoke = {u.name for figure in ("fig1_cosine", "fig3_divergence") for u in driver.module(figure).toy_units("smoke")}
+    assert toys and toys <= smoke
+    assert not toys & {u.name for u in driver.module(name).runs("quick", "cpu") if u.kind != "llm_grpo"}
+
+
 def test_fig8_runs_are_the_profiles_own_without_a_dry_run():
     assert {u.spec.args.steps for u in fig8_tuned.runs("quick", "cpu") if u.kind == "llm_grpo"} == {40}
 
