@@ -217,7 +217,7 @@ def summary_rows(results) -> list[dict]:
             "kl_behaviour_mean": float(np.mean([r["kl_behaviour"] for r in ok] or [np.nan])),
             "clip_frac_mean": float(np.mean([r["clip_frac"] for r in ok] or [np.nan])),
             "diverged": any(nonfinite(r) for r in records), "wall_s": res["summary"].get("wall_s"),
-            "device": a.device,
+            "device": a.device, "size": a.size, "steps": a.steps,
         })
     return rows
 

@@ -202,8 +202,9 @@ VERDICT_TOYS = {"smoke": VerdictToys(bandit_steps=12, quad_steps=16, tuning_seed
                 "quick": VerdictToys(bandit_steps=120, quad_steps=300, tuning_seeds=1, reporting_seeds=2),
                 "full": VerdictToys(bandit_steps=400, quad_steps=800, tuning_seeds=2, reporting_seeds=4)}
 
-# quick: the "small" 0.6M model (the CPU time of every quick figure: benchmarks/README.md, "figure pipeline"); the
-# regime map's grid (the cosine line adds s = 2, 8 at 3e-4): at the small-step edge s = 0 and 16 suffice, and at 1e-3
+# quick: not a figure profile (fig5's quick profile draws docs/data/fig5_llm_grpo.csv and computes none of these);
+# the sweep notebooks/05 loads when cached. The "small" 0.6M model; the regime map's grid (the cosine line adds s = 2, 8
+# at 3e-4): at the small-step edge s = 0 and 16 suffice, and at 1e-3
 # sync alone (it collapses there): 48 runs. gpu: the 25M model,
 # 64 prompts × 16 samples, 300 steps, 3 seeds of the key cells (sized by estimate; not yet run on a device).
 LLM_SWEEP = {
@@ -239,9 +240,10 @@ HIGHSNR = {"tune": HighSNR(warm_seeds=(TUNING_WARM_SEED,), seeds=(0,), steps=200
            "full": HighSNR(warm_seeds=(1, 2, 3, 4), seeds=(0, 1), steps=200, figures=("fig1", "fig3")),
            "smoke": HighSNR(warm_seeds=(1,), seeds=(0,), steps=3, figures=("fig1", "fig3"))}
 
-# quick: s ∈ {0, 16} for the base, 2 updates per step and the proximal ratio, 2 seeds (12 runs of the small model,
-# plus the warm start). full: every CPU configuration at every s (80 runs). gpu: the 25M model, 64 × 16 samples, 300
-# steps, 3 seeds of the key cells (sized by estimate, not yet run on a device).
+# quick: the runs of the committed docs/data/figs2_llm_signature.csv, which figs2's quick profile draws (computing none
+# of them): s ∈ {0, 16} for the base, 2 updates per step and the proximal ratio, 2 seeds (12 runs of the small model,
+# plus its 3-digit warm start). full: every CPU configuration at every s (80 runs). gpu: the 25M model, 64 × 16
+# samples, 300 steps, 3 seeds of the key cells (sized by estimate, not yet run on a device).
 SIGNATURE = {
     "quick": Signature(seeds=(0, 1), cells={"base": (0, 16), "updates=2": (0, 16), "ratio=proximal": (0, 16)}),
     "full": Signature(seeds=(0, 1), cells={name: (0, 2, 4, 8, 16) for name in (
@@ -273,9 +275,9 @@ VERDICT = {
     "full": Verdict(staleness=16, mild_staleness=4, steps=120, eval_every=40, tuning_warm=0, tuning_seed=10,
                     reporting_warms=(1, 2, 3), reporting_seeds=(0, 1), start_lrs=(7.5e-5, 1.5e-4, 3e-4),
                     base=(("snr_every", 50),)),
-    # quick (fig10's pipeline panel): v2's testbed configuration and warm starts (1 and 2, the ones fig1 and fig3's
-    # quick LLM panels train: no warm start of its own), 8 prompts × 8 samples, 256 evaluation problems, 40 steps,
-    # the key arms at one fixed step size (no tuning), 1 seed. It shows the pipeline, not the verdict.
+    # quick (``python -m experiments.verdict``'s default; fig10's quick profile draws the committed v2 verdict): v2's
+    # testbed configuration and warm starts (1 and 2, the ones fig1 and fig3's quick LLM panels train), 8 prompts × 8
+    # samples, 256 evaluation problems, 40 steps, the key arms at one fixed step size (no tuning), 1 seed.
     "quick": Verdict(staleness=16, mild_staleness=4, steps=40, eval_every=20, tuning_warm=0, tuning_seed=10,
                      reporting_warms=(1, 2), reporting_seeds=(0,), start_lrs=(3e-4,), tune=False,
                      base=(("prompts_per_step", 8), ("eval_problems", 256), ("snr_every", 1000)), config="testbed",

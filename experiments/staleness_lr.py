@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -338,7 +337,7 @@ def theory_step(method: str, staleness) -> np.ndarray:
 
 def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
     """Every cell's per-seed boundaries on ``scale`` under ``criterion`` (JSON-able: lists); computed, not cached
-    (``run_scale`` caches it; a figure's unit is cached by the driver)."""
+    (``law_tables`` caches it as ``scale_unit``; a figure's unit is cached by the driver)."""
     p = lookup("law", profile)
     if criterion not in CRITERIA:
         raise ValueError(f"unknown criterion {criterion!r}; choose from {', '.join(CRITERIA)}")
@@ -358,22 +357,15 @@ def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
 
 
 def scale_unit(scale: str, profile: str, criterion: str = "progress"):
-    """``search_scale`` as the command line's unit (figs3 declares its own unit of the same search, under another kind:
-    the command line keeps the caller's torch thread count, the figure's worker runs on one)."""
+    """``search_scale`` as the command line's unit (figs3 declares its own unit of the same search, under another
+    kind)."""
     from runtime.cache import unit
 
     return unit(f"staleness_lr_{scale}_{criterion}", search_scale, scale, profile, criterion)
 
 
-def run_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
-    """``search_scale``, cached by profile and source (``scale_unit``)."""
-    from runtime.cache import result
-
-    return result(scale_unit(scale, profile, criterion))
-
-
 def table_rows(found: dict) -> list[dict]:
-    """COLUMNS rows of one scale's ``run_scale`` result."""
+    """COLUMNS rows of one scale's ``search_scale`` result."""
     rows = []
     lam = theory_curvature(found["scale"])
     for index, (method, s) in enumerate(found["cells"]):
@@ -394,7 +386,7 @@ def table_rows(found: dict) -> list[dict]:
 
 
 def fit_rows(found: dict) -> list[dict]:
-    """FIT_COLUMNS rows of one scale's ``run_scale`` result. A method with a cell whose max_stable_lr sits at the
+    """FIT_COLUMNS rows of one scale's ``search_scale`` result. A method with a cell whose max_stable_lr sits at the
     search range's edge (censored: the boundary is beyond the range) gets no exponent (NaN): the edge is not a
     measurement."""
     rows = []
@@ -425,12 +417,14 @@ def law_tables(profile: str = "quick", scales: Sequence[str] = SCALES, criteria:
     if unknown:
         raise ValueError(f"unknown scale(s) or criteria {unknown}; choose from {', '.join(ALL_SCALES + CRITERIA)}")
     lookup("law", profile)
-    found, start = [], time.perf_counter()
-    for scale in scales:
-        for criterion in criteria:
-            found.append(run_scale(scale, profile, criterion))
-            if log is not None:
-                log(f"[staleness_lr] {scale} {criterion} done ({time.perf_counter() - start:.0f} s)", flush=True)
+    from runtime.graph import compute
+    from runtime.paths import force_recompute
+
+    units = [scale_unit(scale, profile, criterion) for scale in scales for criterion in criteria]
+    # the llm scale's search computes its GRPO runs through the graph itself: its units run here, one after another
+    values = compute(units, 1 if "llm" in scales else None, force_recompute(), name="staleness_lr",
+                     log=log if log is not None else (lambda *a, **k: None))
+    found = [values[u.name] for u in units]
     return {"table": [row for f in found for row in table_rows(f)], "fit": [row for f in found for row in fit_rows(f)]}
 
 
@@ -458,13 +452,11 @@ def main(argv=None) -> int:
     from runtime.files import check_output_files, write_records
 
     args = parse(StalenessLRArgs, argv, prog="python -m experiments.staleness_lr")
-    from runtime.cache import single_thread
     try:
         check_output_files(args.out, [args.out, fit_path(args.out)], args.profile, args.force)
     except ValueError as err:
         fail("python -m experiments.staleness_lr", str(err))
-    with single_thread():  # the grid's tensors are small: a second thread only spins on a shared machine
-        tables = law_tables(args.profile, args.scales, log=print)
+    tables = law_tables(args.profile, args.scales, log=print)  # each search on one torch thread (a unit)
     write_records(tables["table"], args.out, COLUMNS)
     write_records(tables["fit"], fit_path(args.out), FIT_COLUMNS)
     for row in tables["fit"]:

@@ -99,10 +99,14 @@ def _run_summaries(sim: str, structure: str, profile: str, settings: list) -> li
 
 
 def _summaries(sim: str, structure: str, profile: str, settings: list, stage: str) -> list[dict]:
-    """``_run_summaries``, cached (the command line and fig10's unit read the first stage's runs again)."""
-    from runtime.cache import result, unit
+    """``_run_summaries``, a cached unit computed through the graph (``runtime.graph.compute``), here: a stage's
+    settings follow from the one before it (the command line and fig10's unit read the first stage's runs again)."""
+    from runtime.cache import unit
+    from runtime.graph import compute
+    from runtime.paths import force_recompute
 
-    return result(unit(f"verdict_toys_{sim}_{structure}_{stage}", _run_summaries, sim, structure, profile, settings))
+    item = unit(f"verdict_toys_{sim}_{structure}_{stage}", _run_summaries, sim, structure, profile, settings)
+    return compute([item], 1, force_recompute(), log=lambda *a, **k: None, name="verdict toys")[item.name]
 
 
 def best_gac_spaces(runs: pd.DataFrame, tuning_seeds) -> dict[tuple[str, int], str]:

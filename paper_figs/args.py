@@ -38,8 +38,9 @@ class FigureArgs:
     force: bool = False
     """recompute every run the figures read, even when cached results exist (GAC_LAB_FORCE=1 does the same)"""
     dry_run: bool = False
-    """LLM figures: every run shrunk to the tiny model, 2 steps, one seed, on the CPU (checks a command starts
-    and writes its CSV; a gpu profile then needs no CUDA device). Writes into OUT/dry_run/, never over real figures"""
+    """LLM figures: every run shrunk to the tiny model, 2 steps, one seed, on the CPU, and their toy panels' simulations
+    (fig1, fig3, fig9, fig10) to the tests' smoke sizes (checks a command starts and writes its CSV; a gpu profile then
+    needs no CUDA device). Writes into OUT/dry_run/, never over real figures"""
     jobs: Annotated[int | None, whole("--jobs", 1, "worker processes")] = None
     """worker processes (default: runtime.graph.default_jobs, one per core; GAC_LAB_JOBS too);
     with --executor ray, tasks at once (default: the cluster's CPUs)"""

@@ -41,6 +41,8 @@ def plot_figure(name: str, results: Results, out: Path,
     staging = Path(tempfile.mkdtemp(dir=out, prefix=f".{name}."))
     try:
         (module(name).plot if plot is None else plot)(results, staging)
+        if not any(staging.iterdir()):  # nothing drawn (a quick figure whose committed data is missing said so)
+            return []
         return publish_together(staging, out, name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -88,7 +90,8 @@ def _make_figures(args: FigureArgs, jobs: int, log, declared: dict[str, list[Uni
         def draw(items: list) -> list[Path]:
             results = Results(args.profile, args.device, args.dry_run, tuple(items))
             written[name] = plot_figure(name, results, args.out)
-            log(f"[paper_figs] {name} -> {args.out}/{name}.*", flush=True)
+            log(f"[paper_figs] {name} -> {args.out}/{name}.*" if written[name] else f"[paper_figs] {name}: not drawn",
+                flush=True)
             return written[name]
         return draw
 

@@ -1,12 +1,12 @@
 """fig10_verdict: what closes the async − sync gap at LLM scale — every arm at its own step size over reporting warm
-starts × seeds (full profile: the committed verdict v2; v1's step-norm and sync + arm controls are drawn hatched where a
-table has them).
+starts × seeds (quick and full profiles: the committed verdict v2; v1's step-norm and sync + arm controls are drawn
+hatched where a table has them).
 
 Panels: (a) each arm minus naive async (paired, hierarchical interval: warm starts, then seeds; sync's bar is
 the async gap), controls hatched;
 (b) final accuracy against the mean KL to the behaviour policy, one dot per run (the drift correlation);
 (c) the applied update's alignment cos(Δθ_t, Δθ_{t−1}) per arm (where the aligned progress is);
-(d) the tuning curves (full profile) or, in the quick profile (fixed step size, no tuning), the accuracy per run;
+(d) the tuning curves (committed verdict) or, in the gpu profile (fixed step size, no tuning), the accuracy per run;
 (e, f) the same arms in the toys at s = 16, each at its own step size (experiments/verdict_toys.py): final objective
 relative to sync, and the applied update's alignment, per simulator × structure × optimizer.
 Runs: experiments/verdict.py and experiments/verdict_toys.py (cached).
@@ -42,14 +42,16 @@ def arm_color(row: dict) -> str:
 
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
-    """The toys' verdict (one cached unit) and the LLM verdict: the quick and gpu profiles' fixed-step GRPO runs, one
-    unit each; the full profile draws the committed v2 verdict (``experiments.verdict.committed_verdict``: 8 warm
-    starts × 2 seeds, every arm tuned) and runs no LLM unit. Its runs depend on its tuning rounds, so they cannot be
+    """The toys' verdict (one cached unit) and the LLM verdict: the gpu profile's fixed-step GRPO runs, one unit
+    each; the quick and full profiles draw the committed v2 verdict (``experiments.verdict.committed_verdict``: 8 warm
+    starts × 2 seeds, every arm tuned) and run no LLM unit. Its runs depend on its tuning rounds, so they cannot be
     units of a graph fixed in advance; ``python -m experiments.verdict --profile v2 [--executor ray]`` remakes them
     (each run a task of its own, no pool inside a worker)."""
-    p = lookup("verdict", profile)
     toys = unit(f"{NAME}/toys", verdict_toys.toy_verdict_rows, toy_profile(profile, dry_run), spec=f"{NAME}/toys",
                 cost=30.0)
+    if profile == "quick":
+        return [toys]
+    p = lookup("verdict", profile)
     if dry_run:
         p = verdict_mod.dry_run_profile(p)
     if p.tune:

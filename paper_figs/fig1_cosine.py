@@ -85,8 +85,9 @@ PANELS = [
 
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
-    """The toy simulations and the LLM testbed's fig1 runs (experiments/llm_figures.py)."""
-    return [*toy_units(profile, device),
+    """The toy simulations (a dry run's at the smoke sizes) and the LLM testbed's fig1 runs
+    (experiments/llm_figures.py)."""
+    return [*toy_units("smoke" if dry_run else profile, device),
             *[run_unit(r) for r in llm_figures.runs(profile, device, dry_run) if "fig1" in r.roles]]
 
 

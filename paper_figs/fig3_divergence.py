@@ -8,6 +8,7 @@ objective is the loss (lower is better); the bandit's is the exact expected rewa
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -68,7 +69,7 @@ def plot_llm(axes, rows: list[dict]) -> None:
                    smooth=centered_mean if smoothed else (lambda values: values))
     warm = len({r["warm_seed"] for r in rows})
     axes[0].set(xlabel="RL step", ylabel="held-out accuracy (greedy)",
-                title=f"small LLM, GRPO, {warm} warm starts, one step size")
+                title=textwrap.fill(f"small LLM, GRPO, {warm} warm starts: {llm_figures.CONFIG}", 42))
     axes[1].set(xlabel="RL step", ylabel="mean reward (train batch)")
     # log scale only where some step had a gradient (a 2-step smoke run may have none)
     axes[2].set(xlabel="RL step", ylabel="raw gradient norm",
@@ -122,8 +123,9 @@ def panel_axes(panels) -> tuple[plt.Figure, list[tuple]]:
 
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
-    """The toy simulations and the LLM testbed's fig3 runs (experiments/llm_figures.py)."""
-    return [*toy_units(profile, device),
+    """The toy simulations (a dry run's at the smoke sizes) and the LLM testbed's fig3 runs
+    (experiments/llm_figures.py)."""
+    return [*toy_units("smoke" if dry_run else profile, device),
             *[run_unit(r) for r in llm_figures.runs(profile, device, dry_run) if "fig3" in r.roles]]
 
 

@@ -1,8 +1,11 @@
 """fig5_llm_grpo: what tracks a stale GRPO run's outcome on a small Qwen3 model — its drift from the behaviour policy
 (mean KL to π_b) or its early consecutive-gradient cosine. One message, two panels sharing the y axis: Δ held-out
-accuracy of every naive-async run against each signal, with its Spearman ρ. The CSVs keep every method's per-step
-records, the run table and the final held-out accuracy table (mean ± sample std over seeds), also printed. Runs come
-from the shared LLM sweep (experiments/llm.py), cached with fig1/fig3's LLM panels.
+accuracy of every naive-async run against each signal, with its Spearman ρ. The CSVs keep the run table (NAME.csv,
+what the panels plot), the final held-out accuracy table (mean ± sample std over seeds, also printed) and every
+run's per-step records (NAME_steps.csv). Runs come from the LLM sweep (experiments/llm.py) at the full and gpu
+profiles. The sweep takes hours on a CPU, so the quick profile computes no run: it draws the committed run table
+docs/data/fig5_llm_grpo.csv (a full run's NAME.csv) by the same ``draw``, as ``python -m paper_figs.committed
+fig5_llm_grpo`` does.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from experiments.llm import aggregate, run_unit, summary_rows, sweep
+from paper_figs import committed
 from paper_figs.common import Results, apply_style, save_figure
 from runtime.cache import Unit
 from runtime.files import write_records
@@ -59,14 +63,31 @@ def outcome_panels(axes, runs: list[dict]) -> None:
 
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
-    """The GRPO runs of the LLM sweep (experiments/llm.py)."""
+    """The GRPO runs of the LLM sweep (experiments/llm.py); none at the quick profile (it draws ``COMMITTED``)."""
+    if profile == "quick":
+        return []
     return [run_unit(r) for r in sweep(profile, device, dry_run)]
 
 
 def plot(results: Results, out_dir: Path) -> list[Path]:
+    if results.profile == "quick":
+        return committed.draw_or_say(NAME, out_dir)
     pairs = results.runs()
     records = [dict(r, lr=item.args.lr) for item, res in pairs for r in res["records"]]
-    run_rows = summary_rows(pairs)
+    return draw(summary_rows(pairs), out_dir, records)
+
+
+def configuration(run_rows: list[dict]) -> str:
+    """The runs' configuration in words (model size and RL steps, where the rows hold them)."""
+    sizes = sorted({str(r["size"]) for r in run_rows if r.get("size") is not None})
+    steps = sorted({int(r["steps"]) for r in run_rows if r.get("steps") is not None})
+    words = [f"{'/'.join(sizes)} LLM" if sizes else "", f"{'/'.join(map(str, steps))} RL steps" if steps else ""]
+    return ", ".join(w for w in words if w)
+
+
+def draw(run_rows: list[dict], out_dir: Path, records: list[dict] | None = None) -> list[Path]:
+    """The figure, NAME.csv (``run_rows``: one row per run, ``experiments.llm.summary_rows``, what the panels plot),
+    NAME_table.csv and, given the runs' per-step ``records``, NAME_steps.csv."""
     table = sorted(aggregate(run_rows), key=lambda r: (r["lr"], r["staleness"], r["method"]))
 
     apply_style()
@@ -74,10 +95,13 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     outcome_panels(axes, run_rows)
     rho, kl_rho = outcome_rho(run_rows, "cos_prev_first_half"), outcome_rho(run_rows, "kl_behaviour_mean")
     count = sum(r["method"] == "naive" and r["ratio_to"] == "proximal" for r in run_rows)
-    fig.suptitle(f"What tracks a stale run's outcome? One dot per naive-async run ({count} runs)", fontsize=8)
+    source = "; ".join(w for w in (configuration(run_rows), "committed runs" if records is None else "") if w)
+    fig.suptitle(f"What tracks a stale run's outcome? One dot per naive-async run ({count} runs"
+                 f"{'; ' + source if source else ''})", fontsize=8)
 
-    paths = [write_records(records, out_dir / f"{NAME}.csv"), write_records(run_rows, out_dir / f"{NAME}_runs.csv"),
-             write_records(table, out_dir / f"{NAME}_table.csv"), *save_figure(fig, out_dir, NAME)]
+    paths = [write_records(run_rows, out_dir / f"{NAME}.csv"), write_records(table, out_dir / f"{NAME}_table.csv"),
+             *([write_records(records, out_dir / f"{NAME}_steps.csv")] if records is not None else []),
+             *save_figure(fig, out_dir, NAME)]
     print(_markdown(table))
     print(f"cosine (first half) vs Δ accuracy over naive async runs: Spearman ρ = {rho:+.2f}")
     print(f"mean KL to π_b vs Δ accuracy over the same runs: Spearman ρ = {kl_rho:+.2f}")

@@ -1,5 +1,6 @@
 """fig9_early_warning: which per-step signal warns before a collapse — ROC AUC per signal × horizon k, and the
-median lead time at a 10% false-alarm rate, over every run of the toy sweeps (fig1, fig3) and the LLM sweep (fig5).
+median lead time at a 10% false-alarm rate, over every run of fig1 and fig3: their toy sweeps and their LLM testbed
+runs (``experiments.llm_figures``: at the quick profile the shared small-LLM configuration and warm starts).
 
 Collapse definitions, labels and statistics are in ``experiments.early_warning``. The runs are those figures' units
 (the same cache keys: one task each however many figures read them), so this figure only computes statistics.
@@ -13,8 +14,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from experiments import llm_figures
 from experiments.early_warning import HORIZONS, SIGNALS, check_request, evaluate, llm_rows
-from experiments.llm import run_unit, sweep
+from experiments.llm import run_unit
 from paper_figs import fig1_cosine, fig3_divergence
 from paper_figs.common import SIM_TITLES, Results, apply_style, panel_letters, save_figure
 from runtime.cache import Unit
@@ -30,9 +32,9 @@ SIGNAL_WORDS = {"cos_prev": "gradient cosine", "cos_update": "update cosine", "c
 
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
-    """The toy simulations of fig1 and fig3 (their units) and the LLM sweep's runs."""
-    return [*[u for figure in TOY_FIGURES for u in figure.toy_units(profile, device)],
-            *[run_unit(r) for r in sweep(profile, device, dry_run)]]
+    """The toy simulations and the LLM testbed's runs of fig1 and fig3 (their units: nothing computed twice)."""
+    return [*[u for figure in TOY_FIGURES for u in figure.toy_units("smoke" if dry_run else profile, device)],
+            *[run_unit(r) for r in llm_figures.runs(profile, device, dry_run)]]
 
 
 def toy_rows(results: Results) -> list[dict]:
@@ -59,7 +61,8 @@ def plot_sim(axes, table: list[dict], sim: str, signals, horizons, first: bool =
     found = next(iter(mine.values()))
     ax_auc.axhline(0.5, color="grey", ls="--", lw=0.8)
     ax_auc.set(ylim=(0, 1), ylabel="ROC AUC\n(0.5: no warning)" if first else None,
-               title=f"{SIM_TITLES.get(sim, sim)}: {found['collapses']} collapses in {found['runs']} runs")
+               title=f"{SIM_TITLES.get(sim, sim)}: {found['collapses']} collapses in {found['runs']} runs"
+                     + (f"\n{llm_figures.CONFIG}" if sim == "llm" else ""))
     ax_auc.set_xticks(x, [SIGNAL_WORDS.get(s, s) for s in signals], rotation=45, ha="right", rotation_mode="anchor")
     longest = max(horizons)
     lead = [mine[(s, longest)]["median_lead"] for s in signals]

@@ -5,8 +5,9 @@ One message, two panels on one x scale, one row per configuration: async at its 
 (a) in the cosine of consecutive RL steps' gradients (the signature), (b) in the final held-out accuracy; each seed a
 dot, the mean a bar. The CSVs keep every run (each granularity's cosine, the SNR probe, KL), the per-(configuration, s)
 summary with seed-bootstrap intervals and the paired gaps. Runs come from experiments/signature.py (cached with the
-other LLM figures); ``python -m paper_figs.committed figs2_llm_signature`` redraws the committed quick profile from
-docs/data/figs2_llm_signature.csv.
+other LLM figures) at the full and gpu profiles; the quick profile computes no run: it draws the committed
+docs/data/figs2_llm_signature.csv (a full run's NAME.csv) by the same ``draw``, as ``python -m paper_figs.committed
+figs2_llm_signature`` does.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from experiments import signature
 from experiments.llm import run_unit
+from paper_figs import committed
 from paper_figs.common import Results, apply_style, save_figure
 from runtime.cache import Unit
 from runtime.files import write_records
@@ -120,17 +122,22 @@ def plot_gaps(axes, rows: list[dict]) -> None:
 
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
-    """The GRPO runs of the signature map (experiments/signature.py)."""
+    """The GRPO runs of the signature map (experiments/signature.py); none at the quick profile, which draws the
+    committed docs/data/figs2_llm_signature.csv."""
+    if profile == "quick":
+        return []
     return [run_unit(r) for r in signature.sweep(profile, device, dry_run)]
 
 
 def plot(results: Results, out_dir: Path) -> list[Path]:
+    if results.profile == "quick":
+        return committed.draw_or_say(NAME, out_dir)
     return draw([signature.run_row(item, res, device_name(results.device)) for item, res in results.runs()], out_dir)
 
 
 def draw(rows: list[dict], out_dir: Path) -> list[Path]:
-    """The figure and its CSVs from ``rows`` (one per run, ``signature.run_row``; the committed
-    docs/data/figs2_llm_signature.csv holds the quick profile's)."""
+    """The figure and its CSVs from ``rows`` (one per run, ``signature.run_row``, as the committed
+    docs/data/figs2_llm_signature.csv holds them)."""
     table = summary_table(rows)
     apply_style()
     fig, axes = plt.subplots(1, 2, figsize=(7.0, 1.4 + 0.55 * len(list(paired(rows)))), sharey=True,

@@ -4,9 +4,8 @@ A ``Unit`` is one computable, cacheable piece of work (a GRPO run, a toy simulat
 result, stored under ``experiments/.cache/KIND-HASH.json`` in a checkout, the user's cache folder otherwise
 (``runtime.paths``; atomically; ``GAC_LAB_CACHE`` moves it). Its key holds a fingerprint of the code that computes it
 (gac/, sim/, theory/, experiments/; not the plotting code, not this runtime), so editing that code recomputes. Units
-are computed in one graph of tasks (``runtime.graph.compute``, ``compute_unit`` in a worker); a command line that
-needs one unit's result takes ``result(unit)``, which reads it or computes it here. ``GAC_LAB_FORCE=1`` always
-recomputes.
+are computed in one graph of tasks (``runtime.graph.compute``, ``compute_unit`` in a worker), whoever asks for them:
+a figure, a study's command line, or a unit that needs another's result. ``GAC_LAB_FORCE=1`` always recomputes.
 
 Each entry carries the SHA-256 of its content (as a checkpoint does), so an entry altered into other valid JSON is
 a miss that warns with its path, never a silent change of a figure. A write that fails (disk full, a read-only
@@ -114,7 +113,7 @@ class Unit:
     """A computable, cacheable unit of work: ``fn(*args)``'s JSON-able result, stored under ``kind`` and ``key``.
 
     ``fn`` lives in the code whose fingerprint ``key`` holds, and is module-level when a worker computes the unit
-    (a spawned worker imports it; ``result`` computes in this process and takes any callable).
+    (a spawned worker imports it; a unit computed in this process, ``jobs`` ≤ 1, takes any callable).
     ``spec`` is what the unit stands for to whoever reads its result (an ``experiments.llm.Run``, a panel name);
     ``before`` holds the tasks (``runtime.graph.Task``) it waits for (a GRPO run: its warm start); ``cost`` is a rough
     estimate of its seconds on one core, which orders the work and never changes a result.
@@ -150,18 +149,6 @@ def unit(kind: str, fn: Callable[..., Any], *args, spec: Any = None, cost: float
     key = {"fn": f"{fn.__module__}.{fn.__qualname__}", "args": json.loads(json.dumps(list(args), default=repr)),
            "code": code_fingerprint()}
     return Unit(kind, key, fn, args, spec=kind if spec is None else spec, cost=cost)
-
-
-def result(item: Unit, force: bool = False) -> Any:
-    """``item``'s result, outside the run graph: its entry in CACHE_DIR, or ``item.fn(*item.args)`` computed here and
-    stored (``force``, or GAC_LAB_FORCE, recomputes; a corrupt entry counts as missing, with a warning).
-
-    Unlike ``compute_unit`` it keeps the caller's torch thread count: a command line computes as it always did.
-    """
-    stored = None if force or paths.force_recompute() else item.lookup()
-    if stored is not None:
-        return stored
-    return store(item.kind, item.key, item.fn(*item.args))
 
 
 @contextlib.contextmanager

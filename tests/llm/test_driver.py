@@ -1,6 +1,7 @@
 """``python -m paper_figs``: one graph from the figures' units to their plots; each run is read once per command."""
 
 import csv
+import dataclasses
 import json
 import os
 import subprocess
@@ -80,3 +81,46 @@ def test_python_m_paper_figs_runs_the_graph_on_two_workers(tmp_path):
     assert {json.loads(path.read_text())["config"]["steps"] for path in stored} == {2}  # shrunk by --dry-run
     for ext in ("png", "csv"):
         assert (out / "dry_run" / f"{name}.{ext}").stat().st_size > 0
+
+
+def test_quick_figures_of_committed_data_declare_no_run_and_a_missing_file_is_one_line(tmp_path, monkeypatch, capsys):
+    from paper_figs import committed, fig4_stability_region
+
+    quick = FigureArgs(names=("fig5_llm_grpo", "figs2_llm_signature", "fig10_verdict"), profile="quick", out=tmp_path)
+    for dry_run in (False, True):
+        declared = driver.declare(FigureArgs(**{**quick.__dict__, "dry_run": dry_run}))
+        assert declared["fig5_llm_grpo"] == [] and declared["figs2_llm_signature"] == []
+        assert [u.kind for u in declared["fig10_verdict"]] == ["fig10_verdict/toys"]  # the committed LLM verdict
+    monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(committed, "DATA", tmp_path / "data")  # no committed CSV there
+    names = ("fig5_llm_grpo", "figs2_llm_signature", "fig4_stability_region")
+    lines = []
+    written = driver.make_figures(FigureArgs(names=names, profile="quick", out=tmp_path / "out"), jobs=1,
+                                  log=lambda text, **_: lines.append(text),
+                                  declared={**{name: [] for name in names[:2]},
+                                            "fig4_stability_region": fig4_stability_region.runs("smoke")})
+    said = capsys.readouterr().out.splitlines()
+    for name in names[:2]:
+        assert written[name] == [] and not list((tmp_path / "out").glob(f"{name}*"))
+        (line,) = [text for text in said if text.startswith(f"{name}: no committed data")]
+        assert f"python -m paper_figs {name} --profile full" in line
+    assert (tmp_path / "out" / "fig4_stability_region.png").exists()  # the other figures go on
+    assert lines[0].startswith("[paper_figs] 1 units, 0 cached")
+
+
+def test_every_quick_small_llm_figure_shares_one_configuration_and_the_testbeds_warm_starts(tmp_path):
+    declared = driver.declare(FigureArgs(names=tuple(driver.FIGURES), profile="quick", out=tmp_path))
+    small = {name: [u.spec.args for u in units if isinstance(u, llm.RunUnit) and u.spec.args.size == "small"]
+             for name, units in declared.items()}
+    testbed = [r.args for r in llm_figures.runs("quick")]
+    assert {name for name, runs in small.items() if runs} == {"fig1_cosine", "fig3_divergence", "fig9_early_warning"}
+    assert {a.warm_start() for runs in small.values() for a in runs} == {a.warm_start() for a in testbed}
+    assert {a.warm_seed for a in testbed} == {1, 2}
+
+    def configuration(args):
+        arm = ("method", "gac_space", "staleness", "warm_seed", "seed")
+        return {k: v for k, v in dataclasses.asdict(args).items() if k not in arm}
+
+    assert len({json.dumps(configuration(a), sort_keys=True) for runs in small.values() for a in runs}) == 1
+    named = {name: {llm.run_unit(llm.Run(a, ())).name for a in runs} for name, runs in small.items()}
+    assert named["fig9_early_warning"] == named["fig1_cosine"] | named["fig3_divergence"]  # nothing of its own

@@ -30,6 +30,21 @@ def test_sweep_feeds_fig5(tiny_checkpoint, tmp_path, monkeypatch):
     table = (tmp_path / "out" / "fig5_llm_grpo_table.csv").read_text()
     assert "tis" in table and "m2po" in table and "bapo" in table and "behaviour" in table
 
+    # the quick profile computes no run: it draws the committed run table (here: this run's) by the same code
+    from paper_figs import committed
+
+    monkeypatch.setattr(committed, "DATA", tmp_path / "data")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "fig5_llm_grpo.csv").write_bytes((tmp_path / "out" / "fig5_llm_grpo.csv").read_bytes())
+    assert fig5_llm_grpo.runs("quick") == [] and fig5_llm_grpo.runs("quick", dry_run=True) == []
+    figures.clear()
+    make_figure("fig5_llm_grpo", "quick", tmp_path / "quick")
+    for name in ("fig5_llm_grpo.csv", "fig5_llm_grpo_table.csv"):
+        assert (tmp_path / "quick" / name).read_bytes() == (tmp_path / "out" / name).read_bytes()
+    assert not (tmp_path / "quick" / "fig5_llm_grpo_steps.csv").exists()  # the committed table has no steps
+    assert figures and "committed runs" in figures[0]._suptitle.get_text()
+    assert sorted((tmp_path / "cache").glob("llm_grpo-*.json")) == cached_files
+
 
 def test_results_of_trains_each_warm_start_once_before_its_runs(tmp_path, monkeypatch):
     # Parallel workers only load a warm start, so each run must wait for its own, trained once.

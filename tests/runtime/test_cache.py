@@ -7,12 +7,14 @@ import warnings
 
 import pytest
 
-from runtime import cache, fingerprint
+from runtime import cache, fingerprint, graph, paths
 
 
 def cached(kind, key, compute):
-    """``compute()``'s result through the cache (``cache.result`` of the unit (kind, key))."""
-    return cache.result(cache.Unit(kind, key, compute))
+    """``compute()``'s result through the cache: the unit (kind, key) on the graph's road, in this process
+    (``GAC_LAB_FORCE`` recomputes, as the studies' command lines pass it)."""
+    item = cache.Unit(kind, key, compute)
+    return graph.compute([item], 1, paths.force_recompute(), log=lambda *a, **k: None)[item.name]
 
 
 def test_cached_computes_once_per_config_and_force_recomputes(monkeypatch):
@@ -112,13 +114,15 @@ def test_llm_runs_are_keyed_by_their_source(monkeypatch):
 
     calls = []
     monkeypatch.setattr(llm, "run_records",
-                        lambda args, **kwargs: calls.append(1) or {"records": [len(calls)], "summary": {}})
+                        lambda args, **kwargs: calls.append(1) or {"records": [len(calls)],
+                                                             "summary": {"final_accuracy": 0.0}})
     fingerprint = {"value": "v1"}
     monkeypatch.setattr(cache, "code_fingerprint", lambda *a, **k: fingerprint["value"])
     args = Args(size="tiny", steps=1)
 
     def run_cached(args):
-        return cache.result(llm.run_unit(llm.Run(args, ())))
+        item = dataclasses.replace(llm.run_unit(llm.Run(args, ())), before=())  # its warm start is not the point
+        return graph.compute([item], 1, log=lambda *a, **k: None)[item.name]
 
     assert run_cached(args)["records"] == [1]
     assert run_cached(args)["records"] == [1] and len(calls) == 1

@@ -31,11 +31,21 @@ def test_dry_run_writes_beside_the_real_figures_never_over_them(tmp_path, monkey
     assert real.read_bytes() == b"real figure"
 
 
-@pytest.mark.parametrize("name", ["fig1_cosine", "fig3_divergence", "fig5_llm_grpo", "fig8_tuned",
-                                  "fig9_early_warning", "figs2_llm_signature"])
-def test_every_llm_figure_shrinks_its_runs_under_a_dry_run(name):
-    runs = [u.spec for u in driver.module(name).runs("quick", "cpu", dry_run=True) if u.kind == "llm_grpo"]
+@pytest.mark.parametrize("name, profile", [("fig1_cosine", "quick"), ("fig3_divergence", "quick"),
+                                           ("fig5_llm_grpo", "full"), ("fig8_tuned", "quick"),
+                                           ("fig9_early_warning", "quick"), ("figs2_llm_signature", "full")])
+def test_every_llm_figure_shrinks_its_runs_under_a_dry_run(name, profile):
+    # fig5's and figs2's quick profiles run nothing (they draw committed data): their full runs are shrunk
+    runs = [u.spec for u in driver.module(name).runs(profile, "cpu", dry_run=True) if u.kind == "llm_grpo"]
     assert runs and {(r.args.size, r.args.steps, r.args.device) for r in runs} == {("tiny", 2, "cpu")}
+
+
+@pytest.mark.parametrize("name", ["fig1_cosine", "fig3_divergence", "fig9_early_warning"])
+def test_a_dry_run_draws_the_toy_panels_at_the_smoke_sizes(name):
+    toys = {u.name for u in driver.module(name).runs("quick", "cpu", dry_run=True) if u.kind != "llm_grpo"}
+    smoke = {u.name for figure in ("fig1_cosine", "fig3_divergence") for u in driver.module(figure).toy_units("smoke")}
+    assert toys and toys <= smoke
+    assert not toys & {u.name for u in driver.module(name).runs("quick", "cpu") if u.kind != "llm_grpo"}
 
 
 def test_fig8_runs_are_the_profiles_own_without_a_dry_run():
