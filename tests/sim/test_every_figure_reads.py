@@ -101,9 +101,9 @@ def drawn(tmp_path_factory, tiny_checkpoint):
         mp.setenv("GAC_LAB_JOBS", "1")
         mp.delenv("GAC_LAB_FORCE", raising=False)
         mp.setattr(common.plt, "close", lambda *a, **k: None)
-        mp.setattr(common, "save_figure", keep)
-        for name in FIGURES:
+        for name in FIGURES:  # imported before common is patched, or a module would bind the patched one for good
             mp.setattr(driver.module(name), "save_figure", keep)
+        mp.setattr(common, "save_figure", keep)
         tiny = {**TINY_SWEEP["base"], "size": "tiny", "model": str(tiny_checkpoint)}
         mp.setitem(profiles.LLM_SWEEP, "test", profiles.LLMSweep(**{**TINY_SWEEP, "base": tiny}))
         mp.setattr(tuning, "LLM_METHODS", ("bapo",))
