@@ -105,6 +105,19 @@ def test_ctrl_c_in_paper_figs_is_one_line(tmp_path, monkeypatch, capsys):
     assert len(err.splitlines()) == 1
 
 
+def test_a_refused_warm_start_is_one_line(tmp_path, monkeypatch, capsys):
+    from sim.llm.warmstart import WarmStartRejected
+
+    def refused(*args, **kwargs):  # what a worker's refused warm start raises in the parent
+        raise WarmStartRejected("warm start small d3 seed 0 refused: held-out accuracy 0.004 in 1 attempt")
+
+    monkeypatch.setattr(figs_cli, "make_figures", refused)
+    assert figs_cli.main(["fig7_bound", "--out", str(tmp_path)]) == 3
+    err = capsys.readouterr().err.strip()
+    assert "small d3 seed 0 refused" in err and str(tmp_path) in err and "RESULTS.md" in err
+    assert len(err.splitlines()) == 1
+
+
 @pytest.mark.parametrize(("argv", "named"), [
     ([], "give figure names or 'all'"),
     (["fig7_bound", "--profile", "gpu"], "--profile gpu applies to the LLM figures only"),
