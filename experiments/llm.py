@@ -200,7 +200,8 @@ def results_of(runs: list[Run], device: str = "cpu", log=_print_now, jobs: int |
 
 
 def summary_rows(results) -> list[dict]:
-    """One row per run: its setting, start/final held-out accuracy, mean cosine, failure flags."""
+    """One row per run: its setting, start/final held-out accuracy, mean cosine, failure flags (``nonfinite``,
+    ``collapsed``)."""
     rows = []
     for item, res in results:
         a, records = item.args, res["records"]
@@ -216,7 +217,8 @@ def summary_rows(results) -> list[dict]:
             "cos_prev_mean": float(np.mean([r["cos_prev"] for r in ok if measured(r.get("cos_prev"))] or [np.nan])),
             "kl_behaviour_mean": float(np.mean([r["kl_behaviour"] for r in ok] or [np.nan])),
             "clip_frac_mean": float(np.mean([r["clip_frac"] for r in ok] or [np.nan])),
-            "diverged": any(nonfinite(r) for r in records), "wall_s": res["summary"].get("wall_s"),
+            "nonfinite": any(nonfinite(r) for r in records), "collapsed": bool(res["summary"].get("collapsed")),
+            "wall_s": res["summary"].get("wall_s"),
             "device": a.device, "size": a.size, "steps": a.steps,
         })
     return rows
@@ -231,5 +233,7 @@ def aggregate(rows: list[dict], keys=("method", "staleness", "lr", "ratio_to")) 
         out.append({**{k: rows[runs.index[0]][k] for k in keys}, "seeds": len(runs), "final_mean": float(final.mean()),
                     "final_std": seed_std(final), "final_min": float(final.min()), "final_max": float(final.max()),
                     "delta_mean": float(delta.mean()), "cos_prev_mean": float(cosine.mean()),
-                    "diverged": int(runs["diverged"].sum()), "roles": runs["roles"].iloc[0]})
+                    **{failure: int(runs[failure].astype(bool).sum()) for failure in ("nonfinite", "collapsed")
+                       if failure in runs},
+                    "roles": runs["roles"].iloc[0]})
     return out

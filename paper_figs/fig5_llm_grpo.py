@@ -21,26 +21,33 @@ from paper_figs import committed
 from paper_figs.common import Results, apply_style, save_figure
 from runtime.cache import Unit
 from runtime.files import write_records
+from sim.schema import LEGACY_LLM_COLUMNS
 
 NAME = "fig5_llm_grpo"
 
 
 def _markdown(table: list[dict]) -> str:
     lines = ["| method | s | lr | ratio to | seeds | final held-out acc (mean ± sample std) | min..max | Δ vs start "
-             "| cos_prev "
-             "| diverged |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| cos_prev | non-finite | collapsed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in table:
         lines.append(f"| {r['method']} | {r['staleness']} | {r['lr']:g} | {r['ratio_to']} | {r['seeds']} | "
                      f"{r['final_mean']:.3f} ± {r['final_std']:.3f} | {r['final_min']:.3f}..{r['final_max']:.3f} | "
-                     f"{r['delta_mean']:+.3f} | {r['cos_prev_mean']:.3f} | {r['diverged']} |")
+                     f"{r['delta_mean']:+.3f} | {r['cos_prev_mean']:.3f} | {r['nonfinite']} | "
+                     f"{r.get('collapsed', '–')} |")
     return "\n".join(lines)
+
+
+def failed(run: dict) -> bool:
+    """Whether the run went non-finite or collapsed (``sim.schema``'s rule; a table from before ``collapsed`` was
+    recorded has only the first)."""
+    return bool(run.get("nonfinite")) or str(run.get("collapsed")).lower() == "true"
 
 
 def outcome_panels(axes, runs: list[dict]) -> None:
     """(a) Δ held-out accuracy against the mean KL to the behaviour policy, (b) against the mean consecutive-gradient
     cosine over the first half of the run: one dot per naive-async run (the proximal ratio; ``outcome_rho``'s runs),
-    colour: step size, size: staleness, ×: a run that went non-finite. Each title gives its Spearman ρ."""
+    colour: step size, size: staleness, ×: a run that collapsed or went non-finite. Each title gives its Spearman ρ."""
     mine = [r for r in runs if r["method"] == "naive" and r["ratio_to"] == "proximal"]
     lrs = sorted({r["lr"] for r in mine})
     colors = dict(zip(lrs, plt.get_cmap("viridis")(np.linspace(0.0, 0.85, max(1, len(lrs)))), strict=False))
@@ -49,7 +56,7 @@ def outcome_panels(axes, runs: list[dict]) -> None:
         for r in mine:
             x = max(r[key], 1e-6) if key == "kl_behaviour_mean" else r[key]
             ax.scatter(x, r["delta_accuracy"], color=colors[r["lr"]], s=10 + 2 * r["staleness"],
-                       marker="x" if r["diverged"] else "o", alpha=0.8)
+                       marker="x" if failed(r) else "o", alpha=0.8)
         rho = outcome_rho(runs, key)
         ax.axhline(0, color="grey", lw=0.6)
         ax.set_title(f"{title}: Spearman ρ = {rho:+.2f}" if np.isfinite(rho) else f"{title} (too few runs for ρ)")
@@ -59,6 +66,8 @@ def outcome_panels(axes, runs: list[dict]) -> None:
     handles = [plt.Line2D([], [], ls="", marker="o", color=colors[lr], label=f"step size {lr:g}") for lr in lrs]
     handles += [plt.Line2D([], [], ls="", marker="o", color="grey", ms=np.sqrt(10 + 2 * s), label=f"$s$ = {s}")
                 for s in sorted({r["staleness"] for r in mine})]
+    if any(failed(r) for r in mine):
+        handles.append(plt.Line2D([], [], ls="", marker="x", color="grey", label="collapsed or non-finite"))
     axes[0].figure.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5), fontsize=6)
 
 
@@ -87,7 +96,9 @@ def configuration(run_rows: list[dict]) -> str:
 
 def draw(run_rows: list[dict], out_dir: Path, records: list[dict] | None = None) -> list[Path]:
     """The figure, NAME.csv (``run_rows``: one row per run, ``experiments.llm.summary_rows``, what the panels plot),
-    NAME_table.csv and, given the runs' per-step ``records``, NAME_steps.csv."""
+    NAME_table.csv and, given the runs' per-step ``records``, NAME_steps.csv. A committed table's legacy column names
+    are read as today's."""
+    run_rows = [{LEGACY_LLM_COLUMNS.get(k, k): v for k, v in r.items()} for r in run_rows]
     table = sorted(aggregate(run_rows), key=lambda r: (r["lr"], r["staleness"], r["method"]))
 
     apply_style()

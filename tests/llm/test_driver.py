@@ -124,3 +124,19 @@ def test_every_quick_small_llm_figure_shares_one_configuration_and_the_testbeds_
     assert len({json.dumps(configuration(a), sort_keys=True) for runs in small.values() for a in runs}) == 1
     named = {name: {llm.run_unit(llm.Run(a, ())).name for a in runs} for name, runs in small.items()}
     assert named["fig9_early_warning"] == named["fig1_cosine"] | named["fig3_divergence"]  # nothing of its own
+
+
+def test_fig5_reads_the_committed_tables_legacy_failure_column_as_nonfinite(tmp_path):
+    import pandas as pd
+
+    from paper_figs import committed, fig5_llm_grpo
+
+    committed_table = pd.read_csv(committed.DATA / "fig5_llm_grpo.csv")
+    assert "diverged" in committed_table and "nonfinite" not in committed_table  # made before the rename
+    rows = committed_table.to_dict("records")
+    rows[0]["diverged"] = True  # one run marked failed under the old name
+    fig5_llm_grpo.draw(rows, tmp_path)
+    redrawn = pd.read_csv(tmp_path / "fig5_llm_grpo.csv")
+    assert "diverged" not in redrawn and redrawn.nonfinite.tolist() == [True] + [False] * (len(rows) - 1)
+    table = pd.read_csv(tmp_path / "fig5_llm_grpo_table.csv")
+    assert table.nonfinite.sum() == 1 and "collapsed" not in table  # the old table recorded no collapse
