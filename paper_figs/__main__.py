@@ -94,7 +94,7 @@ def _run(args, jobs: int, declared, executor) -> int:
               f"{args.out} and every finished run is cached (or was warned about): fix that and rerun the same "
               "command", file=sys.stderr)
         return 4
-    except WarmStartRejected as err:  # a warm start no attempt brought into its accuracy range on this machine
+    except WarmStartRejected as err:  # no attempt brought the warm start into its accuracy range
         print(f"python -m paper_figs: error: {err}; the figures finished so far are in {args.out} and every finished "
               "run is cached; warm starts land differently on different CPUs (RESULTS.md, 'The LLM testbed')",
               file=sys.stderr)
