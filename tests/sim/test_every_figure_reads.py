@@ -70,13 +70,14 @@ def with_committed_llm_panel(name: str, out: Path, warm_seeds=None) -> None:
 
 @pytest.fixture(scope="module")
 def drawn(tmp_path_factory, tiny_checkpoint):
-    """({name: Figure}, {name: its output folder}) for every figure of ``DRAWN``, each drawn, saved and kept open."""
+    """({name: Figure}, {name: its output folder}, the drawings, which drawing makes a figure) for every figure of
+    ``DRAWN``, each drawn on first use (under the patches below), saved and kept open."""
     from experiments import llm, profiles, tuning
     from experiments.verdict import committed_verdict
     from paper_figs import fig10_verdict, llm_highsnr, llm_snr, llm_testbed
 
     root = tmp_path_factory.mktemp("figures")
-    saved, figures, out = [], {}, {}
+    saved = []
     real = common.save_figure
 
     def keep(fig, out_dir, name):
@@ -88,13 +89,31 @@ def drawn(tmp_path_factory, tiny_checkpoint):
             fig.set_layout_engine("constrained")
         return []
 
+    recipes: dict = {}
+
     def draw(key, how) -> None:
-        """Draw with ``how(folder)``; its one figure is ``key``, or, where it saves several, each under its name."""
+        """Register ``how(folder)``, which draws ``key`` (or, where it saves several, each under its name); it runs
+        when a test first asks for one of them, so each figure's cost is its own test's."""
+        recipes[key] = how
+
+    def make(key) -> None:
         out[key] = root / key.replace(" ", "_")
         out[key].mkdir()
         saved.clear()
-        how(out[key])
+        recipes[key](out[key])
         figures.update({key: saved[0][1]} if len(saved) == 1 else dict(saved))
+
+    source = {"fig1_cosine_llm_testbed": "llm_testbed", "fig3_divergence_llm_testbed": "llm_testbed",
+              "fig1_cosine_llm_highsnr": "llm_highsnr", "fig3_divergence_llm_highsnr": "llm_highsnr"}
+
+    class Drawn(dict):
+        """Figures (or output folders) by name, each drawn on first use."""
+
+        def __missing__(self, name):
+            make(source.get(name, name))
+            return dict.__getitem__(self, name)
+
+    figures, out = Drawn(), Drawn()
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(runtime.cache, "CACHE_DIR", root / "cache")  # one cache: fig9 reads fig1, fig3, fig5's runs
@@ -131,25 +150,30 @@ def drawn(tmp_path_factory, tiny_checkpoint):
                                                                     low_memory=False), folder))
         draw("llm_snr", lambda folder: llm_snr.draw(pd.read_csv(DATA / "llm_snr.csv"), folder))
         verdict = committed_verdict(fig10_verdict.COMMITTED)
-        mp.setattr(fig10_verdict, "llm_verdict", lambda results: {**verdict, "tuning": []})  # the quick shape of (d)
-        draw("fig10_verdict without tuning",
-             lambda folder: fig10_verdict.plot(fig10_verdict.committed_results(), folder))
-    yield figures, out
+
+        def without_tuning(folder):
+            with pytest.MonkeyPatch.context() as only_here:  # the quick shape of (d), for this drawing alone
+                only_here.setattr(fig10_verdict, "llm_verdict", lambda results: {**verdict, "tuning": []})
+                fig10_verdict.plot(fig10_verdict.committed_results(), folder)
+
+        draw("fig10_verdict without tuning", without_tuning)
+        yield figures, out, recipes, source
     common.plt.close("all")
 
 
 @pytest.mark.parametrize("name", DRAWN)
 def test_a_reader_understands(drawn, name):
-    figures, _ = drawn
+    figures = drawn[0]
     assert_a_reader_understands(figures[name], name)
 
 
-def test_every_figure_is_drawn(drawn):
-    assert set(drawn[0]) == set(DRAWN)
+def test_every_figure_has_a_drawing(drawn):
+    _, _, recipes, source = drawn
+    assert {source.get(name, name) for name in DRAWN} == set(recipes)  # and each is drawn by its reader test
 
 
 def test_llm_spread_is_a_band_over_eight_warm_starts_and_each_warm_starts_line_over_two(drawn):
-    figures, _ = drawn
+    figures = drawn[0]
     bands = [c for ax in figures["fig3_divergence"].axes for c in ax.collections if isinstance(c, PolyCollection)]
     assert bands and {BAND.fullmatch(c.get_gid())[1] for c in bands} == {"8"}  # 8 warm starts in fig3's LLM panel
     llm = next(ax for ax in figures["fig1_cosine"].axes if "small LLM" in ax.get_title())
@@ -160,7 +184,7 @@ def test_llm_spread_is_a_band_over_eight_warm_starts_and_each_warm_starts_line_o
 
 @pytest.mark.parametrize("name", TOYS)
 def test_toy_figure_writes_its_files(drawn, name):
-    _, out = drawn
+    out = drawn[1]
     for ext in ("csv", "png", "pdf"):
         assert (out[name] / f"{name}.{ext}").stat().st_size > 0
     for file in GOLDEN_FIGURES.get(name, ()):
