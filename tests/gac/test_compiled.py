@@ -334,9 +334,9 @@ def test_under_fsdp2_the_compiled_step_matches_the_general_path_with_one_all_red
 
     Tolerances: the cosines come from float64 sums on both paths (within 1e-6 once θ has drifted by float32
     rounding); θ within test_fused's rtol 1e-5, atol 1e-6: the compiled arithmetic is torch's fused Adam kernel's
-    and the general path's torch's foreach kernel's, which differ in float32 rounding order (a few ulp of each update
-    of size ≤ lr per step, over a handful of steps), far below 1e-6 absolute; a wrong sign or a missing term in
-    the correction moves θ by α·lr·d, orders above it."""
+    and the general path's is torch's own AdamW step on the DTensors, which differ in float32 rounding order (a few
+    ulp of each update of size about lr per step, over a handful of steps), far below 1e-6 absolute; a wrong sign or a
+    missing term in the correction moves θ by a fraction of a step's size, orders above it."""
     with tempfile.TemporaryDirectory() as tmp:
         spawn_gloo(fsdp_worker, lambda attempt: (os.path.join(tmp, f"init{attempt}"), tmp), 2)
         ranks = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(2)]
