@@ -118,10 +118,10 @@ display(highsnr.groupby("arm", sort=False).agg(
 # %% [markdown]
 # ## The mechanics: a run you can make here
 #
-# The rest of this notebook makes a run on your machine. It **loads the figure sweep's cached runs** when
-# `python -m paper_figs fig5_llm_grpo --profile quick` has been run here (about 15 minutes on 2 CPU cores); otherwise it
-# makes **a tiny run** (a 19k-parameter model on 1-digit addition, about a minute) that shows what is recorded and how
-# to read it, not the testbed's numbers.
+# The rest of this notebook makes a run on your machine. It **loads the quick sweep's runs** (those behind the
+# committed table `docs/data/fig5_llm_grpo.csv`) when they are in this checkout's run cache — the figures no longer
+# compute them: fig5's quick profile draws the committed table; otherwise it makes **a tiny run** (a 19k-parameter
+# model on 1-digit addition, about a minute) that shows what is recorded and how to read it, not the testbed's numbers.
 
 # %%
 import os
