@@ -281,7 +281,7 @@ FSDP_SKIP = {"gradient": 0.45, "update": 0.9, "momentum": 0.8}
 below 0.5), so that cap_skip caps and skips in every space."""
 
 
-def fsdp_worker(rank: int, init_file: str, result_dir: str) -> None:
+def fsdp_worker(rank: int, init_file: str, result_dir: str, space: str) -> None:
     from tests.gac.test_sharded_training import fsdp2
 
     # A rank that stops taking part in the other's collectives (the ranks' decisions parted) fails the test at the
@@ -291,35 +291,34 @@ def fsdp_worker(rank: int, init_file: str, result_dir: str) -> None:
     torch.set_num_threads(1)
     try:
         results = {}
-        for space in ("gradient", "update", "momentum"):
-            for config, fields in FSDP_CONFIGS.items():
-                skip = {"skip_threshold": FSDP_SKIP[space]} if config == "cap_skip" else {}
-                cfg = gac.GACConfig(**fields, **skip, space=space)
-                for compiled in (True, False):
-                    model = fsdp2(tiny_model())
-                    with warnings.catch_warnings(record=True) as caught:
-                        warnings.simplefilter("always")
-                        opt = gac.wrap(torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1), cfg,
-                                       fused=None if compiled else False, compiled=compiled)
-                    reports, calls = [], []
-                    for x, y in batches(FSDP_STEPS):
-                        half = len(x) // 2  # this rank's half of the batch
-                        opt.zero_grad()
-                        loss_fn(model, (x[rank * half:(rank + 1) * half], y[rank * half:(rank + 1) * half])).backward()
-                        counted, restore_all_reduce = count_all_reduce()  # GAC's collectives only, not FSDP's
-                        try:
-                            opt.step()
-                        finally:
-                            restore_all_reduce()
-                        calls.append(counted)
-                        reports.append((opt.last_report.regime, opt.last_report.cosine))
-                    results[space, config, compiled] = {
-                        "reports": reports, "calls": calls,
-                        "theta": [p.full_tensor().detach().clone() for p in model.parameters()],
-                        "taken": opt._compiled.steps_taken if opt._compiled is not None else None,
-                        "warnings": [str(w.message) for w in caught if "compiled=True" in str(w.message)]}
-                    del model, opt
-                    gc.collect()
+        for config, fields in FSDP_CONFIGS.items():
+            skip = {"skip_threshold": FSDP_SKIP[space]} if config == "cap_skip" else {}
+            cfg = gac.GACConfig(**fields, **skip, space=space)
+            for compiled in (True, False):
+                model = fsdp2(tiny_model())
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    opt = gac.wrap(torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1), cfg,
+                                   fused=None if compiled else False, compiled=compiled)
+                reports, calls = [], []
+                for x, y in batches(FSDP_STEPS):
+                    half = len(x) // 2  # this rank's half of the batch
+                    opt.zero_grad()
+                    loss_fn(model, (x[rank * half:(rank + 1) * half], y[rank * half:(rank + 1) * half])).backward()
+                    counted, restore_all_reduce = count_all_reduce()  # GAC's collectives only, not FSDP's
+                    try:
+                        opt.step()
+                    finally:
+                        restore_all_reduce()
+                    calls.append(counted)
+                    reports.append((opt.last_report.regime, opt.last_report.cosine))
+                results[space, config, compiled] = {
+                    "reports": reports, "calls": calls,
+                    "theta": [p.full_tensor().detach().clone() for p in model.parameters()],
+                    "taken": opt._compiled.steps_taken if opt._compiled is not None else None,
+                    "warnings": [str(w.message) for w in caught if "compiled=True" in str(w.message)]}
+                del model, opt
+                gc.collect()
         torch.save(results, os.path.join(result_dir, f"rank{rank}.pt"))
         dist.barrier()  # both ranks done with every collective before teardown
     finally:
@@ -327,7 +326,8 @@ def fsdp_worker(rank: int, init_file: str, result_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def test_under_fsdp2_the_compiled_step_matches_the_general_path_with_one_all_reduce_each():
+@pytest.mark.parametrize("space", ["gradient", "update", "momentum"])  # one compile per process pair each
+def test_under_fsdp2_the_compiled_step_matches_the_general_path_with_one_all_reduce_each(space):
     """FSDP2 (``fully_shard``, DTensor parameters) on 2 gloo ranks, each with half of every batch: the compiled step
     and the general path (``fused=False``) take the same decisions and reach the same parameters, in every space, for
     project and for cap with skips, and GAC's dot products are one all_reduce per step.
@@ -338,26 +338,25 @@ def test_under_fsdp2_the_compiled_step_matches_the_general_path_with_one_all_red
     ulp of each update of size about lr per step, over a handful of steps), far below 1e-6 absolute; a wrong sign or a
     missing term in the correction moves θ by a fraction of a step's size, orders above it."""
     with tempfile.TemporaryDirectory() as tmp:
-        spawn_gloo(fsdp_worker, lambda attempt: (os.path.join(tmp, f"init{attempt}"), tmp), 2)
+        spawn_gloo(fsdp_worker, lambda attempt: (os.path.join(tmp, f"init{attempt}"), tmp, space), 2)
         ranks = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(2)]
-    for space in ("gradient", "update", "momentum"):
-        for config in FSDP_CONFIGS:
-            for rank, results in enumerate(ranks):
-                got, expected = results[space, config, True], results[space, config, False]
-                regimes = [r for r, _ in expected["reports"]]
-                assert set(regimes) >= ({"keep", "project"} if config == "project" else {"cap", "skip"}), regimes
-                assert [r for r, _ in got["reports"]] == regimes, (space, config, rank)
-                torch.testing.assert_close(torch.tensor([c for _, c in got["reports"]]),
-                                           torch.tensor([c for _, c in expected["reports"]]),
-                                           rtol=0, atol=1e-6, equal_nan=True)
-                for a, b in zip(got["theta"], expected["theta"], strict=True):
-                    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-                # The layout check once (3 numbers), then per step one all_reduce of the sums: ⟨v, d⟩, ‖v‖², ‖d‖²
-                # and presence for each of the 4 tensors, and the two non-finite flags.
-                assert got["calls"] == expected["calls"] == [[3, 18]] + [[18]] * (FSDP_STEPS - 1)
-                if space == "gradient":  # DTensor gradients are not swapped: the fused path, said once at wrap
-                    assert got["taken"] is None and len(got["warnings"]) == 1, got["warnings"]
-                    assert "cannot apply (gradient space with DTensor parameters" in got["warnings"][0]
-                else:  # every step but the first and those right after a skip, with DTensor parameters
-                    assert got["taken"] == FSDP_STEPS - 1 - regimes[:-1].count("skip") and not got["warnings"]
-            assert same(ranks[0][space, config, True]["reports"], ranks[1][space, config, True]["reports"])
+    for config in FSDP_CONFIGS:
+        for rank, results in enumerate(ranks):
+            got, expected = results[space, config, True], results[space, config, False]
+            regimes = [r for r, _ in expected["reports"]]
+            assert set(regimes) >= ({"keep", "project"} if config == "project" else {"cap", "skip"}), regimes
+            assert [r for r, _ in got["reports"]] == regimes, (space, config, rank)
+            torch.testing.assert_close(torch.tensor([c for _, c in got["reports"]]),
+                                       torch.tensor([c for _, c in expected["reports"]]),
+                                       rtol=0, atol=1e-6, equal_nan=True)
+            for a, b in zip(got["theta"], expected["theta"], strict=True):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+            # The layout check once (3 numbers), then per step one all_reduce of the sums: ⟨v, d⟩, ‖v‖², ‖d‖²
+            # and presence for each of the 4 tensors, and the two non-finite flags.
+            assert got["calls"] == expected["calls"] == [[3, 18]] + [[18]] * (FSDP_STEPS - 1)
+            if space == "gradient":  # DTensor gradients are not swapped: the fused path, said once at wrap
+                assert got["taken"] is None and len(got["warnings"]) == 1, got["warnings"]
+                assert "cannot apply (gradient space with DTensor parameters" in got["warnings"][0]
+            else:  # every step but the first and those right after a skip, with DTensor parameters
+                assert got["taken"] == FSDP_STEPS - 1 - regimes[:-1].count("skip") and not got["warnings"]
+        assert same(ranks[0][space, config, True]["reports"], ranks[1][space, config, True]["reports"])
