@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 import gac
 from tests.gac.helpers import batches, count_all_reduce, loss_fn, spawn_gloo, tiny_model
-from tests.gac.test_fused import SHAPES, STEPS, gradients, same
+from tests.gac.test_fused import SHAPES, STEPS, gradients, same, step_interleaved
 from tests.gac.test_space import CONFIGS as HAND_CONFIGS
 from tests.gac.test_space import STEPS as HAND_STEPS
 from tests.gac.test_space import make_optimizer, problem, run_by_hand, run_steps
@@ -237,12 +237,7 @@ def ddp_worker(rank: int, init_file: str, result_dir: str) -> None:
                 opt = gac.wrap(torch.optim.AdamW(params, lr=0.05, weight_decay=0.1, fused=True),
                                gac.GACConfig(threshold=0.3, mode="cap", space=space),
                                process_group=dist.group.WORLD, compiled=True)
-                regimes = []
-                for step in range(STEPS):
-                    for p, g in zip(params, gradients(step), strict=True):
-                        p.grad = g.reshape(-1)[rank::2].clone()
-                    opt.step()
-                    regimes.append(opt.last_report.regime)
+                regimes = step_interleaved(params, opt, rank)
             finally:
                 restore_all_reduce()
             results[space] = {"theta": [p.detach() for p in params], "regimes": regimes, "calls": list(calls),

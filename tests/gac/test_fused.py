@@ -37,6 +37,18 @@ def gradients(step: int, drift: float = 0.7) -> list[torch.Tensor]:
     return [-g if step % 5 == 4 else g for g in grads]
 
 
+def step_interleaved(params, opt, rank: int) -> list[str]:
+    """``STEPS`` steps of ``opt`` on this rank's interleaved half (every other entry) of each of ``gradients``; the
+    regimes it took."""
+    regimes = []
+    for step in range(STEPS):
+        for p, g in zip(params, gradients(step), strict=True):
+            p.grad = g.reshape(-1)[rank::2].clone()
+        opt.step()
+        regimes.append(opt.last_report.regime)
+    return regimes
+
+
 def same(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> bool:
     """Reports equal, a NaN cosine (no direction to compare with) equal to a NaN one."""
     return len(a) == len(b) and all(ra == rb and (ca == cb or (math.isnan(ca) and math.isnan(cb)))
@@ -315,12 +327,7 @@ def ddp_worker(rank: int, init_file: str, space: str, result_dir: str) -> None:
         params = [torch.nn.Parameter(t.reshape(-1)[rank::2].clone()) for t in full]  # each rank every other entry
         opt = gac.wrap(torch.optim.AdamW(params, lr=LR, weight_decay=0.1, fused=True),
                        gac.GACConfig(threshold=0.3, mode="cap", space=space), process_group=dist.group.WORLD)
-        regimes = []
-        for step in range(STEPS):
-            for p, g in zip(params, gradients(step), strict=True):
-                p.grad = g.reshape(-1)[rank::2].clone()
-            opt.step()
-            regimes.append(opt.last_report.regime)
+        regimes = step_interleaved(params, opt, rank)
         torch.save({"theta": [p.detach() for p in params], "regimes": regimes, "calls": list(calls),
                     "fused": opt.fused}, os.path.join(result_dir, f"rank{rank}.pt"))
         restore_all_reduce()
