@@ -26,9 +26,10 @@ warm start and step size, ``Law.llm_steps`` RL steps; its "seeds" are accepted w
 stable under ``progress`` if it neither went non-finite nor collapsed (the trainer's rule,
 ``sim.schema.collapse_step``: a held-out accuracy below half of the best before it), and under ``finite`` if it
 never went non-finite. No closed form gives the LLM's λ_max, so its theory_lr is NaN; its exponent is still
-fitted beside theory's.
+fitted beside theory's. ``llm_highsnr`` is the same search at the high-SNR configuration (``experiments.llm_highsnr``:
+2,048 untied samples per step) with the uncorrected ratio, whose naive runs collapse at the study's shared step.
 ``python -m experiments.staleness_lr --profile full --out docs/data/staleness_lr_scaling.csv`` (toy scales;
-``--scales`` adds ``llm``).
+``--scales`` adds ``llm`` or ``llm_highsnr``).
 """
 
 from __future__ import annotations
@@ -54,12 +55,15 @@ STALENESS = (1, 2, 4, 8, 16)
 METHODS = ("naive", "gac")
 SCALES = ("quadratic", "bandit_gaussian", "bandit_gaussian_mean")
 """The toy scales (the default); ``ALL_SCALES`` adds the LLM testbed."""
-ALL_SCALES = (*SCALES, "llm")
+LLM_SCALES = ("llm", "llm_highsnr")
+"""The LLM scales: the 128-sample testbed, and the high-SNR configuration (``experiments.llm_highsnr.BASE``) with
+the uncorrected ratio, where naive async collapses at the shared step."""
+ALL_SCALES = (*SCALES, *LLM_SCALES)
 CRITERIA = ("progress", "finite")
 GAP_FRACTION = 0.5
 """A stable run ends with its objective gap at most this share of the initial gap."""
 SEARCH_RANGE = {"quadratic": (0.01, 8.0), "bandit_gaussian": (2.0**-9, 2.0**3), "bandit_gaussian_mean": (0.01, 8.0),
-                "llm": (1.5e-4, 1.92e-2)}
+                "llm": (1.5e-4, 1.92e-2), "llm_highsnr": (1.5e-5, 1.92e-3)}
 """Each scale's step-size grid [low, high]: wide enough that every boundary measured so far lies inside it (a seed
 stable at ``high`` or unstable at ``low`` is reported as censored, never clipped silently)."""
 ADVANTAGE = {"bandit_gaussian": "grpo", "bandit_gaussian_mean": "mean"}
@@ -85,7 +89,7 @@ the same fit applied to theory's exact curve over the same s."""
 
 def criterion_rule(criterion: str, steps: int, scale: str = "quadratic") -> str:
     """The words of the CSV's ``criterion_rule`` column: how a run and a step size were judged stable on ``scale``."""
-    if scale == "llm":
+    if scale in LLM_SCALES:
         from experiments.early_warning import LLM_COLLAPSE_FRACTION
 
         run = "it never went non-finite"
@@ -252,20 +256,27 @@ def bandit_evaluator(advantage: str, steps: int, seeds: int, cell_list: list[tup
 
 
 LLM_BASE: dict = {}
-"""Args changes of the LLM scale on top of the testbed's ``BASE`` (tests put the tiny model here)."""
+"""Args changes of the LLM scales on top of their configuration (tests put the tiny model here)."""
+
+
+def llm_config(scale: str) -> dict:
+    """The trainer arguments of an LLM scale: the testbed's ``BASE``, or the high-SNR study's with the uncorrected
+    ratio."""
+    from experiments import llm_figures, llm_highsnr
+
+    return llm_figures.BASE if scale == "llm" else dict(llm_highsnr.BASE, ratio_to="proximal")
 
 
 def llm_evaluator(steps: int, warm_starts: Sequence[int], cell_list: list[tuple[str, int]],
-                  criterion: str = "progress", jobs: int | None = None) -> Evaluate:
-    """``Evaluate`` on the LLM testbed: every pair one run per warm start (RL seed 0), cached, ``jobs`` at a time."""
+                  criterion: str = "progress", jobs: int | None = None, scale: str = "llm") -> Evaluate:
+    """``Evaluate`` on an LLM scale: every pair one run per warm start (RL seed 0), cached, ``jobs`` at a time."""
     from dataclasses import replace
 
     from experiments.llm import Run, results_of
-    from experiments.llm_figures import BASE
     from sim.llm.train import Args
 
-    base = Args(**{**BASE, "snr_every": 1000, "eval_every": min(20, steps), **LLM_BASE}, steps=steps, progress=False,
-                on_nonfinite="mark")
+    base = Args(**{**llm_config(scale), "snr_every": 1000, "eval_every": min(20, steps), **LLM_BASE}, steps=steps,
+                progress=False, on_nonfinite="mark")
 
     def evaluate(pairs):
         runs = [Run(replace(base, method=cell_list[c][0], staleness=cell_list[c][1], lr=lr, warm_seed=w, seed=0),
@@ -294,8 +305,9 @@ def evaluator(scale: str, profile: Law, criterion: str) -> tuple[Evaluate, int]:
     if scale in ADVANTAGE:
         return (bandit_evaluator(ADVANTAGE[scale], profile.bandit_steps, profile.seeds, cells(), criterion),
                 profile.bandit_steps)
-    if scale == "llm":
-        return llm_evaluator(profile.llm_steps, profile.llm_warm_starts, cells(), criterion), profile.llm_steps
+    if scale in LLM_SCALES:
+        return (llm_evaluator(profile.llm_steps, profile.llm_warm_starts, cells(), criterion, scale=scale),
+                profile.llm_steps)
     raise ValueError(f"unknown scale {scale!r}; choose from {', '.join(ALL_SCALES)}")
 
 
@@ -343,7 +355,7 @@ def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
         raise ValueError(f"unknown criterion {criterion!r}; choose from {', '.join(CRITERIA)}")
     evaluate, steps = evaluator(scale, p, criterion)
     low, high = SEARCH_RANGE[scale]
-    if scale == "llm":
+    if scale in LLM_SCALES:
         seeds = len(p.llm_warm_starts)
         found = search_boundaries(evaluate, len(cells()), seeds, low, high, p.llm_grid_points, p.refinements,
                                   p.llm_refine_points)
@@ -422,7 +434,7 @@ def law_tables(profile: str = "quick", scales: Sequence[str] = SCALES, criteria:
 
     units = [scale_unit(scale, profile, criterion) for scale in scales for criterion in criteria]
     # the llm scale's search computes its GRPO runs through the graph itself: its units run here, one after another
-    values = compute(units, 1 if "llm" in scales else None, force_recompute(), name="staleness_lr",
+    values = compute(units, 1 if set(LLM_SCALES) & set(scales) else None, force_recompute(), name="staleness_lr",
                      log=log if log is not None else (lambda *a, **k: None))
     found = [values[u.name] for u in units]
     return {"table": [row for f in found for row in table_rows(f)], "fit": [row for f in found for row in fit_rows(f)]}
@@ -444,7 +456,7 @@ class StalenessLRArgs:
     force: bool = False
     """overwrite committed (git-tracked) CSVs with the quick profile"""
     scales: tuple[Annotated[Literal[ALL_SCALES], choice("--scales", ALL_SCALES)], ...] = SCALES
-    """the scales to search (llm: the 0.6M testbed, hours of CPU on the full profile)"""
+    """the scales to search (llm: the 0.6M testbed, hours of CPU on the full profile; llm_highsnr: tens of hours)"""
 
 
 def main(argv=None) -> int:

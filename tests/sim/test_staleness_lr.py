@@ -162,6 +162,32 @@ def test_llm_scale_smoke_on_the_tiny_model(tiny_checkpoint, tmp_path, monkeypatc
                for r in rows)
 
 
+def test_the_high_snr_scale_runs_the_high_snr_configuration_with_the_uncorrected_ratio(monkeypatch):
+    """Each (cell, step) pair is one run per warm start, with the high-SNR study's batch and the uncorrected ratio;
+    the testbed scale keeps the behaviour ratio and its 16 prompts."""
+    import experiments.llm
+    from experiments import llm_highsnr
+
+    seen = []
+
+    def results_of(runs, **_):
+        seen.extend(runs)
+        return [(run, {"summary": {"nonfinite_at": None, "collapsed": run.args.staleness > 2}}) for run in runs]
+
+    monkeypatch.setattr(experiments.llm, "results_of", results_of)
+    cells = [("naive", 1), ("naive", 4)]
+    stable = law.llm_evaluator(100, (1, 2), cells, scale="llm_highsnr")([(0, 1e-4), (1, 3e-4)])
+    assert stable.tolist() == [[True, True], [False, False]]
+    assert [(r.args.staleness, r.args.lr, r.args.warm_seed) for r in seen] == [(1, 1e-4, 1), (1, 1e-4, 2),
+                                                                              (4, 3e-4, 1), (4, 3e-4, 2)]
+    a = seen[0].args
+    assert (a.ratio_to, a.prompts_per_step, a.drop_tied_groups, a.steps) == ("proximal", 256, True, 100)
+    assert a.prompts_per_step == llm_highsnr.BASE["prompts_per_step"]
+    seen.clear()
+    law.llm_evaluator(100, (1,), cells, scale="llm")([(0, 1e-4)])
+    assert (seen[0].args.ratio_to, seen[0].args.prompts_per_step) == ("behaviour", 16)
+
+
 @pytest.mark.parametrize("out, message", [("table.txt", "must name a .csv"), ("a_file/t.csv", "is a file"),
                                           ("a_folder.csv", "is a folder")])
 def test_command_refuses_bad_output_before_any_run(out, message, tmp_path, monkeypatch, capsys):
