@@ -159,8 +159,13 @@ class FusedAlignmentControl(GradientAlignmentControl):
             return presummed[1]
         fast = [self._fast(v, r) for v, r in zip(vectors, refs, strict=True)]
         terms = Terms(len(vectors))
+        chunk = chunk_numel(_parts(vectors[0])[0].device)
         for tensor, (vector, ref, ok) in enumerate(zip(vectors, refs, fast, strict=True)):
-            if ok:
+            if not ok:
+                continue
+            if isinstance(vector, torch.Tensor) and (ref is None or ref.dtype == vector.dtype):
+                terms.add_tensor(tensor, _flat(vector), None if ref is None else _flat(ref), with_d_sq, chunk)
+            else:  # a Difference, or a reference of another dtype: formed or converted chunk by chunk in scratch
                 for v, r in self._chunks(vector, ref):
                     terms.add(tensor, v, r, with_d_sq)
         sums = terms.sums(_parts(vectors[0])[0].device)
@@ -250,6 +255,26 @@ class Terms:
         if r is not None and with_d_sq:
             d_sqs.append(torch.dot(r, r))
             d_of.append(tensor)
+
+    def add_tensor(self, tensor: int, v: torch.Tensor, r: torch.Tensor | None, with_d_sq: bool, chunk: int) -> None:
+        """``add`` for each chunk of ``chunk`` elements of flat tensors ``v`` and ``r`` (the same dots, in the same
+        order, with one Python call per tensor instead of a generator and a call per chunk)."""
+        dots, dot_of, g_sqs, g_of, d_sqs, d_of = self.rows.setdefault(v.dtype, ([], [], [], [], [], []))
+        pieces = (v,) if v.numel() <= chunk else v.split(chunk)
+        r_pieces = (None,) * len(pieces) if r is None else (r,) if len(pieces) == 1 else r.split(chunk)
+        dot = torch.dot
+        for v_c, r_c in zip(pieces, r_pieces, strict=True):
+            if r_c is not None:
+                dots.append(dot(v_c, r_c))
+            g_sqs.append(dot(v_c, v_c))
+            if r_c is not None and with_d_sq:
+                d_sqs.append(dot(r_c, r_c))
+        count = len(pieces)
+        g_of.extend([tensor] * count)
+        if r is not None:
+            dot_of.extend([tensor] * count)
+            if with_d_sq:
+                d_of.extend([tensor] * count)
 
     def sums(self, device) -> torch.Tensor:
         out = torch.zeros(3, self.tensors, dtype=torch.float64, device=device)
