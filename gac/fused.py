@@ -19,6 +19,7 @@ The path serves exactly ``Adam``/``AdamW`` with every parameter on one device an
 
 from __future__ import annotations
 
+import math
 import warnings
 import weakref
 
@@ -279,9 +280,10 @@ class Terms:
     def sums(self, device) -> torch.Tensor:
         out = torch.zeros(3, self.tensors, dtype=torch.float64, device=device)
         for dots, dot_of, g_sqs, g_of, d_sqs, d_of in self.rows.values():
-            for row, (values, of) in enumerate(((dots, dot_of), (g_sqs, g_of), (d_sqs, d_of))):
-                if values:
-                    out[row].index_add_(0, torch.tensor(of, device=device), torch.stack(values).to(torch.float64))
+            # one index_add_ over the three rows' slots (each slot's terms added in the order they came)
+            slots = dot_of + [self.tensors + t for t in g_of] + [2 * self.tensors + t for t in d_of]
+            out.view(-1).index_add_(0, torch.tensor(slots, device=device),
+                                    torch.stack(dots + g_sqs + d_sqs).to(torch.float64))
         return out
 
 
@@ -289,11 +291,10 @@ def doubtful(sums: torch.Tensor, has_ref: list[bool], with_d_sq: bool, skip: set
     """Tensors whose fast sums cannot stand: one not finite, or ‖v‖² (or ‖d‖², when taken with a reference) below
     ``TINY_SQ`` — zero included, as a float32 square can underflow to it (a zero gradient costs one float64 pass;
     whether a tensor counts as having a gradient is decided by its ‖v‖² being nonzero)."""
-    finite = torch.isfinite(sums).all(0)
-    small_g = sums[1] < TINY_SQ
-    small_d = (sums[2] < TINY_SQ) & torch.tensor(has_ref, device=sums.device) if with_d_sq else small_g & False
-    bad = (~finite | small_g | small_d).tolist()
-    return [t for t, b in enumerate(bad) if b and t not in skip]
+    dots, g_sqs, d_sqs = sums.tolist()
+    return [t for t, (dot, g_sq, d_sq, ref) in enumerate(zip(dots, g_sqs, d_sqs, has_ref, strict=True))
+            if t not in skip and not (math.isfinite(dot) and math.isfinite(g_sq) and math.isfinite(d_sq)
+                                      and g_sq >= TINY_SQ and not (with_d_sq and ref and d_sq < TINY_SQ))]
 
 
 def fused_look_at_gradients(params: list[torch.Tensor], exact) -> tuple[bool, list[bool]]:
