@@ -12,15 +12,16 @@ Adam/AdamW written out in torch ops and compiled into one generated loop per par
 
 The sums are float64, as the general path's; the step is the arithmetic of torch's fused kernel, so results agree with
 the other paths within float rounding (tests/gac/test_compiled.py). A step these loops do not serve
-(``CompiledAdamStep.serves`` and the callers' checks) runs the fused path; a failed compile warns once, finishes that
-step eagerly, and the fused path runs from then on. Opt-in because the compile is paid once per process and parameter
-layout, which short runs never earn back.
+(``CompiledAdamStep._gather``) runs the fused path; a failed compile warns once, finishes that step eagerly, and the
+fused path runs from then on. Opt-in because the compile is paid once per process and parameter layout, which short
+runs never earn back.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from typing import NamedTuple
 
 import torch
 
@@ -131,6 +132,25 @@ def momentum_step(thetas, grads, exp_avgs, exp_avg_sqs, refs, scalars, coupled):
         exp_avg_sqs[i].copy_(v)
 
 
+class Batch(NamedTuple):
+    """One compiled step's inputs (``CompiledAdamStep._gather``): per parameter with a gradient, in the optimizer's
+    order, its tracker index, θ, g, m, v, its reference, its scalar row, whether its weight decay is coupled (Adam)
+    and its step-count tensor."""
+
+    indices: list
+    thetas: list
+    grads: list
+    exp_avgs: list
+    exp_avg_sqs: list
+    refs: list
+    rows: list
+    coupled: list
+    steps: list
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
 # -- when and how it runs -----------------------------------------------------------------------------------------
 class CompiledAdamStep:
     """The compiled steps of one wrapped Adam/AdamW (``gac.wrap(..., compiled=True)``). ``failed`` names why it
@@ -145,8 +165,8 @@ class CompiledAdamStep:
         return {**self.__dict__, "_functions": {}}  # a copy compiles again at its first compiled step
 
     def serves(self, optimizer: torch.optim.Optimizer) -> bool:
-        """Whether this step of ``optimizer`` can be a compiled one, as far as the optimizer goes (module
-        docstring); GAC's side (references, the buffer swap, finite sums) is checked by each space."""
+        """Whether a step of ``optimizer`` can be a compiled one as far as the optimizer itself goes (no step hooks,
+        no grad scaler, no amsgrad/capturable/differentiable group); its tensors are checked by ``_gather``."""
         if self.failed is not None or optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks:
             return False
         from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
@@ -157,40 +177,27 @@ class CompiledAdamStep:
         step = vars(optimizer).get("step")  # an instance-level step: only an LR scheduler's call counter is known
         if step is not None and not getattr(step, "_wrapped_by_lr_sched", False):
             return False
-        dtypes = set()
-        for group in optimizer.param_groups:
-            if group.get("amsgrad") or group.get("capturable") or group.get("differentiable"):
-                return False
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = optimizer.state.get(p, {})
-                if "step" not in state or "exp_avg" not in state or "exp_avg_sq" not in state:
-                    return False
-                tensors = [local_tensor(t) for t in (p, p.grad, state["exp_avg"], state["exp_avg_sq"])]
-                if not all(type(t) in (torch.Tensor, torch.nn.Parameter) and t.dtype in FOLDABLE_DTYPES
-                           and t.is_contiguous() and t.shape == tensors[0].shape for t in tensors):
-                    return False
-                dtypes.update(t.dtype for t in tensors)
-        return len(dtypes) == 1
+        return not any(group.get("amsgrad") or group.get("capturable") or group.get("differentiable")
+                       for group in optimizer.param_groups)
 
     def gradient_step(self, wrapper):
         """Gradient space: the report, with the step taken (compiled when GAC acts on every parameter with a
         gradient by swapping buffers, else the fused path's writes and the optimizer's own step)."""
         tracker, optimizer = wrapper.gac, wrapper.optimizer
-        with_grad = [i for i, p in enumerate(tracker.params) if p.grad is not None]
-        outs = ([tracker._swappable(i, ACT) for i in with_grad] if wrapper.swap_grads and self.serves(optimizer)
-                else [None])  # the references that g' will be written over (the buffer swap)
-        swaps = all(out is not None for out in outs)
-        report = tracker.apply(swap_grads=wrapper.swap_grads, defer=("act" if swaps else None))
+        # The references that g' will be written over (the buffer swap), or None: the fused path's writes.
+        batch = self._gather(optimizer, lambda index, _: tracker._swappable(index, ACT)) if wrapper.swap_grads \
+            else None
+        report = tracker.apply(swap_grads=wrapper.swap_grads, defer=("act" if batch is not None else None))
         deferred, tracker.deferred = tracker.deferred, None
         if deferred is not None:
             indices, _, _, coef, _, _ = deferred
-            if indices != with_grad:  # a parameter takes no part (an all-zero gradient): the fused path's writes
+            if indices != batch.indices:  # a parameter takes no part (an all-zero gradient): the fused path's writes
                 tracker._write(*deferred)
             else:
-                pairs = {tracker.params[i]: (tracker.params[i].grad, out) for i, out in zip(indices, outs, strict=True)}
-                self._run(optimizer, "gradient", pairs, coef)
+                for row in batch.rows:
+                    row[COEF] = coef
+                self._launch("gradient_step", batch, batch.thetas, batch.grads, batch.refs, batch.exp_avgs,
+                             batch.exp_avg_sqs)
                 for index in indices:
                     tracker.swap_written(index)
                 return report
@@ -202,25 +209,21 @@ class CompiledAdamStep:
         """Update or momentum space: the report with the step taken, or None (nothing changed) when this step is not
         one the compiled path takes; the caller then runs the fused path."""
         tracker, optimizer = wrapper.gac, wrapper.optimizer
-        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        if not params or not self.serves(optimizer):
+
+        def reference(index, param):
+            ref = tracker._reference_of(index)
+            return ref if ref is not None and ref.is_contiguous() and ref.shape == local_tensor(param).shape else None
+
+        batch = self._gather(optimizer, reference)
+        if batch is None:
             return None
-        index_of = {p: i for i, p in enumerate(tracker.params)}
-        refs = [tracker._reference_of(index_of[p]) for p in params]
-        if any(r is None or not r.is_contiguous() or r.shape != local_tensor(p).shape
-               for r, p in zip(refs, params, strict=True)):
-            return None
-        inputs = self._inputs(optimizer, {p: (p.grad, r) for p, r in zip(params, refs, strict=True)}, coef=0.0)
-        thetas, grads, exp_avgs, exp_avg_sqs, ref_list, rows, coupled, steps = inputs
-        scalars = torch.tensor(rows, dtype=thetas[0].dtype, device=thetas[0].device)
-        tensors = (thetas, grads, exp_avgs, exp_avg_sqs, ref_list)
-        sums = self._call(f"{space}_sums", *tensors, scalars, coupled)
+        tensors = (batch.thetas, batch.grads, batch.exp_avgs, batch.exp_avg_sqs, batch.refs)
+        sums = self._call(f"{space}_sums", *tensors, self._scalars(batch), batch.coupled)
         if not bool(torch.isfinite(sums).all()):  # a non-finite gradient, step or reference: the fused path decides
             return None
-        has = (sums[:, 3] > 0).tolist()
         has_gradient = [False] * len(tracker.params)
-        for p, value in zip(params, has, strict=True):
-            has_gradient[index_of[p]] = value
+        for index, value in zip(batch.indices, (sums[:, 3] > 0).tolist(), strict=True):
+            has_gradient[index] = value
         # The sums' rows follow the optimizer's order, which is the tracker's; the gradients stand for the vectors
         # they are sums of (Δ or m_t, never formed: the writes are deferred to the second loop).
         vectors = [p.grad for p in tracker.params]
@@ -236,53 +239,70 @@ class CompiledAdamStep:
             return report  # no step: the optimizer's state is unchanged, the reference restarted
         written = set(indices)
         weight = 1.0 if tracker.cfg.reference == "prev" else 1.0 - tracker.cfg.ema_decay
-        for row, p in zip(rows, params, strict=True):
-            acting = regime == ACT and index_of[p] in written
-            row[COEF] = coef if acting else 0.0
-            row[REF_WEIGHT] = weight if index_of[p] in written and regime != SKIP else 0.0
+        for row, index in zip(batch.rows, batch.indices, strict=True):
+            row[COEF] = coef if regime == ACT and index in written else 0.0
+            row[REF_WEIGHT] = weight if index in written and regime != SKIP else 0.0
             row[HOLD] = 1.0 if regime == SKIP else 0.0
-        self._call(f"{space}_step", *tensors, torch.tensor(rows, dtype=thetas[0].dtype, device=thetas[0].device),
-                   coupled)
-        torch._foreach_add_(steps, 1)
-        self.steps_taken += 1
+        self._launch(f"{space}_step", batch, *tensors)
         tracker._spare.clear()  # the fused path's θ_before or m_t buffers, unused here
         return report
 
     # -- internals ------------------------------------------------------------------------------------------------
-    def _run(self, optimizer, name: str, pairs: dict, coef: float) -> None:
-        thetas, grads, exp_avgs, exp_avg_sqs, outs, rows, coupled, steps = self._inputs(optimizer, pairs, coef)
-        scalars = torch.tensor(rows, dtype=thetas[0].dtype, device=thetas[0].device)
-        self._call(f"{name}_step", thetas, grads, outs, exp_avgs, exp_avg_sqs, scalars, coupled)
-        torch._foreach_add_(steps, 1)
+    def _launch(self, name: str, batch: Batch, *tensors) -> None:
+        """The step kernel ``name`` on ``tensors`` with the batch's scalar rows; the optimizer's step counts + 1."""
+        self._call(name, *tensors, self._scalars(batch), batch.coupled)
+        torch._foreach_add_(batch.steps, 1)
         self.steps_taken += 1
 
     @staticmethod
-    def _inputs(optimizer, pairs: dict, coef: float):
-        """The kernels' tensors in the optimizer's order, each parameter's scalar row (``COEF`` = coef) and the
-        per-tensor coupled-weight-decay flags; ``pairs`` maps each parameter with a gradient to (g, d)."""
-        thetas, grads, exp_avgs, exp_avg_sqs, refs, rows, coupled, steps = ([] for _ in range(8))
+    def _scalars(batch: Batch) -> torch.Tensor:
+        return torch.tensor(batch.rows, dtype=batch.thetas[0].dtype, device=batch.thetas[0].device)
+
+    def _gather(self, optimizer, reference) -> Batch | None:
+        """The kernels' inputs, in the optimizer's order (the tracker's), for the parameters with a gradient; None
+        when this step is not one the compiled loops serve: ``serves``, and per parameter its Adam state present,
+        θ, g, m, v plain contiguous tensors of one float dtype and shape, and ``reference(index, param)`` (its
+        tracker index) a tensor, not None. Each scalar row has ``COEF`` 0."""
+        if not self.serves(optimizer):
+            return None
+        batch = Batch([], [], [], [], [], [], [], [], [])
+        index, dtype = -1, None
         for group in optimizer.param_groups:
             beta1, beta2 = (float(b) for b in group["betas"])
             lr, weight_decay, eps = float(group["lr"]), float(group["weight_decay"]), float(group["eps"])
             is_coupled = coupled_weight_decay(optimizer, group)
+            decay = 1.0 if is_coupled else 1.0 - lr * weight_decay
+            sign = -1.0 if group.get("maximize", False) else 1.0
             for p in group["params"]:
+                index += 1
                 if p.grad is None:
                     continue
-                state = optimizer.state[p]
-                grad, ref = pairs[p]
+                state = optimizer.state.get(p)
+                if state is None or "step" not in state or "exp_avg" not in state or "exp_avg_sq" not in state:
+                    return None
+                tensors = (local_tensor(p), local_tensor(p.grad), local_tensor(state["exp_avg"]),
+                           local_tensor(state["exp_avg_sq"]))
+                dtype = tensors[0].dtype if dtype is None else dtype
+                shape = tensors[0].shape
+                if dtype not in FOLDABLE_DTYPES or not all(
+                        type(t) in _PLAIN and t.dtype == dtype and t.is_contiguous() and t.shape == shape
+                        for t in tensors):
+                    return None
+                ref = reference(index, p)
+                if ref is None:
+                    return None
                 step = int(state["step"]) + 1  # torch's kernels use the step count after adding 1
-                decay = 1.0 if is_coupled else 1.0 - lr * weight_decay
-                rows.append([coef, decay, weight_decay, beta1, 1.0 - beta1, beta2, 1.0 - beta2,
-                             math.sqrt(1.0 - beta2**step), lr / (1.0 - beta1**step), eps,
-                             -1.0 if group.get("maximize", False) else 1.0, 0.0, 0.0])
-                thetas.append(local_tensor(p).detach())
-                grads.append(local_tensor(grad))
-                refs.append(local_tensor(ref))
-                exp_avgs.append(local_tensor(state["exp_avg"]))
-                exp_avg_sqs.append(local_tensor(state["exp_avg_sq"]))
-                coupled.append(is_coupled)
-                steps.append(state["step"])
-        return thetas, grads, exp_avgs, exp_avg_sqs, refs, rows, tuple(coupled), steps
+                batch.rows.append([0.0, decay, weight_decay, beta1, 1.0 - beta1, beta2, 1.0 - beta2,
+                                   math.sqrt(1.0 - beta2**step), lr / (1.0 - beta1**step), eps, sign, 0.0, 0.0])
+                batch.indices.append(index)
+                batch.thetas.append(tensors[0].detach())
+                batch.grads.append(tensors[1])
+                batch.exp_avgs.append(tensors[2])
+                batch.exp_avg_sqs.append(tensors[3])
+                batch.refs.append(local_tensor(ref))
+                batch.coupled.append(is_coupled)
+                batch.steps.append(state["step"])
+        return batch._replace(coupled=tuple(batch.coupled)) if batch.indices else None
 
     def _call(self, name: str, *args):
         """The compiled ``name`` on ``args``; after a failed compile (one warning) the same function, run eagerly."""

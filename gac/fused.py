@@ -19,6 +19,7 @@ The path serves exactly ``Adam``/``AdamW`` with every parameter on one device an
 
 from __future__ import annotations
 
+import math
 import warnings
 import weakref
 
@@ -159,8 +160,13 @@ class FusedAlignmentControl(GradientAlignmentControl):
             return presummed[1]
         fast = [self._fast(v, r) for v, r in zip(vectors, refs, strict=True)]
         terms = Terms(len(vectors))
+        chunk = chunk_numel(_parts(vectors[0])[0].device)
         for tensor, (vector, ref, ok) in enumerate(zip(vectors, refs, fast, strict=True)):
-            if ok:
+            if not ok:
+                continue
+            if isinstance(vector, torch.Tensor) and (ref is None or ref.dtype == vector.dtype):
+                terms.add_tensor(tensor, _flat(vector), None if ref is None else _flat(ref), with_d_sq, chunk)
+            else:  # a Difference, or a reference of another dtype: formed or converted chunk by chunk in scratch
                 for v, r in self._chunks(vector, ref):
                     terms.add(tensor, v, r, with_d_sq)
         sums = terms.sums(_parts(vectors[0])[0].device)
@@ -251,12 +257,33 @@ class Terms:
             d_sqs.append(torch.dot(r, r))
             d_of.append(tensor)
 
+    def add_tensor(self, tensor: int, v: torch.Tensor, r: torch.Tensor | None, with_d_sq: bool, chunk: int) -> None:
+        """``add`` for each chunk of ``chunk`` elements of flat tensors ``v`` and ``r`` (the same dots, in the same
+        order, with one Python call per tensor instead of a generator and a call per chunk)."""
+        dots, dot_of, g_sqs, g_of, d_sqs, d_of = self.rows.setdefault(v.dtype, ([], [], [], [], [], []))
+        pieces = (v,) if v.numel() <= chunk else v.split(chunk)
+        r_pieces = (None,) * len(pieces) if r is None else (r,) if len(pieces) == 1 else r.split(chunk)
+        dot = torch.dot
+        for v_c, r_c in zip(pieces, r_pieces, strict=True):
+            if r_c is not None:
+                dots.append(dot(v_c, r_c))
+            g_sqs.append(dot(v_c, v_c))
+            if r_c is not None and with_d_sq:
+                d_sqs.append(dot(r_c, r_c))
+        count = len(pieces)
+        g_of.extend([tensor] * count)
+        if r is not None:
+            dot_of.extend([tensor] * count)
+            if with_d_sq:
+                d_of.extend([tensor] * count)
+
     def sums(self, device) -> torch.Tensor:
         out = torch.zeros(3, self.tensors, dtype=torch.float64, device=device)
         for dots, dot_of, g_sqs, g_of, d_sqs, d_of in self.rows.values():
-            for row, (values, of) in enumerate(((dots, dot_of), (g_sqs, g_of), (d_sqs, d_of))):
-                if values:
-                    out[row].index_add_(0, torch.tensor(of, device=device), torch.stack(values).to(torch.float64))
+            # one index_add_ over the three rows' slots (each slot's terms added in the order they came)
+            slots = dot_of + [self.tensors + t for t in g_of] + [2 * self.tensors + t for t in d_of]
+            out.view(-1).index_add_(0, torch.tensor(slots, device=device),
+                                    torch.stack(dots + g_sqs + d_sqs).to(torch.float64))
         return out
 
 
@@ -264,11 +291,10 @@ def doubtful(sums: torch.Tensor, has_ref: list[bool], with_d_sq: bool, skip: set
     """Tensors whose fast sums cannot stand: one not finite, or ‖v‖² (or ‖d‖², when taken with a reference) below
     ``TINY_SQ`` — zero included, as a float32 square can underflow to it (a zero gradient costs one float64 pass;
     whether a tensor counts as having a gradient is decided by its ‖v‖² being nonzero)."""
-    finite = torch.isfinite(sums).all(0)
-    small_g = sums[1] < TINY_SQ
-    small_d = (sums[2] < TINY_SQ) & torch.tensor(has_ref, device=sums.device) if with_d_sq else small_g & False
-    bad = (~finite | small_g | small_d).tolist()
-    return [t for t, b in enumerate(bad) if b and t not in skip]
+    dots, g_sqs, d_sqs = sums.tolist()
+    return [t for t, (dot, g_sq, d_sq, ref) in enumerate(zip(dots, g_sqs, d_sqs, has_ref, strict=True))
+            if t not in skip and not (math.isfinite(dot) and math.isfinite(g_sq) and math.isfinite(d_sq)
+                                      and g_sq >= TINY_SQ and not (with_d_sq and ref and d_sq < TINY_SQ))]
 
 
 def fused_look_at_gradients(params: list[torch.Tensor], exact) -> tuple[bool, list[bool]]:
