@@ -11,6 +11,7 @@ prctl, whose Linux death signal follows the creating thread rather than the proc
 
 from __future__ import annotations
 
+import csv
 import multiprocessing
 import os
 import threading
@@ -314,15 +315,18 @@ def compute(units: list[cache.Unit], jobs: int | None = None, force: bool = Fals
     meter, count = Progress(tasks, jobs), 0
     bar = _progress_bar(meter, name) if progress else None
     say = log if bar is None else (lambda text, **_: bar.write(text))
+    record = _timeline(paths.timeline_file(), name, meter)
 
     def started(task: Task) -> None:
         meter.started(task)
+        record(task)
         if task.started is not None:
             say(f"[{name}] {task.started}", flush=True)
 
     def finished(task: Task, result: Any) -> None:
         nonlocal count
         meter.done(task)
+        record(task)
         if bar is not None:
             bar.set_postfix_str(f"~{meter.eta_s():.0f} s left", refresh=False)
             bar.update(round(meter.done_cost) - bar.n)
@@ -339,6 +343,25 @@ def compute(units: list[cache.Unit], jobs: int | None = None, force: bool = Fals
         if bar is not None:
             bar.close()
     return values
+
+
+def _timeline(file: Path | None, graph: str, meter: Progress) -> Callable[[Task], None]:
+    """Called as a task starts and again as it is done: with a ``file`` (``GAC_LAB_TIMELINE``), the second call
+    appends the row ``graph,task,cost,here,started_s,done_s`` (seconds on the progress line's clock), from which the
+    cost estimates can be checked against the time each task took and the progress line replayed."""
+    if file is None:
+        return lambda task: None
+    starts: dict[str, float] = {}
+
+    def record(task: Task) -> None:
+        now = meter.elapsed_s()
+        if task.name not in starts:
+            starts[task.name] = now
+            return
+        with open(file, "a", newline="") as out:
+            csv.writer(out).writerow([graph, task.name, task.cost, int(task.here), f"{starts[task.name]:.3f}",
+                                      f"{now:.3f}"])
+    return record
 
 
 PLOT_SECONDS = 3.0

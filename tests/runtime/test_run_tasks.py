@@ -64,3 +64,21 @@ def test_a_failing_task_stops_the_rest(tmp_path):
 def test_bad_graphs_are_refused_before_any_work(tasks, message):
     with pytest.raises(ValueError, match=message):
         run_tasks(tasks, 1)
+
+
+def test_the_timeline_has_one_row_per_task_with_its_estimate_and_times(tmp_path, monkeypatch):
+    import csv
+    import math
+
+    from runtime import cache, graph
+
+    file = tmp_path / "timeline.csv"
+    monkeypatch.setenv("GAC_LAB_TIMELINE", str(file))
+    units = [cache.unit("sqrt", math.sqrt, x, cost=cost) for x, cost in ((4.0, 2.0), (9.0, 7.5))]
+    graph.compute(units, 1, folder=tmp_path / "cache", consumers={"plot": (units, len)}, log=lambda *a, **k: None)
+    rows = list(csv.reader(file.open()))
+    assert sorted((r[0], r[1], float(r[2]), r[3]) for r in rows) == sorted(
+        [("runs", u.name, u.cost, "0") for u in units] + [("runs", "plot", graph.PLOT_SECONDS, "1")])
+    times = [(float(r[4]), float(r[5])) for r in rows]
+    assert all(0 <= start <= done for start, done in times)
+    assert [r[1] for r in rows][-1] == "plot" and times[-1][0] >= max(done for _, done in times[:-1])
