@@ -118,10 +118,10 @@ def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None]
     ``graphlib`` keeps the bookkeeping (which tasks may start); among those, the one with the longest chain of
     work behind it goes first (critical-path list scheduling): with the estimated costs, the cores stay busy until
     the end and the last tasks are short. ``jobs`` ≤ 1 runs them here, one after another in the same order; a task
-    marked ``here`` always runs here. A task that raises stops the rest: tasks not yet started are dropped and the
-    error is raised here (a task already running in another worker ends with it). Only ``jobs`` tasks are handed
-    to the pool at a time, so the order is this function's, not a queue's, and ``on_start(task)`` is called as a task
-    starts (is handed to a worker, or runs here).
+    marked ``here`` always runs here, as soon as it is ready, the workers busy or not. A task that raises stops the
+    rest: tasks not yet started are dropped and the error is raised here (a task already running in another worker
+    ends with it). Only ``jobs`` tasks are handed to the pool at a time, so the order is this function's, not a
+    queue's, and ``on_start(task)`` is called as a task starts (is handed to a worker, or runs here).
 
     ``executor(jobs)`` opens where the tasks go (default: ``process_pool``, spawned local processes; with it,
     ``jobs`` ≤ 1 runs here). Whatever the executor, a task computes the same bits: it is the same function on the
@@ -155,8 +155,8 @@ def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None]
     running: dict[Future, Task] = {}
     try:
         while ready or running:
-            while ready and (ready[0].here or len(running) < jobs):
-                task = ready.pop(0)
+            while task := _next(ready, len(running) < jobs):
+                ready.remove(task)
                 on_start(task)
                 if task.here:
                     finish(task, task.fn(*task.args))
@@ -171,6 +171,12 @@ def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None]
         raise
     pool.shutdown()
     return results
+
+
+def _next(ready: list[Task], worker_free: bool) -> Task | None:
+    """The ready task to start now: the first for a worker while one is free, else the first that runs here (a plot
+    draws while the workers compute, rather than after every task queued before it)."""
+    return next((t for t in ready if worker_free or t.here), None)
 
 
 class Progress:
