@@ -217,7 +217,8 @@ def test_a_warm_start_to_train_says_so_when_it_starts(tmp_path, monkeypatch):
     args = Args(size="small", digits=2, warm_seed=3)
     monkeypatch.setattr(llm, "warm_start_path", lambda config: tmp_path / "absent")
     task = llm.warm_start_task(args)
-    assert task.started == "training the warm start small 2-digit, warm seed 3 (estimate 90 s)"
+    estimate = llm.WARM_START_SECONDS["small"]
+    assert task.started == f"training the warm start small 2-digit, warm seed 3 (estimate {estimate:.0f} s)"
     assert task.done == "warm start small 2-digit, warm seed 3 trained"
     monkeypatch.setattr(llm, "warm_start_path", lambda config: tmp_path)  # on disk
     assert llm.warm_start_task(args).started is None
