@@ -86,7 +86,7 @@ class PipelineArgs:
     names: tyro.conf.Positional[tuple[str, ...]] = ()
     """these figures instead of all of them (no target: a smoke run)"""
     keep: Annotated[Path, folder("--keep")] | None = None
-    """write the figures here (default: a temp folder, removed)"""
+    """write the figures here, and the run's GAC_LAB_TIMELINE as timeline.csv (default: a temp folder, removed)"""
 
     def __post_init__(self):
         if self.keep is not None and self.keep.is_file():  # paper_figs would refuse it after the cache was set up
@@ -98,7 +98,9 @@ def main(argv=None) -> int:
     names = args.names or ["all"]
     with tempfile.TemporaryDirectory(prefix="gac-lab-pipeline-") as tmp:
         out = args.keep or Path(tmp) / "out"
-        timeline = Path(tmp) / "timeline.csv"
+        timeline = (args.keep or Path(tmp)) / "timeline.csv"
+        timeline.parent.mkdir(parents=True, exist_ok=True)
+        timeline.unlink(missing_ok=True)  # the rows are appended: none from an earlier run
         env = {**os.environ, "GAC_LAB_CACHE": f"{tmp}/cache", "GAC_LAB_RUNS": f"{tmp}/runs",
                "GAC_LAB_TIMELINE": str(timeline)}
         env.pop("GAC_LAB_JOBS", None)
