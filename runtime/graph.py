@@ -179,16 +179,30 @@ def _next(ready: list[Task], worker_free: bool) -> Task | None:
     return next((t for t in ready if worker_free or t.here), None)
 
 
+def _weighted_median(pairs: list[tuple[float, float]]) -> float:
+    """The value at which the (value, weight) pairs' weights, in order of value, reach half their sum."""
+    pairs = sorted(pairs)
+    half, reached = sum(w for _, w in pairs) / 2, 0.0
+    for value, weight in pairs:
+        reached += weight
+        if reached >= half:
+            return value
+    return pairs[-1][0]
+
+
 class Progress:
     """How far a graph of tasks is, by the cost estimates (``Task.cost``): the estimated core-seconds of the tasks
     done, of all of them, and the seconds left (``eta_s``).
 
     The estimates are rough and a machine is faster or slower than the one they were measured on, so the seconds
-    left are the estimated work left at the speed the finished tasks ran at (estimated core-seconds per second a
-    worker spent on them, from ``started`` to ``done``), less the time the running tasks have already had, over the
-    workers that still have work. Without start times (``done`` alone) the speed is the work done over the time
-    elapsed, which early on, with one task finished and others half done beside it, reads up to ``jobs`` times too
-    slow. Before anything is done: the estimate over ``jobs`` workers. Tasks that run here (plots) count as nothing.
+    left are the estimated work left at the speed the finished tasks ran at, less the time the running tasks have
+    already had, over the workers that still have work. That speed is the median of the finished tasks' own speeds
+    (estimated core-seconds per second a worker spent on each, from ``started`` to ``done``), each weighted by its
+    estimate: one task far over its estimate (a warm start retrained from another seed) is that estimate's error, not
+    the machine's speed, and would otherwise stretch the estimate of every task still to run. Without start times
+    (``done`` alone) the speed is the work done over the time elapsed, which early on, with one task finished and
+    others half done beside it, reads up to ``jobs`` times too slow. Before anything is done: the estimate over
+    ``jobs`` workers. Tasks that run here (plots) count as nothing.
     """
 
     def __init__(self, tasks: list[Task], jobs: int, clock: Callable[[], float] = time.perf_counter):
@@ -199,7 +213,7 @@ class Progress:
         self.start = clock()
         self.left = sum(not t.here for t in tasks)
         self.running: dict[str, tuple[float, float]] = {}  # name -> (start time, estimated cost)
-        self.worker_s_done = 0.0
+        self.speeds: list[tuple[float, float]] = []  # each finished task's (estimate / worker-seconds, estimate)
 
     def started(self, task: Task) -> None:
         if not task.here:
@@ -210,7 +224,8 @@ class Progress:
             self.done_cost += task.cost
             self.left -= 1
             if task.name in self.running:
-                self.worker_s_done += self.clock() - self.running.pop(task.name)[0]
+                took = self.clock() - self.running.pop(task.name)[0]
+                self.speeds.append((task.cost / max(took, 1e-9), task.cost))
 
     def elapsed_s(self) -> float:
         return self.clock() - self.start
@@ -221,9 +236,9 @@ class Progress:
         left = max(0.0, self.total - self.done_cost)
         if self.done_cost <= 0:
             return left / self.jobs
-        if self.worker_s_done <= 0:  # no start times: the speed of the whole elapsed time
+        if sum(cost for _, cost in self.speeds) <= 0:  # no start times: the speed of the whole elapsed time
             return left * self.elapsed_s() / self.done_cost
-        speed = self.done_cost / self.worker_s_done
+        speed = _weighted_median(self.speeds)
         now = self.clock()
         had = sum(min(now - t0, cost / speed) for t0, cost in self.running.values())
         return max(0.0, left / speed - had) / max(1, min(self.jobs, self.left))
