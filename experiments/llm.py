@@ -167,13 +167,15 @@ def _warm_start(args: Args) -> None:
     warm_start(args.warm_start(), log=lambda *a: None)
 
 
-STEP_SECONDS = {"tiny": 0.05, "small": 0.18, "cpu": 0.4, "gpu": 0.5}
+STEP_SECONDS = {"tiny": 0.045, "small": 0.24, "cpu": 0.4, "gpu": 0.5}
 """Rough CPU seconds per RL step by model size, for 2-digit sums, 16 × 8 samples, one update per step, the
 behaviour-policy ratio and no direction control; ``estimated_seconds`` scales them to a run. They order the work of
 ``runtime.graph.run_tasks`` and give the progress line's seconds left; a wrong value costs time, not results."""
-WARM_START_SECONDS = {"tiny": 5.0, "small": 90.0}
+WARM_START_SECONDS = {"tiny": 7.5, "small": 105.0}
 """Rough seconds to train a warm start; the same use as STEP_SECONDS. Too low a value makes the first seconds left
-of a run too many: the speed read off a finished warm start is then too slow."""
+of a run too many: the speed read off a finished warm start is then too slow. A warm start that misses its acceptance
+range is retrained (up to ``warm_attempts`` times), so one seed can take a multiple of another: the value is one
+attempt, the usual case."""
 
 
 def estimated_seconds(args: Args) -> float:

@@ -69,7 +69,7 @@ TOY_SIMS = ("quadratic", "bandit_gaussian", "bandit_softmax")
 
 def toy_units(profile: str, device: str = "cpu") -> list[Unit]:
     """The toy panels' simulations, one cached unit each (fig9 reads the same units)."""
-    return [unit(f"{NAME}/{sim}", toy.cosine_rows, sim, profile, device, spec=f"{NAME}/{sim}", cost=3.0)
+    return [unit(f"{NAME}/{sim}", toy.cosine_rows, sim, profile, device, spec=f"{NAME}/{sim}", cost=1.3)
             for sim in TOY_SIMS]
 
 

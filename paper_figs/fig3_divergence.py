@@ -82,7 +82,7 @@ TOY_SIMS = ("quadratic", "bandit_gaussian")
 
 def toy_units(profile: str, device: str = "cpu") -> list[Unit]:
     """The toy panels' simulations, one cached unit each (fig9 reads the same units)."""
-    return [unit(f"{NAME}/{sim}", toy.divergence_rows, sim, profile, device, spec=f"{NAME}/{sim}", cost=2.0)
+    return [unit(f"{NAME}/{sim}", toy.divergence_rows, sim, profile, device, spec=f"{NAME}/{sim}", cost=1.7)
             for sim in TOY_SIMS]
 
 

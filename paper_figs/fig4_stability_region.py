@@ -25,7 +25,7 @@ NAME = "fig4_stability_region"
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
     """The divergence map, one cached unit."""
-    return [unit(NAME, run_map, profile, device, cost=2.0)]
+    return [unit(NAME, run_map, profile, device, cost=4.0)]
 
 
 def plot(results: Results, out_dir: Path) -> list[Path]:

@@ -50,7 +50,7 @@ def write_readme(table: list[dict], best: str, scores: dict, out_dir: Path) -> P
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
     """The ablation's simulations and scores, one cached unit."""
-    return [unit(NAME, run_tables, profile, device, cost=11.0)]
+    return [unit(NAME, run_tables, profile, device, cost=15.0)]
 
 
 def plot(results: Results, out_dir: Path) -> list[Path]:

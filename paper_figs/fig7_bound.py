@@ -26,7 +26,7 @@ MODE_STYLE = {"naive": method_color("naive"), "project (0.0)": method_color("gac
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
     """``experiments.bound.run_rows``, one cached unit (check_bound runs on the CPU whatever ``device``)."""
-    return [unit(NAME, bound.run_rows, profile, cost=9.0)]
+    return [unit(NAME, bound.run_rows, profile, cost=16.0)]
 
 
 def tightness_summary(rows: list[dict]) -> list[dict]:

@@ -39,11 +39,14 @@ ROBUST_STALENESS = 16
 
 
 TOY_SIMS = ("quadratic", "bandit_gaussian")
+TOY_SECONDS = {"quadratic": 10.0, "bandit_gaussian": 25.0}
+"""Rough CPU seconds of each toy grid at the quick profile (``Unit.cost``: orders the work, gives the seconds left)."""
 
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
     """The toy tuning grids (one vectorized, cached unit each) and the LLM tuning grid's GRPO runs."""
-    return [*[unit(f"{NAME}/{sim}", tuning.toy_rows, sim, profile, device, spec=f"{NAME}/{sim}", cost=15.0)
+    return [*[unit(f"{NAME}/{sim}", tuning.toy_rows, sim, profile, device, spec=f"{NAME}/{sim}",
+                   cost=TOY_SECONDS[sim])
               for sim in TOY_SIMS],
             *[run_unit(r) for r in tuning.llm_runs(profile, device, dry_run=dry_run)]]
 

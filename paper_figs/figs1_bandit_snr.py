@@ -23,7 +23,7 @@ NAME = "figs1_bandit_snr"
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
     """The bandit simulations at every SNR, one cached unit (on the CPU whatever ``device``)."""
-    return [unit(NAME, run_table, profile, cost=9.0)]
+    return [unit(NAME, run_table, profile, cost=14.0)]
 
 
 def plot(results: Results, out_dir: Path) -> list[Path]:

@@ -55,7 +55,7 @@ def unit_name(scale: str, criterion: str) -> str:
 
 def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]:
     """One cached unit per scale × criterion (on the CPU whatever ``device``: the toys are small)."""
-    return [unit(unit_name(scale, criterion), search_scale, scale, profile, criterion, cost=20.0)
+    return [unit(unit_name(scale, criterion), search_scale, scale, profile, criterion, cost=5.0)
             for scale in SCALES for criterion in CRITERIA]
 
 

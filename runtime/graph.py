@@ -11,6 +11,7 @@ prctl, whose Linux death signal follows the creating thread rather than the proc
 
 from __future__ import annotations
 
+import csv
 import multiprocessing
 import os
 import threading
@@ -117,10 +118,10 @@ def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None]
     ``graphlib`` keeps the bookkeeping (which tasks may start); among those, the one with the longest chain of
     work behind it goes first (critical-path list scheduling): with the estimated costs, the cores stay busy until
     the end and the last tasks are short. ``jobs`` ≤ 1 runs them here, one after another in the same order; a task
-    marked ``here`` always runs here. A task that raises stops the rest: tasks not yet started are dropped and the
-    error is raised here (a task already running in another worker ends with it). Only ``jobs`` tasks are handed
-    to the pool at a time, so the order is this function's, not a queue's, and ``on_start(task)`` is called as a task
-    starts (is handed to a worker, or runs here).
+    marked ``here`` always runs here, as soon as it is ready, the workers busy or not. A task that raises stops the
+    rest: tasks not yet started are dropped and the error is raised here (a task already running in another worker
+    ends with it). Only ``jobs`` tasks are handed to the pool at a time, so the order is this function's, not a
+    queue's, and ``on_start(task)`` is called as a task starts (is handed to a worker, or runs here).
 
     ``executor(jobs)`` opens where the tasks go (default: ``process_pool``, spawned local processes; with it,
     ``jobs`` ≤ 1 runs here). Whatever the executor, a task computes the same bits: it is the same function on the
@@ -154,8 +155,8 @@ def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None]
     running: dict[Future, Task] = {}
     try:
         while ready or running:
-            while ready and (ready[0].here or len(running) < jobs):
-                task = ready.pop(0)
+            while task := _next(ready, len(running) < jobs):
+                ready.remove(task)
                 on_start(task)
                 if task.here:
                     finish(task, task.fn(*task.args))
@@ -172,16 +173,36 @@ def run_tasks(tasks: list[Task], jobs: int, on_done: Callable[[Task, Any], None]
     return results
 
 
+def _next(ready: list[Task], worker_free: bool) -> Task | None:
+    """The ready task to start now: the first for a worker while one is free, else the first that runs here (a plot
+    draws while the workers compute, rather than after every task queued before it)."""
+    return next((t for t in ready if worker_free or t.here), None)
+
+
+def _weighted_median(pairs: list[tuple[float, float]]) -> float:
+    """The value at which the (value, weight) pairs' weights, in order of value, reach half their sum."""
+    pairs = sorted(pairs)
+    half, reached = sum(w for _, w in pairs) / 2, 0.0
+    for value, weight in pairs:
+        reached += weight
+        if reached >= half:
+            return value
+    return pairs[-1][0]
+
+
 class Progress:
     """How far a graph of tasks is, by the cost estimates (``Task.cost``): the estimated core-seconds of the tasks
     done, of all of them, and the seconds left (``eta_s``).
 
     The estimates are rough and a machine is faster or slower than the one they were measured on, so the seconds
-    left are the estimated work left at the speed the finished tasks ran at (estimated core-seconds per second a
-    worker spent on them, from ``started`` to ``done``), less the time the running tasks have already had, over the
-    workers that still have work. Without start times (``done`` alone) the speed is the work done over the time
-    elapsed, which early on, with one task finished and others half done beside it, reads up to ``jobs`` times too
-    slow. Before anything is done: the estimate over ``jobs`` workers. Tasks that run here (plots) count as nothing.
+    left are the estimated work left at the speed the finished tasks ran at, less the time the running tasks have
+    already had, over the workers that still have work. That speed is the median of the finished tasks' own speeds
+    (estimated core-seconds per second a worker spent on each, from ``started`` to ``done``), each weighted by its
+    estimate: one task far over its estimate (a warm start retrained from another seed) is that estimate's error, not
+    the machine's speed, and would otherwise stretch the estimate of every task still to run. Without start times
+    (``done`` alone) the speed is the work done over the time elapsed, which early on, with one task finished and
+    others half done beside it, reads up to ``jobs`` times too slow. Before anything is done: the estimate over
+    ``jobs`` workers. Tasks that run here (plots) count as nothing.
     """
 
     def __init__(self, tasks: list[Task], jobs: int, clock: Callable[[], float] = time.perf_counter):
@@ -192,7 +213,7 @@ class Progress:
         self.start = clock()
         self.left = sum(not t.here for t in tasks)
         self.running: dict[str, tuple[float, float]] = {}  # name -> (start time, estimated cost)
-        self.worker_s_done = 0.0
+        self.speeds: list[tuple[float, float]] = []  # each finished task's (estimate / worker-seconds, estimate)
 
     def started(self, task: Task) -> None:
         if not task.here:
@@ -203,7 +224,8 @@ class Progress:
             self.done_cost += task.cost
             self.left -= 1
             if task.name in self.running:
-                self.worker_s_done += self.clock() - self.running.pop(task.name)[0]
+                took = self.clock() - self.running.pop(task.name)[0]
+                self.speeds.append((task.cost / max(took, 1e-9), task.cost))
 
     def elapsed_s(self) -> float:
         return self.clock() - self.start
@@ -214,9 +236,9 @@ class Progress:
         left = max(0.0, self.total - self.done_cost)
         if self.done_cost <= 0:
             return left / self.jobs
-        if self.worker_s_done <= 0:  # no start times: the speed of the whole elapsed time
+        if sum(cost for _, cost in self.speeds) <= 0:  # no start times: the speed of the whole elapsed time
             return left * self.elapsed_s() / self.done_cost
-        speed = self.done_cost / self.worker_s_done
+        speed = _weighted_median(self.speeds)
         now = self.clock()
         had = sum(min(now - t0, cost / speed) for t0, cost in self.running.values())
         return max(0.0, left / speed - had) / max(1, min(self.jobs, self.left))
@@ -314,15 +336,18 @@ def compute(units: list[cache.Unit], jobs: int | None = None, force: bool = Fals
     meter, count = Progress(tasks, jobs), 0
     bar = _progress_bar(meter, name) if progress else None
     say = log if bar is None else (lambda text, **_: bar.write(text))
+    record = _timeline(paths.timeline_file(), name, meter)
 
     def started(task: Task) -> None:
         meter.started(task)
+        record(task)
         if task.started is not None:
             say(f"[{name}] {task.started}", flush=True)
 
     def finished(task: Task, result: Any) -> None:
         nonlocal count
         meter.done(task)
+        record(task)
         if bar is not None:
             bar.set_postfix_str(f"~{meter.eta_s():.0f} s left", refresh=False)
             bar.update(round(meter.done_cost) - bar.n)
@@ -339,6 +364,25 @@ def compute(units: list[cache.Unit], jobs: int | None = None, force: bool = Fals
         if bar is not None:
             bar.close()
     return values
+
+
+def _timeline(file: Path | None, graph: str, meter: Progress) -> Callable[[Task], None]:
+    """Called as a task starts and again as it is done: with a ``file`` (``GAC_LAB_TIMELINE``), the second call
+    appends the row ``graph,task,cost,here,started_s,done_s`` (seconds on the progress line's clock), from which the
+    cost estimates can be checked against the time each task took and the progress line replayed."""
+    if file is None:
+        return lambda task: None
+    starts: dict[str, float] = {}
+
+    def record(task: Task) -> None:
+        now = meter.elapsed_s()
+        if task.name not in starts:
+            starts[task.name] = now
+            return
+        with open(file, "a", newline="") as out:
+            csv.writer(out).writerow([graph, task.name, task.cost, int(task.here), f"{starts[task.name]:.3f}",
+                                      f"{now:.3f}"])
+    return record
 
 
 PLOT_SECONDS = 3.0

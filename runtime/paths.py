@@ -7,7 +7,8 @@ into site-packages, or a checkout used from another folder — nothing is writte
 the user's cache folder (``platformdirs.user_cache_dir("gac-lab")``, e.g. ``~/.cache/gac-lab`` on Linux) and the
 figures to ``paper_figs/out/`` under the current folder. ``GAC_LAB_RUNS`` and ``GAC_LAB_CACHE`` override the two
 caches; ``--out`` the figures. ``GAC_LAB_FORCE=1`` recomputes cached results (``force_recompute``) and
-``GAC_LAB_JOBS`` sets the worker count of the run graph (``jobs_setting``). Each is read when asked for, never at
+``GAC_LAB_JOBS`` sets the worker count of the run graph (``jobs_setting``); ``GAC_LAB_TIMELINE=FILE`` appends each
+task's estimate and times to FILE (``timeline_file``). Each is read when asked for, never at
 import, so a worker process started later reads the same value as its parent.
 """
 
@@ -68,3 +69,10 @@ def force_recompute() -> bool:
 def jobs_setting() -> str:
     """``GAC_LAB_JOBS`` as written (stripped; "" when unset): the worker count asked for, checked by the caller."""
     return os.environ.get("GAC_LAB_JOBS", "").strip()
+
+
+def timeline_file() -> Path | None:
+    """``GAC_LAB_TIMELINE``: the CSV file to which the run graph appends one row per task (its name, cost estimate and
+    the seconds it started and finished at), the data to check the cost estimates against; None when unset."""
+    text = os.environ.get("GAC_LAB_TIMELINE", "").strip()
+    return Path(text) if text else None

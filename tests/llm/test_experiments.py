@@ -89,3 +89,19 @@ def test_a_saved_warm_start_is_not_counted_as_training_work(tmp_path, monkeypatc
     assert llm.warm_start_task(args).cost == llm.WARM_START_SECONDS["small"]
     monkeypatch.setattr(llm, "warm_start_path", lambda config: tmp_path)  # exists
     assert llm.warm_start_task(args).cost == llm.WARM_START_FOUND_SECONDS < llm.WARM_START_SECONDS["small"]
+
+
+def test_the_quick_pipeline_weighs_a_tiny_and_a_small_run_as_they_took():
+    """The progress line's seconds left need the cost estimates in proportion across the quick pipeline's LLM runs:
+    in one run of it (GAC_LAB_TIMELINE), a small testbed run took 13.3 times a fig8 tiny run (medians of 14 and 84
+    runs; all but 4 tiny ones within -29 % to +14 % of their median), and a small warm start's attempt 7.2 times a
+    small run (the warm start of 1 attempt; the one of 3 took 3.0 times as long). Within ±30 % (issue 48's bound)."""
+    from experiments import llm_figures, tuning
+
+    def median_cost(runs):
+        costs = sorted(llm.estimated_seconds(r.args) for r in runs)
+        return costs[len(costs) // 2]
+
+    small, tiny = median_cost(llm_figures.runs("quick", "cpu")), median_cost(tuning.llm_runs("quick", "cpu"))
+    assert 13.3 / 1.3 < small / tiny < 13.3 * 1.3
+    assert 7.2 / 1.3 < llm.WARM_START_SECONDS["small"] / small < 7.2 * 1.3

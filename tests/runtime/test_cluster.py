@@ -217,7 +217,8 @@ def test_a_warm_start_to_train_says_so_when_it_starts(tmp_path, monkeypatch):
     args = Args(size="small", digits=2, warm_seed=3)
     monkeypatch.setattr(llm, "warm_start_path", lambda config: tmp_path / "absent")
     task = llm.warm_start_task(args)
-    assert task.started == "training the warm start small 2-digit, warm seed 3 (estimate 90 s)"
+    estimate = llm.WARM_START_SECONDS["small"]
+    assert task.started == f"training the warm start small 2-digit, warm seed 3 (estimate {estimate:.0f} s)"
     assert task.done == "warm start small 2-digit, warm seed 3 trained"
     monkeypatch.setattr(llm, "warm_start_path", lambda config: tmp_path)  # on disk
     assert llm.warm_start_task(args).started is None
@@ -252,3 +253,24 @@ def test_the_verdict_command_hands_its_jobs_to_the_protocol(tmp_path, monkeypatc
     monkeypatch.setattr(verdict, "drift_correlation", lambda rows: (0.0, 0))
     assert verdict.main(["--jobs", "3", "--out", str(tmp_path / "v.csv")]) == 0
     assert calls == [{"jobs": 3}]
+
+
+def test_progress_is_not_stretched_by_one_task_far_over_its_estimate():
+    # Two warm starts estimated at 100 and ten runs at 10, every task at one estimated core-s per second but the
+    # second warm start, retried, which takes 300 s while the other worker does the first and six runs. At t = 300
+    # four runs are left: 20 s on 2 workers. Work done over worker-seconds (260 / 460) would read 35 s.
+    now = [0.0]
+    warm = [Task(f"warm {i}", str.upper, cost=100.0) for i in (1, 2)]
+    runs = [Task(f"run {i}", str.upper, cost=10.0) for i in range(10)]
+    progress = Progress(warm + runs, jobs=2, clock=lambda: now[0])
+    for task in warm:
+        progress.started(task)
+    now[0] = 100.0
+    progress.done(warm[0])
+    for i in range(6):  # six runs one after another on the free worker, while the retried warm start goes on
+        progress.started(runs[i])
+        now[0] += 10.0
+        progress.done(runs[i])
+    now[0] = 300.0
+    progress.done(warm[1])
+    assert progress.eta_s() == pytest.approx(4 * 10 / 2)  # four 10 s runs on 2 workers

@@ -64,3 +64,35 @@ def test_a_failing_task_stops_the_rest(tmp_path):
 def test_bad_graphs_are_refused_before_any_work(tasks, message):
     with pytest.raises(ValueError, match=message):
         run_tasks(tasks, 1)
+
+
+def test_the_timeline_has_one_row_per_task_with_its_estimate_and_times(tmp_path, monkeypatch):
+    import csv
+    import math
+
+    from runtime import cache, graph
+
+    file = tmp_path / "timeline.csv"
+    monkeypatch.setenv("GAC_LAB_TIMELINE", str(file))
+    units = [cache.unit("sqrt", math.sqrt, x, cost=cost) for x, cost in ((4.0, 2.0), (9.0, 7.5))]
+    graph.compute(units, 1, folder=tmp_path / "cache", consumers={"plot": (units, len)}, log=lambda *a, **k: None)
+    rows = list(csv.reader(file.open()))
+    assert sorted((r[0], r[1], float(r[2]), r[3]) for r in rows) == sorted(
+        [("runs", u.name, u.cost, "0") for u in units] + [("runs", "plot", graph.PLOT_SECONDS, "1")])
+    times = [(float(r[4]), float(r[5])) for r in rows]
+    assert all(0 <= start <= done for start, done in times)
+    assert [r[1] for r in rows][-1] == "plot" and times[-1][0] >= max(done for _, done in times[:-1])
+
+
+def test_a_task_here_starts_once_ready_while_the_workers_are_busy():
+    """A plot waits for its one short task, not for every longer task queued before it (which then left the workers
+    idle while the plots drew one after another at the end)."""
+    import time
+
+    started = []
+    tasks = [Task("first", str.upper, ("x",), cost=20.0), Task("plot", str.upper, ("p",), cost=0.1, after=("first",),
+                                                                here=True),
+             *[Task(name, time.sleep, (0.5,), cost=10.0) for name in ("b", "c", "d", "e")]]
+    run_tasks(tasks, 2, on_start=lambda task: started.append(task.name))
+    assert started[:2] == ["first", "b"]  # the longest chains first
+    assert started.index("plot") < started.index("d")  # before the workers are free for the queued tasks
