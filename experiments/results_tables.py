@@ -145,6 +145,7 @@ def highsnr_table(data: Path) -> str:
     from experiments.llm_figures import paired_summary
 
     runs = read("llm_highsnr_runs.csv", data)
+    runs = runs[runs.figure.str.contains("fig3")]
     summary = paired_summary(runs).set_index("arm")
     rows = []
     for arm, part in runs.groupby("arm", sort=False):
@@ -156,6 +157,45 @@ def highsnr_table(data: Path) -> str:
                      number(r.kl_behaviour, 2)])
     header = ["arm", "runs / warm starts", "collapsed", "final accuracy", "final − sync (paired)",
               "consecutive cosine", "its cap SNR/(1+SNR)", "batch SNR", "KL to π_b"]
+    return markdown_table(header, rows) + "\n\n" + source_line({"llm_highsnr_runs.csv": runs})
+
+
+EARLY_STEPS = 20
+"""fig1's early window: the steps before the first held-out check (no run can have collapsed yet)."""
+
+
+def highsnr_fig1_table(data: Path) -> str:
+    """fig1 at high SNR: per ratio and staleness, naive async's consecutive cosine (after the first fifth of the
+    steps, as in the fig3 table), its cap at the arm's measured batch SNR, the cosine as a share of that cap and, paired
+    with sync on warm start and seed (95 % t-interval over warm starts), the cosine and its share of the cap minus
+    sync's; and the mean cosine over the first ``EARLY_STEPS`` steps, before any run is checked for collapse."""
+    from experiments.llm_figures import over_warm_starts
+
+    runs = read("llm_highsnr_runs.csv", data)
+    steps = read("llm_highsnr_runs_steps.csv", data)
+    runs = runs[runs.figure.str.contains("fig1")].assign(share=lambda t: t.cos_prev / t.cos_bound)
+    early = steps[steps.step.between(1, EARLY_STEPS)].groupby(["arm", "warm_seed", "seed"]).cos_prev.mean()
+    runs = runs.join(early.rename("cos_early"), on=["arm", "warm_seed", "seed"])
+    sync = runs[runs.arm == "sync"].set_index(["warm_seed", "seed"])
+    runs = runs.sort_values(["method", "ratio_to", "staleness"], key=lambda c: c.map({"sync": 0}).fillna(1)
+                            if c.name == "method" else c, kind="stable")  # sync, then each ratio by staleness
+    rows = []
+    for arm, part in runs.groupby("arm", sort=False):
+        cells = [arm_label(arm), f"{len(part)} / {part.warm_seed.nunique()}",
+                 f"{int(part.collapsed.sum())} / {len(part)}"]
+        for key, digits in (("cos_prev", 3), ("cos_bound", 3), ("share", 2), ("cos_early", 3)):
+            cells.append(number(over_warm_starts(part[key], part.warm_seed)[0], digits))
+        for key, digits in (("cos_prev", 3), ("share", 2)):
+            if arm == "sync":
+                cells.append("0")
+                continue
+            paired = part.set_index(["warm_seed", "seed"])[key] - sync[key]
+            paired = paired.dropna()
+            cells.append(interval(*over_warm_starts(paired.reset_index(drop=True),
+                                                    paired.index.get_level_values("warm_seed").to_series()), digits))
+        rows.append(cells)
+    header = ["arm", "runs / warm starts", "collapsed", "consecutive cosine", "its cap SNR/(1+SNR)",
+              "cosine / cap", f"cosine, steps 1–{EARLY_STEPS}", "cosine − sync (paired)", "cosine / cap − sync's"]
     return markdown_table(header, rows) + "\n\n" + source_line({"llm_highsnr_runs.csv": runs})
 
 
@@ -260,6 +300,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "warm-starts": warm_start_table,
     "llm-snr": snr_table,
     "highsnr": highsnr_table,
+    "highsnr-fig1": highsnr_fig1_table,
     "signature-gaps": signature_gaps_table,
     "verdict": verdict_table,
     "toy-verdict": toy_verdict_table,

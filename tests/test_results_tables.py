@@ -83,3 +83,20 @@ def test_check_exits_1_when_a_table_differs(monkeypatch, tmp_path, capsys):
     assert rt.main(["--check"]) == 1
     assert "llm-snr" in capsys.readouterr().err
     assert stale.read_text() != text  # --check changed nothing
+
+
+def test_highsnr_fig1_pairs_each_arm_with_sync_on_its_warm_start():
+    """The fig1 table's "cosine − sync (paired)": recomputed here from the runs CSV with scipy's t quantile."""
+    from scipy import stats
+
+    runs = pd.read_csv(ROOT / "docs" / "data" / "llm_highsnr_runs.csv")
+    fig1 = runs[runs.figure.str.contains("fig1")].set_index(["warm_seed", "seed"])
+    arm = "naive s=16, uncorrected"
+    paired = (fig1[fig1.arm == arm].cos_prev - fig1[fig1.arm == "sync"].cos_prev).dropna()
+    per_warm = paired.groupby(level="warm_seed").mean().to_numpy()
+    half = stats.t.ppf(0.975, len(per_warm) - 1) * per_warm.std(ddof=1) / len(per_warm) ** 0.5
+    mean = per_warm.mean()
+    expected = f"{mean:+.3f} [{mean - half:.3f}, {mean + half:.3f}]".replace("-", "−")
+    table = rt.highsnr_fig1_table(ROOT / "docs" / "data")
+    row = next(line for line in table.splitlines() if line.startswith(f"| {rt.arm_label(arm)} |"))
+    assert row.strip(" |").split(" | ")[7] == expected
