@@ -26,7 +26,6 @@ from typing import Annotated
 import tyro
 
 from runtime.cli import folder, parse
-from runtime.graph import Progress, Task
 
 TARGET_CPU_S = 1200.0
 """The target for every figure (issue 47): at most 1,200 CPU-seconds from an empty cache."""
@@ -49,6 +48,8 @@ def eta_errors(rows: list[dict], jobs: int, costs: dict[str, float] | None = Non
     """(share of the estimated work done, (seconds left − the seconds the graph really ran on) / the latter) as each
     task is done: the timeline replayed through ``runtime.graph.Progress`` on its own clock, with the rows' cost
     estimates or ``costs`` by task name (the same schedule, other estimates)."""
+    from runtime.graph import Progress, Task  # here: --help answers without torch
+
     tasks = {r["name"]: Task(r["name"], str, cost=(costs or {}).get(r["name"], r["cost"]), here=r["here"])
              for r in rows}
     now = [0.0]

@@ -256,9 +256,9 @@ def test_the_verdict_command_hands_its_jobs_to_the_protocol(tmp_path, monkeypatc
 
 
 def test_progress_is_not_stretched_by_one_task_far_over_its_estimate():
-    # Two warm starts estimated at 100 and ten runs at 10, every task at one estimated core-s per second but the
-    # second warm start, retried, which takes 300 s while the other worker does the first and six runs. At t = 300
-    # four runs are left: 20 s on 2 workers. Work done over worker-seconds (260 / 460) would read 35 s.
+    # Two warm starts estimated at 100 and ten runs at 10 (clock units), every task at one estimated unit per unit
+    # of time but the second warm start, retried, which lasts until t = 300 while the other worker does the first and
+    # six runs. Then four runs are left: 20 units on 2 workers. Work done over worker time (260 / 460) would read 35.
     now = [0.0]
     warm = [Task(f"warm {i}", str.upper, cost=100.0) for i in (1, 2)]
     runs = [Task(f"run {i}", str.upper, cost=10.0) for i in range(10)]
@@ -273,4 +273,4 @@ def test_progress_is_not_stretched_by_one_task_far_over_its_estimate():
         progress.done(runs[i])
     now[0] = 300.0
     progress.done(warm[1])
-    assert progress.eta_s() == pytest.approx(4 * 10 / 2)  # four 10 s runs on 2 workers
+    assert progress.eta_s() == pytest.approx(4 * 10 / 2)  # four runs of 10 units on 2 workers
