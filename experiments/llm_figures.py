@@ -138,20 +138,26 @@ def over_warm_starts(values: pd.Series, warm_seeds: pd.Series) -> tuple[float, f
     return stats.t_interval(means, 0.95) if len(means) else (math.nan, math.nan, math.nan)
 
 
+def paired_difference(rows: pd.DataFrame, reference: pd.DataFrame, key: str) -> tuple[float, float, float]:
+    """(mean, low, high) of ``rows``' ``key`` minus ``reference``'s on the same warm start and RL seed, over warm
+    starts (``over_warm_starts``)."""
+    paired = rows.set_index(["warm_seed", "seed"])[key] - reference.set_index(["warm_seed", "seed"])[key]
+    return over_warm_starts(paired.reset_index(drop=True), paired.index.get_level_values("warm_seed").to_series())
+
+
 def paired_summary(table: pd.DataFrame, reference: str = "sync") -> pd.DataFrame:
     """Per arm: its gain over the warm start and its final accuracy minus ``reference``'s on the same warm start and
     RL seed (a paired difference: the warm start's share of the variance cancels), each the mean over warm starts of
     each warm start's seed mean with a 95 % t-interval over warm starts; the mean cosine and its bound."""
     import pandas as pd
 
-    ref = table[table.arm == reference].set_index(["warm_seed", "seed"]).final_accuracy
+    ref = table[table.arm == reference]
     out = []
     for arm, rows in table.groupby("arm", sort=False):
-        paired = rows.set_index(["warm_seed", "seed"]).final_accuracy - ref
         row = {"arm": arm, "runs": len(rows), "warm_starts": rows.warm_seed.nunique()}
         row["gain"], row["gain_low"], row["gain_high"] = over_warm_starts(rows.gain, rows.warm_seed)
-        row["minus_sync"], row["minus_sync_low"], row["minus_sync_high"] = over_warm_starts(
-            paired.reset_index(drop=True), paired.index.get_level_values("warm_seed").to_series())
+        row["minus_sync"], row["minus_sync_low"], row["minus_sync_high"] = paired_difference(rows, ref,
+                                                                                         "final_accuracy")
         row["cos_prev"] = over_warm_starts(rows.cos_prev, rows.warm_seed)[0]
         row["cos_bound"] = over_warm_starts(rows.cos_bound, rows.warm_seed)[0]
         row["kl_behaviour"] = over_warm_starts(rows.kl_behaviour, rows.warm_seed)[0]

@@ -169,16 +169,15 @@ def highsnr_fig1_table(data: Path) -> str:
     steps, as in the fig3 table), its cap at the arm's measured batch SNR, the cosine as a share of that cap and, paired
     with sync on warm start and seed (95 % t-interval over warm starts), the cosine and its share of the cap minus
     sync's; and the mean cosine over the first ``EARLY_STEPS`` steps, before any run is checked for collapse."""
-    from experiments.llm_figures import over_warm_starts
+    from experiments.llm_figures import over_warm_starts, paired_difference
 
     runs = read("llm_highsnr_runs.csv", data)
     steps = read("llm_highsnr_runs_steps.csv", data)
     runs = runs[runs.figure.str.contains("fig1")].assign(share=lambda t: t.cos_prev / t.cos_bound)
     early = steps[steps.step.between(1, EARLY_STEPS)].groupby(["arm", "warm_seed", "seed"]).cos_prev.mean()
     runs = runs.join(early.rename("cos_early"), on=["arm", "warm_seed", "seed"])
-    sync = runs[runs.arm == "sync"].set_index(["warm_seed", "seed"])
-    runs = runs.sort_values(["method", "ratio_to", "staleness"], key=lambda c: c.map({"sync": 0}).fillna(1)
-                            if c.name == "method" else c, kind="stable")  # sync, then each ratio by staleness
+    sync = runs[runs.arm == "sync"]
+    runs = runs.sort_values(["ratio_to", "staleness"], kind="stable")  # sync (behaviour, s = 0), then by staleness
     rows = []
     for arm, part in runs.groupby("arm", sort=False):
         cells = [arm_label(arm), f"{len(part)} / {part.warm_seed.nunique()}",
@@ -189,10 +188,7 @@ def highsnr_fig1_table(data: Path) -> str:
             if arm == "sync":
                 cells.append("0")
                 continue
-            paired = part.set_index(["warm_seed", "seed"])[key] - sync[key]
-            paired = paired.dropna()
-            cells.append(interval(*over_warm_starts(paired.reset_index(drop=True),
-                                                    paired.index.get_level_values("warm_seed").to_series()), digits))
+            cells.append(interval(*paired_difference(part, sync, key), digits))
         rows.append(cells)
     header = ["arm", "runs / warm starts", "collapsed", "consecutive cosine", "its cap SNR/(1+SNR)",
               "cosine / cap", f"cosine, steps 1–{EARLY_STEPS}", "cosine − sync (paired)", "cosine / cap − sync's"]
