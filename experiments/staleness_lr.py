@@ -27,7 +27,9 @@ stable under ``progress`` if it neither went non-finite nor collapsed (the train
 ``sim.schema.collapse_step``: a held-out accuracy below half of the best before it), and under ``finite`` if it
 never went non-finite. No closed form gives the LLM's λ_max, so its theory_lr is NaN; its exponent is still
 fitted beside theory's. ``llm_highsnr`` is the same search at the high-SNR configuration (``experiments.llm_highsnr``:
-2,048 untied samples per step) with the uncorrected ratio, whose naive runs collapse at the study's shared step.
+2,048 untied samples per step) with the uncorrected ratio, whose naive runs collapse at the study's shared step;
+its runs cost many CPU-minutes each, so each warm start walks down its grid from the top (``descend_boundaries``)
+and a run ends at its first collapse.
 ``python -m experiments.staleness_lr --profile full --out docs/data/staleness_lr_scaling.csv`` (toy scales;
 ``--scales`` adds ``llm`` or ``llm_highsnr``).
 """
@@ -59,6 +61,9 @@ LLM_SCALES = ("llm", "llm_highsnr")
 """The LLM scales: the 128-sample testbed, and the high-SNR configuration (``experiments.llm_highsnr.BASE``) with
 the uncorrected ratio, where naive async collapses at the shared step."""
 ALL_SCALES = (*SCALES, *LLM_SCALES)
+DESCEND = ("llm_highsnr",)
+"""Scales searched by ``descend_boundaries`` (runs of many CPU-minutes each, most grid points far from the
+boundary); the others by ``search_boundaries``."""
 CRITERIA = ("progress", "finite")
 GAP_FRACTION = 0.5
 """A stable run ends with its objective gap at most this share of the initial gap."""
@@ -96,9 +101,17 @@ def criterion_rule(criterion: str, steps: int, scale: str = "quadratic") -> str:
         if criterion == "progress":
             run += (f" and its final held-out accuracy is >= {LLM_COLLAPSE_FRACTION:g} x the best of its evaluations "
                     "(the start included)")
+        if scale in DESCEND:
+            run = "it never went non-finite" + (" and no held-out evaluation fell below "
+                                                 f"{LLM_COLLAPSE_FRACTION:g} x the best before it (the run ends at "
+                                                 "such a collapse)" if criterion == "progress" else "")
+            search = ("from the top of a geometric grid down, its first stable point and the one above it, halved "
+                      "(geometric midpoint) per zoom")
+        else:
+            search = ("largest stable point of a geometric grid and the next one up, narrowed by one point inside it "
+                      "per zoom")
         return (f"{steps} RL steps; a run is stable if {run}; a step size is stable if >= half of the warm starts' "
-                "runs are; boundary per warm start: largest stable point of a geometric grid and the next one up, "
-                "narrowed by one point inside it per zoom")
+                f"runs are; boundary per warm start: {search}")
     run = "it never diverged (not finite or gap > 1e6 x initial)"
     if criterion == "progress":
         run += f" and its mean objective gap over the last tenth of the steps is <= {GAP_FRACTION:g} x the initial gap"
@@ -173,6 +186,50 @@ def search_boundaries(evaluate: Evaluate, cells: int, seeds: int, low: float, hi
                 hi[c, k] = lr_of[above].min()
     boundary = np.where(censored_low, low, np.where(censored_high, high, np.sqrt(lo * np.where(open_, hi, 1.0))))
     return Boundaries(boundary, lo, hi, censored_low, censored_high, nonmonotone)
+
+
+EvaluateRuns = Callable[[Sequence[tuple[int, int, float]]], Sequence[bool]]
+"""(cell index, seed index, step size) triples → whether each one run is stable."""
+
+
+def descend_boundaries(evaluate: EvaluateRuns, cells: int, seeds: int, low: float, high: float, grid_points: int,
+                       refinements: int) -> Boundaries:
+    """Each (cell, seed)'s largest stable step size in [low, high], for runs too costly to grid: from the top of a
+    geometric grid down to its first stable point (bracketed with the point above it), then ``refinements`` zooms
+    at the bracket's geometric midpoint. Every (cell, seed) walks on its own; each call of ``evaluate`` holds the
+    next run of every walk still open, so the runs of one round can run side by side.
+
+    Where stability falls monotonically with the step this is ``search_boundaries``' boundary with one point per zoom;
+    it runs no point below the first stable one, so it cannot see a non-monotone seed (``nonmonotone`` is all False).
+    A seed stable at ``high`` or stable nowhere on the grid is censored, as there.
+    """
+    if not 0 < low < high or grid_points < 2 or refinements < 0 or cells < 1 or seeds < 1:
+        raise ValueError(f"need 0 < low < high, grid_points >= 2, refinements >= 0, cells, seeds >= 1; got {low}, "
+                         f"{high}, {grid_points}, {refinements}, {cells}, {seeds}")
+    grid = np.geomspace(low, high, grid_points)
+    at = np.full((cells, seeds), grid_points - 1)  # the grid point each walk tries next
+    lo, hi = np.zeros((cells, seeds)), np.full((cells, seeds), np.inf)
+    walking = np.ones((cells, seeds), dtype=bool)
+    while walking.any():
+        open_ = list(zip(*np.nonzero(walking), strict=True))
+        for (c, k), ok in zip(open_, evaluate([(c, k, float(grid[at[c, k]])) for c, k in open_]), strict=True):
+            if ok or at[c, k] == 0:
+                walking[c, k] = False
+                lo[c, k] = grid[at[c, k]] if ok else 0.0
+                hi[c, k] = grid[at[c, k] + 1] if ok and at[c, k] < grid_points - 1 else np.inf if ok else grid[0]
+            else:
+                at[c, k] -= 1
+    censored_low, censored_high = lo == 0, lo == grid[-1]
+    open_mask = ~(censored_low | censored_high)
+    for _ in range(refinements):
+        open_ = list(zip(*np.nonzero(open_mask), strict=True))
+        if not open_:
+            break
+        middle = {(c, k): float(np.sqrt(lo[c, k] * hi[c, k])) for c, k in open_}
+        for (c, k), ok in zip(open_, evaluate([(c, k, middle[c, k]) for c, k in open_]), strict=True):
+            lo[c, k], hi[c, k] = (middle[c, k], hi[c, k]) if ok else (lo[c, k], middle[c, k])
+    boundary = np.where(censored_low, low, np.where(censored_high, high, np.sqrt(lo * np.where(open_mask, hi, 1.0))))
+    return Boundaries(boundary, lo, hi, censored_low, censored_high, np.zeros((cells, seeds), dtype=bool))
 
 
 def stable_quorum(boundaries: np.ndarray) -> np.ndarray:
@@ -267,25 +324,37 @@ def llm_config(scale: str) -> dict:
     return llm_figures.BASE if scale == "llm" else dict(llm_highsnr.BASE, ratio_to="proximal")
 
 
-def llm_evaluator(steps: int, warm_starts: Sequence[int], cell_list: list[tuple[str, int]],
-                  criterion: str = "progress", jobs: int | None = None, scale: str = "llm") -> Evaluate:
-    """``Evaluate`` on an LLM scale: every pair one run per warm start (RL seed 0), cached, ``jobs`` at a time."""
+def llm_runs(steps: int, warm_starts: Sequence[int], cell_list: list[tuple[str, int]], criterion: str = "progress",
+             jobs: int | None = None, scale: str = "llm") -> EvaluateRuns:
+    """``EvaluateRuns`` on an LLM scale: each (cell, warm start, step size) one run (RL seed 0), cached, ``jobs`` at a
+    time; under ``progress`` a run ends at its first collapse (its outcome is then decided)."""
     from dataclasses import replace
 
     from experiments.llm import Run, results_of
     from sim.llm.train import Args
 
     base = Args(**{**llm_config(scale), "snr_every": 1000, "eval_every": min(20, steps), **LLM_BASE}, steps=steps,
-                progress=False, on_nonfinite="mark")
+                progress=False, on_nonfinite="mark", stop_at_collapse=criterion == "progress")
 
-    def evaluate(pairs):
-        runs = [Run(replace(base, method=cell_list[c][0], staleness=cell_list[c][1], lr=lr, warm_seed=w, seed=0),
-                    ("staleness_lr",)) for c, lr in pairs for w in warm_starts]
+    def evaluate(triples):
+        runs = [Run(replace(base, method=cell_list[c][0], staleness=cell_list[c][1], lr=lr, warm_seed=warm_starts[k],
+                            seed=0), ("staleness_lr",)) for c, k, lr in triples]
         stable = []
-        for _, outcome in results_of(runs, log=lambda *a, **k: None, jobs=jobs, name="staleness x lr (llm)"):
+        for _, outcome in results_of(runs, log=lambda *a, **k: None, jobs=jobs, name=f"staleness x lr ({scale})"):
             summary = outcome["summary"]
             stable.append(summary["nonfinite_at"] is None and (criterion == "finite" or not summary["collapsed"]))
-        return np.asarray(stable, dtype=bool).reshape(len(pairs), len(warm_starts))
+        return stable
+    return evaluate
+
+
+def llm_evaluator(steps: int, warm_starts: Sequence[int], cell_list: list[tuple[str, int]],
+                  criterion: str = "progress", jobs: int | None = None, scale: str = "llm") -> Evaluate:
+    """``Evaluate`` on an LLM scale: every pair one run per warm start (``llm_runs``)."""
+    runs = llm_runs(steps, warm_starts, cell_list, criterion, jobs, scale)
+
+    def evaluate(pairs):
+        triples = [(c, k, lr) for c, lr in pairs for k in range(len(warm_starts))]
+        return np.asarray(runs(triples), dtype=bool).reshape(len(pairs), len(warm_starts))
     return evaluate
 
 
@@ -355,7 +424,11 @@ def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
         raise ValueError(f"unknown criterion {criterion!r}; choose from {', '.join(CRITERIA)}")
     evaluate, steps = evaluator(scale, p, criterion)
     low, high = SEARCH_RANGE[scale]
-    if scale in LLM_SCALES:
+    if scale in DESCEND:
+        seeds = len(p.llm_warm_starts)
+        found = descend_boundaries(llm_runs(steps, p.llm_warm_starts, cells(), criterion, scale=scale), len(cells()),
+                                   seeds, low, high, p.llm_grid_points, p.refinements)
+    elif scale in LLM_SCALES:
         seeds = len(p.llm_warm_starts)
         found = search_boundaries(evaluate, len(cells()), seeds, low, high, p.llm_grid_points, p.refinements,
                                   p.llm_refine_points)
@@ -479,7 +552,8 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["search_boundaries", "stable_quorum", "fit_exponent", "bootstrap_exponent", "search_scale", "table_rows",
+__all__ = ["search_boundaries", "descend_boundaries",
+           "stable_quorum", "fit_exponent", "bootstrap_exponent", "search_scale", "table_rows",
            "fit_rows", "law_tables", "COLUMNS",
            "FIT_COLUMNS", "STALENESS", "SCALES", "ALL_SCALES", "main"]
 

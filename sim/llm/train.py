@@ -137,6 +137,9 @@ class Args:
     """show a progress bar"""
     on_nonfinite: str = "raise"
     """non-finite loss/gradient: raise (error naming the step) or mark (record nonfinite=True, stop the run)"""
+    stop_at_collapse: bool = False
+    """end the run at its first collapse (``sim.schema.collapse_step``), for a study that only asks whether it
+    collapses: the rest of the run cannot undo it"""
 
     def validate(self) -> None:
         """Raise ValueError (one line) for any bad setting, before work starts."""
@@ -546,6 +549,9 @@ def train(args: Args, run: Run | None = None, log=print) -> Iterator[dict]:
             record = rl_step(run)
             yield record
             if record["nonfinite"]:
+                break
+            if args.stop_at_collapse and not math.isnan(record["accuracy"]) and collapse_step(
+                    [(r["step"], r["accuracy"]) for r in run.records if not math.isnan(r["accuracy"])]) is not None:
                 break
             bar.set_postfix(reward=f"{record['objective']:.2f}", cos=f"{record['cos_prev']:.2f}")
             if args.checkpoint_every and run.step % args.checkpoint_every == 0 and run.step < args.steps:

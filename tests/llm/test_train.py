@@ -275,6 +275,20 @@ def test_collapse_is_half_the_best_accuracy_so_far():
     assert collapse_step([(0, 0.3), (20, 0.15)]) is None  # exactly half is not below it
 
 
+@pytest.mark.parametrize("stop", [False, True])
+def test_stop_at_collapse_ends_the_run_at_its_first_collapse_with_the_same_outcome(tiny_args, monkeypatch, stop):
+    """Held-out accuracies 0.4, 0.1 (below half of 0.4: a collapse at step 2), then 0.5: the run that stops has the
+    full run's first three records and the same collapse; a run that never collapses is not cut."""
+    scripted = iter([0.4, 0.1, 0.5, 0.5, 0.5])
+    monkeypatch.setattr(train_module, "heldout_accuracy", lambda *a: next(scripted))
+    done = run_records(tiny_args(steps=6, snr_every=1000, stop_at_collapse=stop), **QUIET)
+    assert [r["step"] for r in done["records"]] == ([0, 1, 2] if stop else list(range(6)))
+    assert done["summary"]["collapsed_at"] == 2 and done["summary"]["collapsed"] is True
+    scripted = iter([0.4, 0.3, 0.35, 0.3])
+    kept = run_records(tiny_args(steps=6, snr_every=1000, stop_at_collapse=True), **QUIET)
+    assert len(kept["records"]) == 6 and kept["summary"]["collapsed"] is False
+
+
 def test_nonfinite_loss_names_the_step_and_is_not_checkpointed(tiny_args, tmp_path, monkeypatch):
     calls = {"n": 0}
     real = train_module.policy_loss

@@ -66,6 +66,33 @@ def test_search_refuses_a_bad_range_before_evaluating_anything():
     assert calls == []
 
 
+def test_descent_finds_the_grids_boundaries_one_run_per_open_walk_per_call():
+    """From the top down, each (cell, seed) alone: the same brackets as the grid search with one point per zoom (an
+    independent computation of the same boundary), censoring at both ends, and far fewer runs than the grid."""
+    truth = np.array([[0.3, 0.31, 0.001], [2.2, 0.05, 9.0]])
+    calls = []
+
+    def evaluate(triples):
+        calls.append(sorted((c, k) for c, k, _ in triples))
+        return [lr <= truth[c, k] for c, k, lr in triples]
+
+    found = law.descend_boundaries(evaluate, 2, 3, 0.01, 4.0, grid_points=9, refinements=2)
+    grid_evaluate, grid_calls = fake_evaluator(truth)
+    grid = law.search_boundaries(grid_evaluate, 2, 3, 0.01, 4.0, grid_points=9, refinements=2, refine_points=1)
+    for name in ("low", "high", "boundary"):  # the zoom's midpoint: a square root here, geomspace's there
+        np.testing.assert_allclose(getattr(found, name), getattr(grid, name), rtol=1e-12, err_msg=name)
+    np.testing.assert_array_equal(found.censored_low | found.censored_high, grid.censored_low | grid.censored_high)
+    assert found.censored_low.tolist() == [[False, False, True], [False, False, False]]
+    assert found.censored_high.tolist() == [[False, False, False], [False, False, True]]
+    assert all(len(set(call)) == len(call) for call in calls)  # a walk's next run, once per call
+    assert sum(map(len, calls)) < sum(grid_calls) * 3
+
+
+def test_descent_refuses_a_bad_range_before_evaluating_anything():
+    with pytest.raises(ValueError, match="0 < low < high"):
+        law.descend_boundaries(lambda t: pytest.fail("evaluated"), 1, 1, 2.0, 1.0, 8, 2)
+
+
 @pytest.fixture(scope="module")
 def delayed_gd_boundaries() -> np.ndarray:
     """The search through the real simulator on the deterministic delayed quadratic, naive at every STALENESS."""
@@ -141,25 +168,28 @@ def test_smoke_tables_have_every_cell_and_the_documented_columns():
                                                                  for m in law.METHODS]
 
 
-def test_llm_scale_smoke_on_the_tiny_model(tiny_checkpoint, tmp_path, monkeypatch):
-    """The LLM scale's search runs real trainer runs (tiny model, 3 steps), one per (cell, step size, warm start),
-    and yields a row per cell with the table's columns and no closed-form theory."""
+@pytest.mark.parametrize("scale", law.LLM_SCALES)
+def test_llm_scale_smoke_on_the_tiny_model(tiny_checkpoint, tmp_path, monkeypatch, scale):
+    """An LLM scale's search runs real trainer runs (tiny model, 3 steps), one per (cell, step size, warm start) it
+    visits, and yields a row per cell with the table's columns and no closed-form theory."""
     import runtime.cache
 
     monkeypatch.setattr(runtime.cache, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(law, "LLM_BASE", dict(size="tiny", model=str(tiny_checkpoint), digits=1, prompts_per_step=4,
-                                              group_size=4, eval_problems=8, warm_ceiling=1.0))
-    monkeypatch.setitem(law.SEARCH_RANGE, "llm", (1e-3, 1.0))
-    found = law.search_scale("llm", "smoke", "progress")
+                                              group_size=4, eval_problems=8, warm_ceiling=1.0, micro_batch=16))
+    monkeypatch.setitem(law.SEARCH_RANGE, scale, (1e-3, 1.0))
+    found = law.search_scale(scale, "smoke", "progress")
     rows = law.table_rows(found)
     assert {(r["method"], r["staleness"]) for r in rows} == set(law.cells()) and found["seeds"] == 1
     assert all(math.isnan(r["theory_lr"]) and r["steps"] == 3 for r in rows)
     assert all(1e-3 <= r["max_stable_lr"] <= 1.0 for r in rows)
     runs = list((tmp_path / "cache").glob("llm_grpo-*.json"))
-    assert len(runs) >= len(law.cells()) * 3  # the grid: every cell at its 3 step sizes on the one warm start
+    # the grid: every cell at its 3 step sizes on the one warm start; the descent: at least its top one
+    assert len(runs) >= len(law.cells()) * (1 if scale in law.DESCEND else 3)
     # the CSV says how an LLM run was judged (accuracy against its best), not the toys' objective-gap rule
-    assert all("held-out accuracy is >= 0.5 x the best" in r["criterion_rule"] and "gap" not in r["criterion_rule"]
-               for r in rows)
+    judged = ("no held-out evaluation fell below 0.5 x the best" if scale in law.DESCEND
+              else "held-out accuracy is >= 0.5 x the best")
+    assert all(judged in r["criterion_rule"] and "gap" not in r["criterion_rule"] for r in rows)
 
 
 def test_the_high_snr_scale_runs_the_high_snr_configuration_with_the_uncorrected_ratio(monkeypatch):
