@@ -530,6 +530,8 @@ class StalenessLRArgs:
     """overwrite committed (git-tracked) CSVs with the quick profile"""
     scales: tuple[Annotated[Literal[ALL_SCALES], choice("--scales", ALL_SCALES)], ...] = SCALES
     """the scales to search (llm: the 0.6M testbed, hours of CPU on the full profile; llm_highsnr: tens of hours)"""
+    criteria: tuple[Annotated[Literal[CRITERIA], choice("--criteria", CRITERIA)], ...] = CRITERIA
+    """the stability criteria to search, each on its own (at llm_highsnr only progress, the collapse, ever fires)"""
 
 
 def main(argv=None) -> int:
@@ -541,7 +543,7 @@ def main(argv=None) -> int:
         check_output_files(args.out, [args.out, fit_path(args.out)], args.profile, args.force)
     except ValueError as err:
         fail("python -m experiments.staleness_lr", str(err))
-    tables = law_tables(args.profile, args.scales, log=print)  # each search on one torch thread (a unit)
+    tables = law_tables(args.profile, args.scales, args.criteria, log=print)  # each search on one torch thread (a unit)
     write_records(tables["table"], args.out, COLUMNS)
     write_records(tables["fit"], fit_path(args.out), FIT_COLUMNS)
     for row in tables["fit"]:

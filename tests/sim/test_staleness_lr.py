@@ -236,3 +236,15 @@ def test_command_will_not_overwrite_the_committed_table_with_the_quick_profile(m
     with pytest.raises(SystemExit):
         law.main(["--out", "docs/data/staleness_lr_scaling.csv", "--profile", "quick"])
     assert "committed data" in capsys.readouterr().err
+
+
+def test_command_searches_only_the_criteria_asked_for(tmp_path, monkeypatch):
+    seen = {}
+
+    def law_tables(profile, scales, criteria, log=None):
+        seen.update(profile=profile, scales=tuple(scales), criteria=tuple(criteria))
+        return {"table": [], "fit": []}
+
+    monkeypatch.setattr(law, "law_tables", law_tables)
+    assert law.main(["--out", str(tmp_path / "t.csv"), "--scales", "llm_highsnr", "--criteria", "progress"]) == 0
+    assert seen == {"profile": "quick", "scales": ("llm_highsnr",), "criteria": ("progress",)}
