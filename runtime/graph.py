@@ -12,6 +12,7 @@ prctl, whose Linux death signal follows the creating thread rather than the proc
 from __future__ import annotations
 
 import csv
+import math
 import multiprocessing
 import os
 import threading
@@ -179,6 +180,15 @@ def _next(ready: list[Task], worker_free: bool) -> Task | None:
     return next((t for t in ready if worker_free or t.here), None)
 
 
+def _into_try(ran: float, expected: float) -> float:
+    """How far a task that has run ``ran`` seconds is into its current try of ``expected`` seconds: a task past its
+    estimate is taken to be retrying (a warm start that misses its acceptance range trains again from the next seed,
+    each try about one estimate), so what is left of it is the rest of that try, not nothing."""
+    if expected <= 0 or ran <= 0:
+        return 0.0
+    return ran - (math.ceil(ran / expected - 1e-9) - 1) * expected  # at its estimate a try is done, not begun
+
+
 def _weighted_median(pairs: list[tuple[float, float]]) -> float:
     """The value at which the (value, weight) pairs' weights, in order of value, reach half their sum."""
     pairs = sorted(pairs)
@@ -231,8 +241,8 @@ class Progress:
         return self.clock() - self.start
 
     def eta_s(self) -> float:
-        """Seconds left: (estimated work left / speed − the running tasks' time so far, each at most its own
-        estimate at that speed) / the workers still busy; work left / jobs before anything is done."""
+        """Seconds left: (estimated work left / speed − the running tasks' time into their current try, see
+        ``_into_try``) / the workers still busy; work left / jobs before anything is done."""
         left = max(0.0, self.total - self.done_cost)
         if self.done_cost <= 0:
             return left / self.jobs
@@ -240,7 +250,7 @@ class Progress:
             return left * self.elapsed_s() / self.done_cost
         speed = _weighted_median(self.speeds)
         now = self.clock()
-        had = sum(min(now - t0, cost / speed) for t0, cost in self.running.values())
+        had = sum(_into_try(now - t0, cost / speed) for t0, cost in self.running.values())
         return max(0.0, left / speed - had) / max(1, min(self.jobs, self.left))
 
     def line(self) -> str:

@@ -274,3 +274,18 @@ def test_progress_is_not_stretched_by_one_task_far_over_its_estimate():
     now[0] = 300.0
     progress.done(warm[1])
     assert progress.eta_s() == pytest.approx(4 * 10 / 2)  # four runs of 10 units on 2 workers
+
+
+def test_a_task_past_its_estimate_counts_the_rest_of_its_current_try():
+    # One warm start of 100 units and one run of 10 at one unit per unit of time (the run, done, sets the speed).
+    # At t = 250 the warm start is in its third try, 50 into it: 50 are left, where the estimate alone says none.
+    now = [0.0]
+    warm, run = Task("warm", str.upper, cost=100.0), Task("run", str.upper, cost=10.0)
+    progress = Progress([warm, run], jobs=2, clock=lambda: now[0])
+    progress.started(warm)
+    progress.started(run)
+    now[0] = 10.0
+    progress.done(run)
+    assert progress.eta_s() == pytest.approx(90.0)  # the first try: its estimate less the time it has had
+    now[0] = 250.0
+    assert progress.eta_s() == pytest.approx(50.0)
