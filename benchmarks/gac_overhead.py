@@ -135,7 +135,8 @@ def contenders(baseline=None) -> list[Contender]:
                  Contender(f"{space} project, general", space, fused_path=False)]
         rows.append(Contender(f"{space} project, compiled", space, compiled=True))
         if baseline is not None:
-            rows.append(Contender(f"before: {space} project", space, library=baseline))
+            rows += [Contender(f"before: {space} project", space, library=baseline),
+                     Contender(f"before: {space} project, compiled", space, compiled=True, library=baseline)]
     return rows
 
 
@@ -153,7 +154,7 @@ def build(contender: Contender | None, start: list[torch.Tensor]):
     inner = torch.optim.AdamW(params, lr=1e-4, fused=True)
     cfg = library.GACConfig(threshold=0.0, space=contender.space)
     if contender.library is not None:
-        return params, library.wrap(inner, cfg)
+        return params, library.wrap(inner, cfg, compiled=contender.compiled)
     return params, library.wrap(inner, cfg, fused=contender.fused_path, compiled=contender.compiled)
 
 

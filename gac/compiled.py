@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 
 from gac.control import ACT, SKIP
-from gac.distributed import local_tensor
+from gac.distributed import PLAIN_TYPES, local_tensor
 from gac.fused import coupled_weight_decay
 
 FOLDABLE_DTYPES = (torch.float32, torch.float64)
@@ -146,9 +146,6 @@ class Batch(NamedTuple):
     rows: list
     coupled: list
     steps: list
-
-
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 # -- when and how it runs -----------------------------------------------------------------------------------------
@@ -273,6 +270,7 @@ class CompiledAdamStep:
             is_coupled = coupled_weight_decay(optimizer, group)
             decay = 1.0 if is_coupled else 1.0 - lr * weight_decay
             sign = -1.0 if group.get("maximize", False) else 1.0
+            rows = {}  # the scalar row of each step count in this group
             for p in group["params"]:
                 index += 1
                 if p.grad is None:
@@ -284,16 +282,20 @@ class CompiledAdamStep:
                            local_tensor(state["exp_avg_sq"]))
                 dtype = tensors[0].dtype if dtype is None else dtype
                 shape = tensors[0].shape
-                if dtype not in FOLDABLE_DTYPES or not all(
-                        type(t) in _PLAIN and t.dtype == dtype and t.is_contiguous() and t.shape == shape
-                        for t in tensors):
+                if dtype not in FOLDABLE_DTYPES:
                     return None
+                for t in tensors:
+                    if type(t) not in PLAIN_TYPES or t.dtype != dtype or t.shape != shape or not t.is_contiguous():
+                        return None
                 ref = reference(index, p)
                 if ref is None:
                     return None
                 step = int(state["step"]) + 1  # torch's kernels use the step count after adding 1
-                batch.rows.append([0.0, decay, weight_decay, beta1, 1.0 - beta1, beta2, 1.0 - beta2,
-                                   math.sqrt(1.0 - beta2**step), lr / (1.0 - beta1**step), eps, sign, 0.0, 0.0])
+                row = rows.get(step)
+                if row is None:
+                    row = rows[step] = [0.0, decay, weight_decay, beta1, 1.0 - beta1, beta2, 1.0 - beta2,
+                                        math.sqrt(1.0 - beta2**step), lr / (1.0 - beta1**step), eps, sign, 0.0, 0.0]
+                batch.rows.append(list(row))
                 batch.indices.append(index)
                 batch.thetas.append(tensors[0].detach())
                 batch.grads.append(tensors[1])

@@ -8,6 +8,7 @@ over shards (see ``gac.distributed``), and the new gradient is g' = s·g − α�
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -171,6 +172,52 @@ def decide(stats: AlignmentStats, cfg: GACConfig, threshold: torch.Tensor | floa
                     stats.g_sq.clamp_min(0).sqrt(), after_sq.clamp_min(0).sqrt())
 
 
+def decide_scalar(dot: float, g_sq: float, d_sq: float, cfg: GACConfig, threshold: float,
+                  skip_threshold: float | None = None) -> Decision:
+    """``decide`` for one set of finite sums given as Python floats, with the fields Python numbers (regime an int).
+
+    The same float64 operations in the same order as ``decide`` on 0-dim float64 tensors, so the same bits; the
+    tracker takes one decision per step, where a dozen tiny tensor ops would cost more than the arithmetic. Square
+    roots are torch's (``_sqrt``). ``skip_threshold`` is cfg.skip_threshold's role (passed explicitly so that a
+    caller can switch skipping off).
+    """
+    g_norm, d_norm = _sqrt(_clamp_min0(g_sq), _clamp_min0(d_sq))
+    if g_norm > cfg.eps and d_norm > cfg.eps:
+        cosine = min(max((dot / g_norm) / d_norm, -1.0), 1.0)
+    else:
+        cosine = math.nan
+    skipping = skip_threshold is not None and cosine > skip_threshold
+    acting = cosine > threshold
+    if skipping:
+        regime, parallel_scale, grad_scale = SKIP, 0.0, 0.0
+    elif acting:
+        regime, grad_scale = ACT, 1.0
+        if cfg.mode == "cap":  # cap_scale, in its order of operations
+            c = max(cosine, 1e-300)
+            root_c, root_tau = _sqrt(_clamp_min0(1.0 - c * c), 1.0 - threshold * threshold)
+            parallel_scale = threshold * root_c / (c * root_tau)
+        else:
+            parallel_scale = 0.0
+    else:
+        regime, parallel_scale, grad_scale = KEEP, 1.0, 1.0
+    ref_coef = (1.0 - parallel_scale) * dot / (d_sq if d_sq > 0 else 1.0) if acting and not skipping else 0.0
+    after_sq = _clamp_min0((grad_scale * grad_scale * g_sq - 2 * grad_scale * ref_coef * dot)
+                           + ref_coef * ref_coef * d_sq)
+    norm_after = g_norm if after_sq == _clamp_min0(g_sq) else _sqrt(after_sq)[0]
+    return Decision(cosine, regime, parallel_scale, grad_scale, ref_coef, g_norm, norm_after)
+
+
+def _clamp_min0(x: float) -> float:
+    """``torch.clamp_min(x, 0)`` on a float: NaN stays NaN."""
+    return x if not x < 0.0 else 0.0
+
+
+def _sqrt(*values: float) -> list[float]:
+    """torch's float64 square roots of ``values`` (one op): torch's CPU sqrt is not always correctly rounded, so
+    ``math.sqrt`` would differ from ``decide``'s in the last bit now and then."""
+    return torch.tensor(values, dtype=torch.float64).sqrt().tolist()
+
+
 def apply_decision(g: torch.Tensor, d: torch.Tensor, decision: Decision) -> torch.Tensor:
     """g' = s·g − α·d per leading index, computed in float64; rows in the keep regime are returned as is."""
     if g.is_complex():
@@ -261,5 +308,6 @@ def update_reference(d: torch.Tensor, g: torch.Tensor, cfg: GACConfig) -> torch.
 __all__ = [
     "KEEP", "ACT", "SKIP", "AlignmentStats", "Decision", "ControlResult", "alignment", "alignment_stats",
     "cosine_from_stats", "cap_scale", "pow2_scale", "decide", "apply_decision", "control", "update_reference",
-    "regime_name", "NonFiniteGradientError", "check_gradient", "decide_and_apply", "real_view", "complex_view",
+    "regime_name", "NonFiniteGradientError", "check_gradient", "decide_and_apply", "decide_scalar", "real_view",
+    "complex_view",
 ]

@@ -10,9 +10,14 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+"""Tensor types that are their own local storage (checked by type first: a missed attribute lookup costs more)."""
+
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
     """The rank-local storage of t: a DTensor's local shard (a view sharing its memory), else t."""
+    if type(t) in PLAIN_TYPES:
+        return t
     local = getattr(t, "_local_tensor", None)
     return local if local is not None else t
 
@@ -20,6 +25,8 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
 def infer_process_group(tensors: list[torch.Tensor]):
     """The group to sum over for DTensor gradients (FSDP2), or None for plain tensors."""
     for t in tensors:
+        if type(t) in PLAIN_TYPES:
+            continue
         mesh = getattr(t, "device_mesh", None)
         if mesh is None:
             continue

@@ -1,26 +1,27 @@
 """GradientAlignmentControl: GAC over a model's parameters, editing ``.grad`` in place.
 
-A thin per-parameter shell over the pure core: the decision is ``gac.control.decide`` and the
-adaptive threshold's statistics advance with ``gac.state.observe_threshold``, exactly as in
-``gac.update``. What it adds is memory: the reference is one buffer per parameter (optionally
-bfloat16), the three sums are float64 products and sums (as every cosine in gac): ``gac.cosine64.dot64`` for a tensor
-of at most one chunk (its bits), float64 ``torch.dot`` of reused chunk buffers for larger ones (plus one all_reduce
-when gradients are sharded), and g' = s·g − α·d is written into ``.grad`` chunk by chunk. A non-finite entry shows as
-a non-finite sum, so finiteness costs no pass of its own.
+A thin per-parameter shell over the pure core: the decision is ``gac.control.decide`` (as Python floats:
+``decide_scalar``, the same bits) and the adaptive threshold's statistics advance with
+``gac.state.observe_threshold``, exactly as in ``gac.update``. What it adds is memory: the reference is one buffer
+per parameter (optionally bfloat16), the three sums are float64 products and sums (as every cosine in gac):
+``gac.cosine64.dot64`` for a tensor of at most one chunk (its bits), float64 ``torch.dot`` of reused chunk buffers
+for larger ones (plus one all_reduce when gradients are sharded), and g' = s·g − α·d is written into ``.grad`` chunk
+by chunk. A non-finite entry shows as a non-finite sum, so finiteness costs no pass of its own.
 """
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import torch
 
 from gac.config import GACConfig, check_config, reference_dtype_for
-from gac.control import ACT, SKIP, AlignmentStats, NonFiniteGradientError, decide, regime_name
+from gac.control import ACT, SKIP, NonFiniteGradientError, decide_scalar, regime_name
 from gac.cosine64 import dot64
 from gac.distributed import all_reduce_stats, check_process_group, infer_process_group, local_tensor
 from gac.state import current_threshold, init_threshold_stats, observe_threshold
@@ -132,7 +133,7 @@ class GradientAlignmentControl:
         self.last_report: GACReport | None = None
         self._scratch_buffers: dict = {}
         self._spare: dict[int, torch.Tensor] = {}  # parameter-sized buffers kept between steps (take_spare)
-        self._last_g_sq: tuple[list[int], torch.Tensor] | None = None  # (indices, local ‖g‖²) of the last step
+        self._last_g_sq: tuple[list[int], list[float]] | None = None  # (indices, local ‖g‖²) of the last step
         self._swapped: dict[int, tuple] = {}  # index -> (weakref, version) of a former .grad that became the reference
         self._layout_checked: int | None = None  # the parameter count the ranks were found to share (_check_layout)
 
@@ -151,8 +152,8 @@ class GradientAlignmentControl:
         return [self._reference_of(index) for index in range(len(self.params))]
 
     def _reference_of(self, index: int) -> torch.Tensor | None:
-        param = self.params[index]
-        stored = self.param_state[param].get(REFERENCE_KEY) if param in self.param_state else None
+        state = self.param_state.get(self.params[index])  # .get: a defaultdict's missing entry is not created
+        stored = None if state is None else state.get(REFERENCE_KEY)
         return None if stored is None else local_tensor(stored)
 
     def _set_reference(self, index: int, local: torch.Tensor | None) -> None:
@@ -324,10 +325,10 @@ class GradientAlignmentControl:
                               else zero for terms in (dots, g_sqs, d_sqs))
         return torch.stack(per_tensor).view(-1, 3).t()
 
-    def _local_stats(self, indices: list[int], vectors, refs, cached_d_sq: torch.Tensor | None,
-                     has_gradient: list[bool] | None) -> torch.Tensor:
+    def _local_stats(self, indices: list[int], vectors, refs, cached_d_sq: list[float] | None,
+                     has_gradient: list[bool] | None) -> list[float]:
         """This rank's [non-finite flags of v and d, then per parameter ⟨v,d⟩, ‖v‖², ‖d‖² and whether it has a
-        gradient (1 or 0)] as one float64 vector of 2 + 4·len(params) numbers, for one all_reduce.
+        gradient (1 or 0)]: 2 + 4·len(params) float64 numbers (Python floats), for one all_reduce.
 
         ``cached_d_sq``, when given, is this rank's per-tensor ‖d‖² already known (see ``_cached_d_sq``).
         ``has_gradient`` (per parameter) tells which parameters received a gradient; None: those whose v is not zero
@@ -335,21 +336,23 @@ class GradientAlignmentControl:
         ⟨v,d⟩ non-finite); the entries are looked at only when a sum is not finite, since a finite vector's sum may
         still overflow.
         """
-        sums = self._sums64(vectors, refs, with_d_sq=cached_d_sq is None)
+        dot, g_sq, d_sq = self._sums64(vectors, refs, with_d_sq=cached_d_sq is None).tolist()
         if cached_d_sq is not None:
-            sums[2] = cached_d_sq
-        dot, g_sq, d_sq = sums
-        zero = torch.zeros((), dtype=torch.float64, device=g_sq.device)
-        pairs = [(g, r) for g, r in zip(vectors, refs, strict=True) if r is not None]
-        nonfinite = zero if bool(torch.isfinite(g_sq).all()) else (~all_finite([_whole(v) for v in vectors])).double()
+            d_sq = cached_d_sq
+        finite = math.isfinite
+        nonfinite = 0.0 if all(map(finite, g_sq)) else float(not all_finite([_whole(v) for v in vectors]))
         # ‖d‖² may come from the cache (last step's ‖g‖²), so a non-finite ⟨g, d⟩ also sends us to look at d.
-        suspect = not bool((torch.isfinite(d_sq) & torch.isfinite(dot)).all())
-        reference_nonfinite = (~all_finite([r for _, r in pairs])).double() if suspect else zero
-        has = (g_sq > 0).double() if has_gradient is None else torch.tensor(
-            [float(has_gradient[i]) for i in indices], dtype=torch.float64, device=g_sq.device)
-        per_param = torch.zeros(4, len(self.params), dtype=torch.float64, device=g_sq.device)
-        per_param.index_copy_(1, torch.tensor(indices, device=g_sq.device), torch.cat([sums, has[None]]))
-        return torch.cat([torch.stack([nonfinite, reference_nonfinite]), per_param.view(-1)])
+        suspect = not (all(map(finite, d_sq)) and all(map(finite, dot)))
+        reference_nonfinite = float(not all_finite([r for r in refs if r is not None])) if suspect else 0.0
+        has = ([float(value > 0) for value in g_sq] if has_gradient is None
+               else [float(has_gradient[i]) for i in indices])
+        count = len(self.params)
+        local = [nonfinite, reference_nonfinite] + [0.0] * (4 * count)
+        for row, values in enumerate((dot, g_sq, d_sq, has)):
+            start = 2 + row * count
+            for index, value in zip(indices, values, strict=True):
+                local[start + index] = value
+        return local
 
     def _check_layout(self, group, device) -> None:
         """One line unless every rank of ``group`` holds the same number of parameter tensors: the step's all_reduce
@@ -540,15 +543,21 @@ class GradientAlignmentControl:
             self._check_layout(group, _parts(grads[0])[0].device)
         local = self._local_stats(indices, grads, refs, self._cached_d_sq(indices, grads), has_gradient)
         self._last_g_sq = None  # valid again only once this step's references are written
-        local_g_sq = local[2:].view(4, -1)[1, indices].clone()
-        reduced = all_reduce_stats(local, group)
-        per_param = reduced[2:].view(4, -1)
-        # Summed over the parameters that took part, in order (0 + t₁ + t₂ + …, sequential on CPU).
-        taking_part = per_param[3] > 0
-        totals = torch.where(taking_part, per_param[:3], 0.0).cumsum(1)[:, -1]
-        numbers = torch.cat([totals, reduced[:2], taking_part.double()]).tolist()
-        dot, g_sq, d_sq, nonfinite, reference_nonfinite = numbers[:5]
-        taking_part = {i for i in indices if numbers[5 + i] > 0}
+        count = len(self.params)
+        local_g_sq = [local[2 + count + i] for i in indices]
+        reduced = local if group is None else all_reduce_stats(
+            torch.tensor(local, dtype=torch.float64, device=_parts(grads[0])[0].device), group).tolist()
+        nonfinite, reference_nonfinite = reduced[:2]
+        takes = [value > 0 for value in reduced[2 + 3 * count:]]
+        # Summed over the parameters that took part, in order (0 + t₁ + t₂ + …).
+        totals = []
+        for row in range(3):
+            total = 0.0
+            for value, taking in zip(reduced[2 + row * count:2 + (row + 1) * count], takes, strict=True):
+                total += value if taking else 0.0
+            totals.append(total)
+        dot, g_sq, d_sq = totals
+        taking_part = {i for i in indices if takes[i]}
         threshold = float(current_threshold(self.cfg, self.threshold_stats))
 
         if nonfinite > 0 or reference_nonfinite > 0:
@@ -567,12 +576,11 @@ class GradientAlignmentControl:
             self.last_report = report
             return report
 
-        stats = AlignmentStats(*(torch.tensor(v, dtype=torch.float64) for v in (dot, g_sq, d_sq)))
-        decision = decide(stats, self.cfg, threshold)
-        if not allow_action:
-            decision = decide(stats, replace(self.cfg, skip_threshold=None), 1.0)  # c ≤ 1: always keep
-        regime, coef = int(decision.regime), float(decision.ref_coef)
-        if float(decision.norm_before) <= self.cfg.eps:  # no direction (cosine NaN, keep): references keep theirs
+        # c ≤ 1, so τ = 1 without skipping always keeps (allow_action=False)
+        decision = (decide_scalar(dot, g_sq, d_sq, self.cfg, threshold, self.cfg.skip_threshold) if allow_action
+                    else decide_scalar(dot, g_sq, d_sq, self.cfg, 1.0))
+        regime, coef = decision.regime, decision.ref_coef
+        if decision.norm_before <= self.cfg.eps:  # no direction (cosine NaN, keep): references keep theirs
             taking_part = set()
         if before_write is not None:
             before_write(regime, coef, taking_part)
@@ -590,10 +598,11 @@ class GradientAlignmentControl:
             # step would be skipped. The reference restarts (as at init), so the next step is kept.
             self.restart_reference()
 
-        cosine = float(decision.cosine)
-        self.threshold_stats = observe_threshold(self.cfg, self.threshold_stats, decision.cosine)
-        report = GACReport(self.step, cosine, regime_name(regime, self.cfg.mode), float(decision.parallel_scale),
-                           float(decision.norm_before), float(decision.norm_after), threshold)
+        if not isinstance(self.cfg.threshold, float):  # an adaptive rule observes the cosine
+            self.threshold_stats = observe_threshold(self.cfg, self.threshold_stats,
+                                                     torch.tensor(decision.cosine, dtype=torch.float64))
+        report = GACReport(self.step, decision.cosine, regime_name(regime, self.cfg.mode), decision.parallel_scale,
+                           decision.norm_before, decision.norm_after, threshold)
         self.step += 1
         self.last_report = report
         return report

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import gac
 from gac import ACT, KEEP, SKIP
-from gac.control import cosine_from_stats, decide_and_apply, pow2_scale
+from gac.control import cosine_from_stats, decide_and_apply, decide_scalar, pow2_scale
 
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True)
 settings.load_profile("ci")
@@ -329,3 +329,23 @@ def test_non_finite_row_is_skipped_alone_in_a_two_dimensional_batch():
     expected = torch.full((2, 3), ACT)
     expected[1, 2] = SKIP
     assert torch.equal(out.regime, expected) and torch.equal(out.grad, torch.zeros_like(g))  # g ∥ d: all removed
+
+
+@given(pairs(max_rows=1), st.floats(0.0, 0.95), st.sampled_from(["project", "cap"]),
+       st.sampled_from([None, 0.97, -0.5]), st.sampled_from([0.0, 1e-3]))
+def test_decide_scalar_has_the_bits_of_decide(gd, tau, mode, skip, eps):
+    """The tracker's float decision against the tensor one: every field equal bit for bit (NaN where NaN), on
+    sums of random pairs, zero vectors and a cosine of exactly ±1 included."""
+    g, d = gd[0], gd[1]
+    cases = [(g, d), (g, g), (g, -g), (torch.zeros_like(g), d), (g, torch.zeros_like(d)), (g * 1e-4, d * 1e-4)]
+    skip = None if skip is not None and skip <= tau else skip
+    cfg = gac.GACConfig(threshold=tau, mode=mode, skip_threshold=skip, eps=eps)
+    for a, b in cases:
+        stats = gac.alignment_stats(a, b)
+        expected = gac.decide(stats, cfg)
+        got = decide_scalar(*(float(s) for s in stats), cfg, tau, skip)
+        assert isinstance(got.regime, int) and got.regime == int(expected.regime)
+        for name in ("cosine", "parallel_scale", "grad_scale", "ref_coef", "norm_before", "norm_after"):
+            want, have = float(getattr(expected, name)), getattr(got, name)
+            assert (math.isnan(want) and math.isnan(have)) or (have == want and math.copysign(1, have) == math.copysign(
+                1, want)), (name, have, want)
