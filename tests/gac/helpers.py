@@ -24,8 +24,22 @@ def flat_grad(model) -> torch.Tensor:
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
+def start_fork_server() -> None:
+    """Start the fork server that ``spawn_gloo``'s workers are forked from, unless it runs: a process that imports
+    ``tests.gac.worker_preload`` (seconds) while this one goes on, then forks a worker for each request."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    multiprocessing.set_forkserver_preload(["tests.gac.worker_preload"])
+    forkserver.ensure_running()
+
+
 def spawn_gloo(worker, args_for, nprocs: int = 2, attempts: int = 2) -> None:
-    """``torch.multiprocessing.spawn`` of a gloo test worker, retried once on a SIGABRT at teardown.
+    """Start ``nprocs`` gloo test workers (``torch.multiprocessing``), retried once on a SIGABRT at teardown.
+
+    The workers are forks of the fork server (``start_fork_server``, one per test process): spawning them would
+    import torch and the compiler afresh in every rank, most of a two-rank test's time; a fork of the test process
+    itself is unsafe (it has threads).
 
     ``args_for(attempt)`` gives the worker's extra args (a fresh init file per attempt). On this
     machine's CPU torch a gloo worker occasionally aborts while the process group is destroyed
@@ -34,9 +48,10 @@ def spawn_gloo(worker, args_for, nprocs: int = 2, attempts: int = 2) -> None:
     """
     import torch.multiprocessing as mp
 
+    start_fork_server()
     for attempt in range(attempts):
         try:
-            mp.spawn(worker, args=args_for(attempt), nprocs=nprocs, join=True)
+            mp.start_processes(worker, args=args_for(attempt), nprocs=nprocs, join=True, start_method="forkserver")
             return
         except mp.ProcessExitedException as error:
             if error.signal_name != "SIGABRT" or attempt == attempts - 1:
