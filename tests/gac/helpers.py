@@ -24,31 +24,23 @@ def flat_grad(model) -> torch.Tensor:
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
-def start_fork_server() -> None:
-    """Start the fork server that ``spawn_gloo``'s workers are forked from, unless it runs: a process that imports
-    ``tests.gac.worker_preload`` (seconds) while this one goes on, then forks a worker for each request."""
-    import multiprocessing
-    from multiprocessing import forkserver
-
-    multiprocessing.set_forkserver_preload(["tests.gac.worker_preload"])
-    forkserver.ensure_running()
-
-
 def spawn_gloo(worker, args_for, nprocs: int = 2, attempts: int = 2) -> None:
     """Start ``nprocs`` gloo test workers (``torch.multiprocessing``), retried once on a SIGABRT at teardown.
 
-    The workers are forks of the fork server (``start_fork_server``, one per test process): spawning them would
-    import torch and the compiler afresh in every rank, most of a two-rank test's time; a fork of the test process
-    itself is unsafe (it has threads).
+    The workers are forks of a fork server, started by the first call in a test process, which has imported
+    ``tests.gac.worker_preload``: spawning them would import torch and the compiler afresh in every rank, most of a
+    two-rank test's time; a fork of the test process itself is unsafe (it has threads).
 
     ``args_for(attempt)`` gives the worker's extra args (a fresh init file per attempt). On this
     machine's CPU torch a gloo worker occasionally aborts while the process group is destroyed
     ("terminate called without an active exception"); that exact failure is retried once, any other
     failure (an assertion, an exception, a second abort) fails the test.
     """
+    import multiprocessing
+
     import torch.multiprocessing as mp
 
-    start_fork_server()
+    multiprocessing.set_forkserver_preload(["tests.gac.worker_preload"])  # read when the server starts
     for attempt in range(attempts):
         try:
             mp.start_processes(worker, args=args_for(attempt), nprocs=nprocs, join=True, start_method="forkserver")
