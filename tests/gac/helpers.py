@@ -25,18 +25,25 @@ def flat_grad(model) -> torch.Tensor:
 
 
 def spawn_gloo(worker, args_for, nprocs: int = 2, attempts: int = 2) -> None:
-    """``torch.multiprocessing.spawn`` of a gloo test worker, retried once on a SIGABRT at teardown.
+    """Start ``nprocs`` gloo test workers (``torch.multiprocessing``), retried once on a SIGABRT at teardown.
+
+    The workers are forks of a fork server, started by the first call in a test process, which has imported
+    ``tests.gac.worker_preload``: spawning them would import torch and the compiler afresh in every rank, most of a
+    two-rank test's time; a fork of the test process itself is unsafe (it has threads).
 
     ``args_for(attempt)`` gives the worker's extra args (a fresh init file per attempt). On this
     machine's CPU torch a gloo worker occasionally aborts while the process group is destroyed
     ("terminate called without an active exception"); that exact failure is retried once, any other
     failure (an assertion, an exception, a second abort) fails the test.
     """
+    import multiprocessing
+
     import torch.multiprocessing as mp
 
+    multiprocessing.set_forkserver_preload(["tests.gac.worker_preload"])  # read when the server starts
     for attempt in range(attempts):
         try:
-            mp.spawn(worker, args=args_for(attempt), nprocs=nprocs, join=True)
+            mp.start_processes(worker, args=args_for(attempt), nprocs=nprocs, join=True, start_method="forkserver")
             return
         except mp.ProcessExitedException as error:
             if error.signal_name != "SIGABRT" or attempt == attempts - 1:

@@ -223,47 +223,43 @@ def test_a_request_it_cannot_serve_is_one_warning_and_a_bad_value_one_line():
     assert "\n" not in str(info.value)
 
 
-def ddp_worker(rank: int, init_file: str, result_dir: str) -> None:
+def ddp_worker(rank: int, init_file: str, result_dir: str, space: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     torch.set_num_threads(1)
     try:
-        results = {}
-        for space in ("gradient", "update", "momentum"):
-            calls, restore_all_reduce = count_all_reduce()
-            try:
-                torch.manual_seed(3)
-                full = [torch.randn(shape) for shape in SHAPES]
-                params = [torch.nn.Parameter(t.reshape(-1)[rank::2].clone()) for t in full]  # every other entry
-                opt = gac.wrap(torch.optim.AdamW(params, lr=0.05, weight_decay=0.1, fused=True),
-                               gac.GACConfig(threshold=0.3, mode="cap", space=space),
-                               process_group=dist.group.WORLD, compiled=True)
-                regimes = step_interleaved(params, opt, rank)
-            finally:
-                restore_all_reduce()
-            results[space] = {"theta": [p.detach() for p in params], "regimes": regimes, "calls": list(calls),
-                              "taken": opt._compiled.steps_taken}
-        torch.save(results, os.path.join(result_dir, f"rank{rank}.pt"))
+        calls, restore_all_reduce = count_all_reduce()
+        try:
+            torch.manual_seed(3)
+            full = [torch.randn(shape) for shape in SHAPES]
+            params = [torch.nn.Parameter(t.reshape(-1)[rank::2].clone()) for t in full]  # every other entry
+            opt = gac.wrap(torch.optim.AdamW(params, lr=0.05, weight_decay=0.1, fused=True),
+                           gac.GACConfig(threshold=0.3, mode="cap", space=space),
+                           process_group=dist.group.WORLD, compiled=True)
+            regimes = step_interleaved(params, opt, rank)
+        finally:
+            restore_all_reduce()
+        torch.save({"theta": [p.detach() for p in params], "regimes": regimes, "calls": list(calls),
+                    "taken": opt._compiled.steps_taken}, os.path.join(result_dir, f"rank{rank}.pt"))
         dist.all_reduce(torch.zeros(1))  # a last collective, outside the count, so teardown finds no rank behind
     finally:
         dist.destroy_process_group()
 
 
-def test_two_processes_take_the_single_process_fused_paths_steps_with_one_all_reduce_each():
+@pytest.mark.parametrize("space", ["gradient", "update", "momentum"])  # one compile per process pair each
+def test_two_processes_take_the_single_process_fused_paths_steps_with_one_all_reduce_each(space):
     """AdamW acts elementwise: 2 gloo ranks holding interleaved halves of each tensor, each compiling its own steps,
-    reproduce one process's fused path in every space, with one all_reduce per step (after the layout check)."""
+    reproduce one process's fused path, with one all_reduce per step (after the layout check)."""
     with tempfile.TemporaryDirectory() as tmp:
-        spawn_gloo(ddp_worker, lambda attempt: (os.path.join(tmp, f"init{attempt}"), tmp), 2)
+        spawn_gloo(ddp_worker, lambda attempt: (os.path.join(tmp, f"init{attempt}"), tmp, space), 2)
         results = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(2)]
-    for space in ("gradient", "update", "momentum"):
-        params, opt = make(gac.GACConfig(threshold=0.3, mode="cap", space=space), False)
-        expected = run(params, opt, range(STEPS))
-        assert {r for r, _ in expected} >= {"keep", "cap"}
-        for rank, by_space in enumerate(results):
-            result = by_space[space]
-            assert result["regimes"] == [r for r, _ in expected] and result["taken"] > 0
-            assert result["calls"] == [3] + [2 + 4 * len(SHAPES)] * STEPS
-            for got, full in zip(result["theta"], params, strict=True):
-                torch.testing.assert_close(got, full.detach().reshape(-1)[rank::2], rtol=1e-5, atol=1e-6)
+    params, opt = make(gac.GACConfig(threshold=0.3, mode="cap", space=space), False)
+    expected = run(params, opt, range(STEPS))
+    assert {r for r, _ in expected} >= {"keep", "cap"}
+    for rank, result in enumerate(results):
+        assert result["regimes"] == [r for r, _ in expected] and result["taken"] > 0
+        assert result["calls"] == [3] + [2 + 4 * len(SHAPES)] * STEPS
+        for got, full in zip(result["theta"], params, strict=True):
+            torch.testing.assert_close(got, full.detach().reshape(-1)[rank::2], rtol=1e-5, atol=1e-6)
 
 
 FSDP_STEPS = 8
