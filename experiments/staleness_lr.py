@@ -28,8 +28,8 @@ stable under ``progress`` if it neither went non-finite nor collapsed (the train
 never went non-finite. No closed form gives the LLM's λ_max, so its theory_lr is NaN; its exponent is still
 fitted beside theory's. ``llm_highsnr`` is the same search at the high-SNR configuration (``experiments.llm_highsnr``:
 2,048 untied samples per step) with the uncorrected ratio, whose naive runs collapse at the study's shared step;
-its runs cost many CPU-minutes each, so each warm start walks down its grid from the top (``descend_boundaries``)
-and a run ends at its first collapse.
+its runs cost many CPU-minutes each, so each warm start walks its grid from the top (``descend_boundaries``: down
+to the first stable step, or up beyond the top while stable) and a run ends at its first collapse.
 ``python -m experiments.staleness_lr --profile full --out docs/data/staleness_lr_scaling.csv`` (toy scales;
 ``--scales`` adds ``llm`` or ``llm_highsnr``).
 """
@@ -61,9 +61,10 @@ LLM_SCALES = ("llm", "llm_highsnr")
 """The LLM scales: the 128-sample testbed, and the high-SNR configuration (``experiments.llm_highsnr.BASE``) with
 the uncorrected ratio, where naive async collapses at the shared step."""
 ALL_SCALES = (*SCALES, *LLM_SCALES)
-DESCEND = ("llm_highsnr",)
+DESCEND = {"llm_highsnr": 2}
 """Scales searched by ``descend_boundaries`` (runs of many CPU-minutes each, most grid points far from the
-boundary); the others by ``search_boundaries``."""
+boundary), with the points its walks may climb beyond the range's top (GAC holds at the top of the high-SNR range);
+the others by ``search_boundaries``."""
 CRITERIA = ("progress", "finite")
 GAP_FRACTION = 0.5
 """A stable run ends with its objective gap at most this share of the initial gap."""
@@ -105,8 +106,9 @@ def criterion_rule(criterion: str, steps: int, scale: str = "quadratic") -> str:
             run = "it never went non-finite" + (" and no held-out evaluation fell below "
                                                  f"{LLM_COLLAPSE_FRACTION:g} x the best before it (the run ends at "
                                                  "such a collapse)" if criterion == "progress" else "")
-            search = ("from the top of a geometric grid down, its first stable point and the one above it, halved "
-                      "(geometric midpoint) per zoom")
+            search = (f"a walk along a geometric grid (and {DESCEND[scale]} points beyond its top) from its top down "
+                      "to the first stable point, or up to the first unstable one, bracketed with the next point up "
+                      "and halved (geometric midpoint) per zoom")
         else:
             search = ("largest stable point of a geometric grid and the next one up, narrowed by one point inside it "
                       "per zoom")
@@ -192,34 +194,49 @@ EvaluateRuns = Callable[[Sequence[tuple[int, int, float]]], Sequence[bool]]
 """(cell index, seed index, step size) triples → whether each one run is stable."""
 
 
+def walk_grid(low: float, high: float, grid_points: int, above: int = 0) -> np.ndarray:
+    """``grid_points`` geometric points over [low, high] and ``above`` more at the same ratio beyond ``high``."""
+    grid = np.geomspace(low, high, grid_points)
+    return np.concatenate([grid, high * (grid[1] / grid[0]) ** np.arange(1, above + 1)])
+
+
 def descend_boundaries(evaluate: EvaluateRuns, cells: int, seeds: int, low: float, high: float, grid_points: int,
-                       refinements: int) -> Boundaries:
-    """Each (cell, seed)'s largest stable step size in [low, high], for runs too costly to grid: from the top of a
-    geometric grid down to its first stable point (bracketed with the point above it), then ``refinements`` zooms
-    at the bracket's geometric midpoint. Every (cell, seed) walks on its own; each call of ``evaluate`` holds the
-    next run of every walk still open, so the runs of one round can run side by side.
+                       refinements: int, above: int = 0) -> Boundaries:
+    """Each (cell, seed)'s largest stable step size, for runs too costly to grid: a walk along a geometric grid of
+    ``grid_points`` over [low, high] and ``above`` more points at the same ratio beyond ``high``, from ``high`` down
+    to the first stable point, or, where ``high`` is stable, up to the first unstable one; the bracket (the
+    largest stable point and the one above it) then narrowed by ``refinements`` zooms at its geometric midpoint.
+    Every (cell, seed) walks on its own; each call of ``evaluate`` holds the next run of every walk still open, so the
+    runs of one round can run side by side.
 
     Where stability falls monotonically with the step this is ``search_boundaries``' boundary with one point per zoom;
-    it runs no point below the first stable one, so it cannot see a non-monotone seed (``nonmonotone`` is all False).
-    A seed stable at ``high`` or stable nowhere on the grid is censored, as there.
+    it runs no point beyond the first change, so it cannot see a non-monotone seed (``nonmonotone`` is all False).
+    A seed stable at the last point or at none is censored (boundary = that end of the walk's grid).
     """
-    if not 0 < low < high or grid_points < 2 or refinements < 0 or cells < 1 or seeds < 1:
-        raise ValueError(f"need 0 < low < high, grid_points >= 2, refinements >= 0, cells, seeds >= 1; got {low}, "
-                         f"{high}, {grid_points}, {refinements}, {cells}, {seeds}")
-    grid = np.geomspace(low, high, grid_points)
-    at = np.full((cells, seeds), grid_points - 1)  # the grid point each walk tries next
+    if not 0 < low < high or grid_points < 2 or refinements < 0 or above < 0 or cells < 1 or seeds < 1:
+        raise ValueError(f"need 0 < low < high, grid_points >= 2, refinements >= 0, above >= 0, cells, seeds >= 1; "
+                         f"got {low}, {high}, {grid_points}, {refinements}, {above}, {cells}, {seeds}")
+    grid = walk_grid(low, high, grid_points, above)
+    last = len(grid) - 1
+    at = np.full((cells, seeds), grid_points - 1)  # the grid point each walk tries next: ``high`` first
+    first = np.full((cells, seeds), -1)  # the outcome at ``high``: −1 not yet run, 0 unstable (walk down), 1 stable
     lo, hi = np.zeros((cells, seeds)), np.full((cells, seeds), np.inf)
     walking = np.ones((cells, seeds), dtype=bool)
     while walking.any():
         open_ = list(zip(*np.nonzero(walking), strict=True))
         for (c, k), ok in zip(open_, evaluate([(c, k, float(grid[at[c, k]])) for c, k in open_]), strict=True):
-            if ok or at[c, k] == 0:
+            if first[c, k] < 0:
+                first[c, k] = int(ok)
+            if ok and first[c, k] == 0 or not ok and first[c, k] == 1:  # the outcome changed: bracketed
                 walking[c, k] = False
-                lo[c, k] = grid[at[c, k]] if ok else 0.0
-                hi[c, k] = grid[at[c, k] + 1] if ok and at[c, k] < grid_points - 1 else np.inf if ok else grid[0]
+                lo[c, k], hi[c, k] = (grid[at[c, k]], grid[at[c, k] + 1]) if ok else (grid[at[c, k] - 1],
+                                                                                       grid[at[c, k]])
+            elif at[c, k] == (last if ok else 0):  # stable at the last point, or unstable at the first: censored
+                walking[c, k] = False
+                lo[c, k], hi[c, k] = (grid[last], np.inf) if ok else (0.0, grid[0])
             else:
-                at[c, k] -= 1
-    censored_low, censored_high = lo == 0, lo == grid[-1]
+                at[c, k] += 1 if ok else -1
+    censored_low, censored_high = lo == 0, lo == grid[last]
     open_mask = ~(censored_low | censored_high)
     for _ in range(refinements):
         open_ = list(zip(*np.nonzero(open_mask), strict=True))
@@ -228,7 +245,8 @@ def descend_boundaries(evaluate: EvaluateRuns, cells: int, seeds: int, low: floa
         middle = {(c, k): float(np.sqrt(lo[c, k] * hi[c, k])) for c, k in open_}
         for (c, k), ok in zip(open_, evaluate([(c, k, middle[c, k]) for c, k in open_]), strict=True):
             lo[c, k], hi[c, k] = (middle[c, k], hi[c, k]) if ok else (lo[c, k], middle[c, k])
-    boundary = np.where(censored_low, low, np.where(censored_high, high, np.sqrt(lo * np.where(open_mask, hi, 1.0))))
+    top = grid[last]
+    boundary = np.where(censored_low, low, np.where(censored_high, top, np.sqrt(lo * np.where(open_mask, hi, 1.0))))
     return Boundaries(boundary, lo, hi, censored_low, censored_high, np.zeros((cells, seeds), dtype=bool))
 
 
@@ -427,7 +445,7 @@ def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
     if scale in DESCEND:
         seeds = len(p.llm_warm_starts)
         found = descend_boundaries(llm_runs(steps, p.llm_warm_starts, cells(), criterion, scale=scale), len(cells()),
-                                   seeds, low, high, p.llm_grid_points, p.refinements)
+                                   seeds, low, high, p.llm_grid_points, p.refinements, DESCEND[scale])
     elif scale in LLM_SCALES:
         seeds = len(p.llm_warm_starts)
         found = search_boundaries(evaluate, len(cells()), seeds, low, high, p.llm_grid_points, p.refinements,
@@ -435,7 +453,8 @@ def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
     else:
         seeds = p.seeds
         found = search_boundaries(evaluate, len(cells()), seeds, low, high, p.grid_points, p.refinements)
-    return {"scale": scale, "criterion": criterion, "steps": steps, "seeds": seeds,
+    top = walk_grid(low, high, p.llm_grid_points, DESCEND[scale])[-1] if scale in DESCEND else high
+    return {"scale": scale, "criterion": criterion, "steps": steps, "seeds": seeds, "edges": [low, float(top)],
             "cells": [list(c) for c in cells()],
             **{name: getattr(found, name).tolist() for name in ("boundary", "low", "high", "censored_low",
                                                                  "censored_high", "nonmonotone")}}
@@ -475,7 +494,7 @@ def fit_rows(found: dict) -> list[dict]:
     search range's edge (censored: the boundary is beyond the range) gets no exponent (NaN): the edge is not a
     measurement."""
     rows = []
-    edges = SEARCH_RANGE[found["scale"]]
+    edges = found.get("edges", SEARCH_RANGE[found["scale"]])  # a walk may climb beyond the range's top
     for method in METHODS:
         index = [i for i, (m, _) in enumerate(found["cells"]) if m == method]
         staleness = [found["cells"][i][1] for i in index]
@@ -554,7 +573,7 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["search_boundaries", "descend_boundaries",
+__all__ = ["search_boundaries", "descend_boundaries", "walk_grid",
            "stable_quorum", "fit_exponent", "bootstrap_exponent", "search_scale", "table_rows",
            "fit_rows", "law_tables", "COLUMNS",
            "FIT_COLUMNS", "STALENESS", "SCALES", "ALL_SCALES", "main"]

@@ -86,6 +86,15 @@ def test_descent_finds_the_grids_boundaries_one_run_per_open_walk_per_call():
     assert found.censored_high.tolist() == [[False, False, False], [False, False, True]]
     assert all(len(set(call)) == len(call) for call in calls)  # a walk's next run, once per call
     assert sum(map(len, calls)) < sum(grid_calls) * 3
+    # two points beyond the top: the walk stable at 4.0 climbs to its bracket at 8.4–17.8, as the grid over the
+    # wider range finds it; the others walk as before
+    climbed = law.descend_boundaries(evaluate, 2, 3, 0.01, 4.0, grid_points=9, refinements=2, above=2)
+    top = law.walk_grid(0.01, 4.0, 9, 2)[-1]
+    wide_evaluate, _ = fake_evaluator(truth)
+    wide = law.search_boundaries(wide_evaluate, 2, 3, 0.01, top, grid_points=11, refinements=2, refine_points=1)
+    for name in ("low", "high", "boundary"):
+        np.testing.assert_allclose(getattr(climbed, name), getattr(wide, name), rtol=1e-9, err_msg=name)
+    assert not climbed.censored_high.any() and climbed.low[1, 2] <= 9.0 < climbed.high[1, 2]
 
 
 def test_descent_refuses_a_bad_range_before_evaluating_anything():
