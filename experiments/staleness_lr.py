@@ -440,21 +440,27 @@ def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
     p = lookup("law", profile)
     if criterion not in CRITERIA:
         raise ValueError(f"unknown criterion {criterion!r}; choose from {', '.join(CRITERIA)}")
-    evaluate, steps = evaluator(scale, p, criterion)
     low, high = SEARCH_RANGE[scale]
-    if scale in DESCEND:
-        seeds = len(p.llm_warm_starts)
+    if scale in DESCEND:  # one run per walk's step, not a grid's evaluator
+        steps, seeds = p.llm_steps, len(p.llm_warm_starts)
         found = descend_boundaries(llm_runs(steps, p.llm_warm_starts, cells(), criterion, scale=scale), len(cells()),
                                    seeds, low, high, p.llm_grid_points, p.refinements, DESCEND[scale])
-    elif scale in LLM_SCALES:
+        return _found(scale, criterion, steps, seeds, [low, float(walk_grid(low, high, p.llm_grid_points,
+                                                                             DESCEND[scale])[-1])], found)
+    evaluate, steps = evaluator(scale, p, criterion)
+    if scale in LLM_SCALES:
         seeds = len(p.llm_warm_starts)
         found = search_boundaries(evaluate, len(cells()), seeds, low, high, p.llm_grid_points, p.refinements,
                                   p.llm_refine_points)
     else:
         seeds = p.seeds
         found = search_boundaries(evaluate, len(cells()), seeds, low, high, p.grid_points, p.refinements)
-    top = walk_grid(low, high, p.llm_grid_points, DESCEND[scale])[-1] if scale in DESCEND else high
-    return {"scale": scale, "criterion": criterion, "steps": steps, "seeds": seeds, "edges": [low, float(top)],
+    return _found(scale, criterion, steps, seeds, [low, high], found)
+
+
+def _found(scale: str, criterion: str, steps: int, seeds: int, edges: list[float], found: Boundaries) -> dict:
+    """``search_scale``'s JSON-able result; ``edges``: the lowest and highest step size a seed could reach."""
+    return {"scale": scale, "criterion": criterion, "steps": steps, "seeds": seeds, "edges": edges,
             "cells": [list(c) for c in cells()],
             **{name: getattr(found, name).tolist() for name in ("boundary", "low", "high", "censored_low",
                                                                  "censored_high", "nonmonotone")}}
