@@ -11,13 +11,8 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-import scipy.linalg
-import scipy.optimize
 import sympy as sp
-import torch
 import tyro
-
-import gac
 
 PLACEMENTS = ("none", "step_cut", "gradient", "momentum", "update")
 """none: plain optimizer; step_cut: η → η(1−ρ); gradient / momentum / update: GAC's filter in that space."""
@@ -207,6 +202,8 @@ def stationary_moments(a: float, staleness: int, beta: float, rho: float, placem
     keys = ("u_sq", "u_lag", "r_sq", "r_lag", "g_sq", "y_sq")
     if a <= 0 or np.abs(np.linalg.eigvals(m)).max() >= 1.0:
         return dict.fromkeys(keys, float("nan"))
+    import scipy.linalg  # here: --help and the symbolic checks load without scipy
+
     p = scipy.linalg.solve_discrete_lyapunov(m, np.outer(b, b))
     lagged = m @ p
     iq, iu = staleness + 2, staleness + 3
@@ -270,6 +267,8 @@ def self_consistent_rho(eta: float, curvatures, staleness: int, beta: float, pla
 
     A grid over ρ ∈ [0, 0.995] for the first sign change of coefficient(ρ) − ρ among stable ρ, then a root solve.
     """
+    import scipy.optimize
+
     if placement not in GAC_PLACEMENTS:
         raise ValueError(f"self_consistent_rho needs a GAC placement {GAC_PLACEMENTS}, got {placement!r}")
     gap = lambda r: predicted_coefficient(eta, curvatures, staleness, beta, r, placement, noise,  # noqa: E731
@@ -316,6 +315,8 @@ def adam_preconditioner(eta: float, curvatures, staleness: int, beta: float, noi
     to ∞ there, so a solution always exists: the preconditioner shrinks a direction's step as its variance grows).
     Held constant afterwards: the stated simplification of the Adam-like case (GAC's effect on v is ignored).
     """
+    import scipy.optimize
+
     lam = np.atleast_1d(np.asarray(curvatures, dtype=float))
     sigma = np.broadcast_to(np.asarray(noise, dtype=float), lam.shape)
     top = stability_boundary(staleness, beta, 0.0, "none")
@@ -375,6 +376,10 @@ def simulate(curvatures, eta: float, staleness: int, beta: float, placement: str
     """
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    import torch  # here, not at the top: the tables that need no simulation (and --help) load without torch
+
+    import gac
+
     gen = torch.Generator().manual_seed(seed)
     lam = torch.as_tensor(np.asarray(curvatures, dtype=float))
     sigma = torch.as_tensor(np.broadcast_to(np.asarray(noise, dtype=float), lam.shape).copy())
