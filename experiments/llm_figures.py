@@ -174,7 +174,8 @@ def step_rows(results: list[tuple[Run, dict]], role: str) -> list[dict]:
             continue
         a = run.args
         arm = arm_name(a.method, a.gac_space, a.staleness)
-        extra = {"arm": arm, "label": arm, "warm_seed": a.warm_seed, "gac_space": a.gac_space}
+        extra = {"arm": arm, "label": arm, "warm_seed": a.warm_seed, "gac_space": a.gac_space,
+                 "collapsed": result["summary"]["collapsed"]}
         rows += [dict(r, **extra, cos_bound=snr_bound(r.get("cos_halves", math.nan))) for r in result["records"]]
         if not any(nonfinite(r) for r in result["records"]):
             rows.append({"sim": "llm", "step": a.steps, "seed": a.seed, "method": a.run_method,

@@ -99,7 +99,8 @@ PANELS = [
 
 
 def summarize(rows: list[dict]) -> list[dict]:
-    """Final objective (last recorded step, median over seeds) and diverged seeds per (sim, label)."""
+    """Final objective (last recorded step, median over seeds) and failed seeds per (sim, label): non-finite for
+    the toys, collapsed (the trainer's criterion, which non-finite implies) for the LLM."""
     out = []
     rows = [r for r in rows if not r.get("final_eval")]  # LLM rows that carry only the final accuracy
     for sim, label in dict.fromkeys((r["sim"], r["label"]) for r in rows):
@@ -108,7 +109,9 @@ def summarize(rows: list[dict]) -> list[dict]:
         finals = sorted(r["objective"] for r in mine if r["step"] == last)
         out.append({"sim": sim, "label": label, "staleness": mine[0]["staleness"], "final_step": last,
                     "median_final_objective": finals[len(finals) // 2],
-                    "diverged_seeds": sum(nonfinite(r) for r in mine if r["step"] == last), "seeds": len(finals)})
+                    "failed": "collapsed" if sim == "llm" else "diverged",
+                    "failed_seeds": sum(r["collapsed"] if sim == "llm" else nonfinite(r) for r in mine
+                                        if r["step"] == last), "seeds": len(finals)})
     return out
 
 
@@ -143,7 +146,8 @@ def plot(results: Results, out_dir: Path, panels=None) -> list[Path]:
     fig.legend(handles, names, loc="outside lower center", ncols=len(names))  # the toys' key, below every panel
     summary = summarize(all_rows)
     for row in summary:
-        print(f"  {row['sim']:<16} {row['label']:<6} s={row['staleness']:>2} final objective "
-              f"{row['median_final_objective']:.4g}  diverged {row['diverged_seeds']}/{row['seeds']}")
+        arm = row["label"] if row["sim"] == "llm" else f"{row['label']:<6} s={row['staleness']:>2}"  # LLM arms name s
+        print(f"  {row['sim']:<16} {arm:<18} final objective {row['median_final_objective']:.4g}  "
+              f"{row['failed']} {row['failed_seeds']}/{row['seeds']}")
     return [write_records(all_rows, out_dir / f"{NAME}.csv"), write_records(summary, out_dir / f"{NAME}_summary.csv"),
             *save_figure(fig, out_dir, NAME)]

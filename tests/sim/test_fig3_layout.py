@@ -8,7 +8,7 @@ from paper_figs.common import Panel, Results
 
 def _panel(name: str, n_axes: int) -> Panel:
     rows = [{"sim": name, "label": "sync", "staleness": 0, "seed": 0, "step": step, "objective": 1.0 / (1 + step),
-             "grad_norm": 1.0, "diverged": False} for step in range(3)]
+             "grad_norm": 1.0, "diverged": False, "collapsed": False} for step in range(3)]
 
     def plot(axes, rows):
         assert len(axes) == (n_axes or 2)  # the panel gets exactly the axes it draws on
