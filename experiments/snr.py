@@ -32,16 +32,16 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
-import torch
 import tyro
 
-from sim.llm.task import PAD, AdditionTask
-from sim.llm.train import Args, accumulate_gradient, rollouts, setup
-from sim.llm.warmstart import WarmStartRejected
+from sim.llm.args import Args
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
 
 BASE = dict(size="small", method="sync", prompts_per_step=32, minibatches=1, ratio_to="behaviour",
             max_grad_norm=1.0, lr=3e-4, warm_ceiling=0.5, warm_attempts=10, progress=False)
@@ -49,18 +49,6 @@ BASE = dict(size="small", method="sync", prompts_per_step=32, minibatches=1, rat
 after up to 10 attempts); ``prompts_per_step`` is the groups one rollout draws (a chunk of the measured batch)."""
 KEY = ("warm_seed", "digits", "group_size", "reward", "groups", "seed")
 """The columns that name one measurement (a new one replaces the row with the same key)."""
-
-
-@dataclass(frozen=True)
-class PartialCreditTask(AdditionTask):
-    """Addition with per-digit partial credit: the reward is the share of the answer's tokens (the sum's digits and
-    its closing EOS) that the response has right, position by position; 1 exactly when the answer is exact. Not the
-    paper's reward (exact match)."""
-
-    def verify(self, operands: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
-        answers = self.answers(operands)
-        scored = answers != PAD
-        return (((responses.cpu() == answers) & scored).sum(1) / scored.sum(1)).float()
 
 
 # -- the estimator -------------------------------------------------------------------------------------------------
@@ -111,6 +99,8 @@ def gram_matrix(chunks: list[torch.Tensor], slab: int = 8192) -> np.ndarray:
     """X Xᵀ of the rows of ``chunks`` (each (c, d), stacked in order), column slab by column slab: each slab's
     product in the rows' dtype (a sum over ``slab`` terms), the slabs summed in float64. Every element is copied
     once and no float64 copy of X is made."""
+    import torch
+
     rows = sum(len(c) for c in chunks)
     gram = torch.zeros(rows, rows, dtype=torch.float64)
     for start in range(0, chunks[0].shape[1] if chunks else 0, slab):
@@ -125,6 +115,11 @@ def group_gradients(args: Args, groups: int, reward: str = "exact", log=print) -
     the untied groups' X_i (module docstring), which groups are tied, and the CPU seconds (``time.process_time``)
     of generation and of the trainer's batched backward over the tied and the untied samples (what a training step
     on these samples costs; the per-group gradients are the measurement's own cost, timed apart)."""
+    import torch
+
+    from experiments.partial_credit import PartialCreditTask
+    from sim.llm.train import accumulate_gradient, rollouts, setup
+
     run = setup(args, log)
     if reward == "partial":
         run.task = PartialCreditTask(digits=args.digits)
@@ -243,6 +238,8 @@ def check(cli: Cli) -> list[Args]:
 
 def merge(path: Path, rows: list[dict]) -> pd.DataFrame:
     """``rows`` added to the table at ``path`` (if any), replacing its rows with the same KEY."""
+    import pandas as pd
+
     new = pd.DataFrame(rows)
     if path.exists():
         old = pd.read_csv(path)
@@ -261,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    from sim.llm.warmstart import WarmStartRejected
+
     command = "python -m experiments.snr " + shlex.join(sys.argv[1:] if argv is None else argv)
     commit = code_commit()
     refused = 0

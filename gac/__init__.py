@@ -4,36 +4,56 @@ Pure core: ``state = gac.init(g, cfg)``; ``g', state, report = gac.update(g, sta
 (..., P): measure the cosine between the current vector and a reference direction (the previous one, or an EMA);
 above a threshold, remove ("project") or shrink ("cap") the parallel part, or skip the step. In a training loop,
 ``opt = gac.wrap(optimizer, GACConfig(space=...))`` places the control in gradient, update or momentum space
-(``gac.optim``). Depends on torch only.
+(``gac.optim``). Depends on torch only, and loads it on the first use of a name beyond the config: ``import gac`` and
+``gac.GACConfig`` do not, so that a command line parses its config (and answers ``--help``) without torch.
 """
 
-from gac.config import EMAThreshold, GACConfig, ThresholdRule
-from gac.control import (
-    ACT,
-    KEEP,
-    SKIP,
-    AlignmentStats,
-    ControlResult,
-    Decision,
-    NonFiniteGradientError,
-    alignment,
-    alignment_stats,
-    apply_decision,
-    cap_scale,
-    control,
-    decide,
-    regime_name,
-    update_reference,
-)
-from gac.optim import GACOptimizer, strip_gac_state, wrap
-from gac.state import GACState, UpdateReport, init, update
-from gac.tracker import GACReport, GradientAlignmentControl
+import importlib
+import sys
+import types
 
-__all__ = [
-    "ACT", "KEEP", "SKIP", "AlignmentStats", "ControlResult", "Decision", "EMAThreshold", "GACConfig",
-    "GACOptimizer", "GACReport", "GACState", "GradientAlignmentControl", "NonFiniteGradientError", "ThresholdRule",
-    "UpdateReport", "init", "update",
-    "alignment", "alignment_stats", "apply_decision", "cap_scale", "control", "decide", "regime_name",
-    "update_reference", "strip_gac_state", "wrap",
-]
+from gac.config import EMAThreshold, GACConfig, ThresholdRule
+
+_HOME = {name: module for module, names in {
+    "control": ("ACT", "KEEP", "SKIP", "AlignmentStats", "ControlResult", "Decision", "NonFiniteGradientError",
+                "alignment", "alignment_stats", "apply_decision", "cap_scale", "control", "decide", "regime_name",
+                "update_reference"),
+    "optim": ("GACOptimizer", "strip_gac_state", "wrap"),
+    "state": ("GACState", "UpdateReport", "init", "update"),
+    "tracker": ("GACReport", "GradientAlignmentControl"),
+}.items() for name in names}
+"""The submodule of each name that needs torch."""
+_SUBMODULES = ("compiled", "cosine64", "distributed", "fused", "optim", "state", "tracker")
+"""The submodules ``import gac`` loaded when it imported the library whole, still attributes of the package."""
+
+__all__ = ["EMAThreshold", "GACConfig", "ThresholdRule", *_HOME]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """A name that needs torch, imported on its first use (PEP 562)."""
+    if name in _HOME:
+        value = getattr(importlib.import_module(f"gac.{_HOME[name]}"), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"gac.{name}")
+        importlib.import_module("gac.optim")  # the whole library, as the eager import loaded it
+    else:
+        raise AttributeError(f"module 'gac' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, *_SUBMODULES})
+
+
+class _Package(types.ModuleType):
+    """``gac.control`` is the function ``control``, as when the package imported its library eagerly: loading the
+    submodule of that name (``import gac.tracker`` does) would set the package's attribute to the submodule."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if not (name == "control" and isinstance(value, types.ModuleType)):
+            super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

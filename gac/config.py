@@ -1,7 +1,8 @@
 """GAC configuration: one validated dataclass, and the interface of adaptive threshold rules.
 
 Every field is checked when the config is built, so a bad setting fails with one line before any
-training work starts.
+training work starts. torch is imported where a tensor or a dtype is met, so a command line builds (and tyro reads)
+a GACConfig without it.
 """
 
 from __future__ import annotations
@@ -10,9 +11,13 @@ import math
 import numbers
 import reprlib
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import torch
+if TYPE_CHECKING:
+    import torch
+    from torch import dtype as Dtype
+else:
+    Dtype = object  # the annotation tyro resolves without torch: reference_dtype stays fixed on a command line
 
 MODES = ("project", "cap")
 REFERENCES = ("prev", "ema")
@@ -35,16 +40,18 @@ def check_threshold(value, where: str = "threshold"):
     The same rule for ``GACConfig.threshold`` and for a ``threshold=`` override of ``gac.control`` /
     ``gac.update`` (a τ outside it makes cap's γ meaningless: τ < 0 gives γ < 0, τ ≥ 1 divides by zero).
     """
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):  # a config's float: no torch needed
+        if not 0.0 <= float(value) < 1.0:  # NaN fails this too
+            raise ValueError(f"{where} must be in [0, 1), got {value}")
+        return float(value)
+    import torch
+
     if isinstance(value, torch.Tensor):
         if value.is_complex() or not bool(((value >= 0) & (value < 1)).all()):  # NaN fails the comparison too
             raise ValueError(f"{where} must be in [0, 1) everywhere, got values in "
                              f"[{value.min().item()}, {value.max().item()}] (or NaN)")
         return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{where} must be a float in [0, 1) or a ThresholdRule, got {value!r}")
-    if not 0.0 <= float(value) < 1.0:  # NaN fails this too
-        raise ValueError(f"{where} must be in [0, 1), got {value}")
-    return float(value)
+    raise ValueError(f"{where} must be a float in [0, 1) or a ThresholdRule, got {value!r}")
 
 
 @runtime_checkable
@@ -97,15 +104,21 @@ class EMAThreshold:
         return float(self.floor)
 
     def init(self, batch_shape: tuple[int, ...] = (), device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
         return (torch.zeros(batch_shape, dtype=torch.float64, device=device),
                 torch.zeros(batch_shape, dtype=torch.int64, device=device))
 
     def current(self, stats: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        import torch
+
         mean, count = stats
         adaptive = (mean + self.margin).clamp(self.floor, self.ceiling)
         return torch.where(count < self.warmup, torch.full_like(mean, self.ceiling), adaptive)
 
     def observe(self, stats: tuple[torch.Tensor, ...], cosine: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
         mean, count = stats
         cosine = torch.as_tensor(cosine).to(mean.dtype)
         decayed = self.decay * mean + (1.0 - self.decay) * cosine
@@ -134,7 +147,7 @@ class GACConfig:
     """Norms at or below eps count as zero (cosine NaN, regime "keep", the reference keeps its last direction)."""
     nonfinite: str = "raise"
     """What a non-finite gradient does: "raise" an error naming the step, or "skip" the step and count it."""
-    reference_dtype: torch.dtype | None = None
+    reference_dtype: Dtype | None = None
     """Storage dtype of the reference (None: the gradient's dtype; torch.bfloat16 halves its memory)."""
     space: str = "gradient"
     """Where ``gac.wrap`` acts: "gradient" (raw g before the step), "update" (the proposed step Δθ after it),
@@ -162,7 +175,7 @@ class GACConfig:
             raise ValueError(f"GACConfig.nonfinite must be one of {NONFINITE_POLICIES}, got {self.nonfinite!r}")
         if self.space not in SPACES:
             raise ValueError(f"GACConfig.space must be one of {SPACES}, got {self.space!r}")
-        if self.reference_dtype is not None and self.reference_dtype not in REFERENCE_DTYPES:
+        if self.reference_dtype is not None and self.reference_dtype not in reference_dtypes():
             raise ValueError(f"GACConfig.reference_dtype must be None or one of torch.float16, bfloat16, float32, "
                              f"float64 (a dtype that holds the reference and its updates), "
                              f"got {self.reference_dtype!r}")
@@ -179,12 +192,12 @@ class GACConfig:
                              f"adaptive threshold's lowest value ({self.threshold.lowest})")
 
 
-REFERENCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-"""Storage dtypes a reference may have: real floating dtypes with arithmetic (not integer, bool or complex, whose
-values cannot hold a gradient's direction, nor float8, which has no lerp or multiply kernels)."""
+def reference_dtypes() -> tuple[torch.dtype, ...]:
+    """Storage dtypes a reference may have: real floating dtypes with arithmetic (not integer, bool or complex, whose
+    values cannot hold a gradient's direction, nor float8, which has no lerp or multiply kernels)."""
+    import torch
 
-COMPLEX_OF = {torch.float16: torch.complex32, torch.float32: torch.complex64, torch.float64: torch.complex128}
-"""The complex dtype whose real and imaginary parts are stored in a given floating dtype."""
+    return torch.float16, torch.bfloat16, torch.float32, torch.float64
 
 
 def reference_dtype_for(grad_dtype: torch.dtype, reference_dtype: torch.dtype | None) -> torch.dtype:
@@ -192,10 +205,14 @@ def reference_dtype_for(grad_dtype: torch.dtype, reference_dtype: torch.dtype | 
     as the matching complex dtype for a complex gradient (its real and imaginary parts in that precision)."""
     if reference_dtype is None or not grad_dtype.is_complex:
         return reference_dtype or grad_dtype
-    if reference_dtype not in COMPLEX_OF:
+    import torch
+
+    # the complex dtype whose real and imaginary parts are stored in a given floating dtype
+    complex_of = {torch.float16: torch.complex32, torch.float32: torch.complex64, torch.float64: torch.complex128}
+    if reference_dtype not in complex_of:
         raise ValueError(f"GACConfig.reference_dtype={reference_dtype} has no complex counterpart for a {grad_dtype} "
                          f"gradient; use reference_dtype=None, torch.float16, float32 or float64")
-    return COMPLEX_OF[reference_dtype]
+    return complex_of[reference_dtype]
 
 
 def check_config(cfg, where: str) -> GACConfig:

@@ -12,17 +12,20 @@ A stabilizer is one choice on each of three axes (:class:`Combination`):
 A method name is its choices joined by ``+`` (``gac+tis``, ``kl_target+gac``; order does not matter), ``naive``
 being every axis at its default (naive async; records call it ``sync`` at s = 0, see :func:`record_method`). Each
 entry names the paper it follows and, where it has parameters, the frozen config dataclass that holds them.
-Simulators call the functions below; they never re-implement a method.
+Simulators call the functions below; they never re-implement a method. The registry and its configs load without
+torch (a command line parses them before any work); the functions import it where they run.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 import gac
+
+if TYPE_CHECKING:
+    import torch
 
 STALE_GRADIENT, STALE_DATA = "stale-gradient", "stale-data"
 NAIVE, SYNC = "naive", "sync"
@@ -313,6 +316,8 @@ def gac_config(**overrides) -> gac.GACConfig:
 
 def braking_scale(cosine: torch.Tensor | float, braking_alpha: float) -> torch.Tensor | float:
     """Adaptive Braking's factor on the gradient: 1 − α·cos(g, v) (v the velocity; 1 where cos is NaN)."""
+    import torch
+
     if isinstance(cosine, torch.Tensor):
         return 1 - braking_alpha * torch.nan_to_num(cosine, nan=0.0)
     return 1.0 if math.isnan(cosine) else 1 - braking_alpha * cosine
@@ -320,6 +325,8 @@ def braking_scale(cosine: torch.Tensor | float, braking_alpha: float) -> torch.T
 
 def kl_target_factor(kl: torch.Tensor | float, kl_target: float, kl_floor: float) -> torch.Tensor | float:
     """KL-target step control's factor on η: clip(κ / KL, floor, 1) (1 where KL ≤ κ or is not positive)."""
+    import torch
+
     if isinstance(kl, torch.Tensor):
         return (kl_target / kl.clamp_min(1e-30)).clamp(kl_floor, 1.0)
     if not kl > 0:
@@ -338,6 +345,8 @@ def sequence_weights(token_log_ratio: torch.Tensor, mask: torch.Tensor) -> torch
     """Sequence-level importance weights over the last two dims (n, T) → (n,): w_i ∝ exp(Σ_t log r_i,t) over the
     sequence's valid tokens, divided by the largest (so no weight overflows; ESS and the baseline are invariant to a
     common scale). Rows of a leading dim are scaled separately."""
+    import torch
+
     log_w = (token_log_ratio.detach() * mask).sum(-1)
     return torch.exp(log_w - log_w.amax(-1, keepdim=True))
 
@@ -346,6 +355,8 @@ def logit_score_sq(logp_all: torch.Tensor, token_logp: torch.Tensor, mask: torch
     """Per sequence, Σ_t ‖∇_z log softmax(z_t)[y_t]‖² = Σ_t (1 − 2π(y_t) + Σ_v π_v²) over its valid tokens: the
     squared norm of its score in logit space (forward only), the stand-in this package uses for VCPO's
     ‖∇_θ log π_θ(y_i)‖² (which takes one backward per sequence). ``logp_all`` (..., n, T, V), the rest (..., n, T)."""
+    import torch
+
     sum_sq = torch.exp(2 * logp_all).sum(-1)
     per_token = 1 - 2 * token_logp.exp() + sum_sq
     return (per_token.detach() * mask).sum(-1)
@@ -362,6 +373,8 @@ def effective_sample_size(weights: torch.Tensor,
     token. ``valid`` (bool, same shape) leaves padding out of both sums and N. A row
     without a valid sample, or whose weights are all 0, has ESS 0 and ratio 0.
     """
+    import torch
+
     weights = weights.detach()
     if valid is not None:
         weights = torch.where(valid.bool(), weights, torch.zeros_like(weights))
@@ -382,6 +395,8 @@ def vcpo_step_factor(ess_ratio: torch.Tensor | float, reference_ratio: float = 1
     gives. power = 1/2 for Adam-like optimizers (their step scales like the square root of the batch), 1 for SGD
     (linear scaling); ρ_ref ∈ (0, 1] is the ESS ratio from which on no cut is made (1: any drop cuts).
     """
+    import torch
+
     if not 0 < reference_ratio <= 1:
         raise ValueError(f"reference_ratio must be in (0, 1], got {reference_ratio}")
     if not power > 0:
@@ -399,6 +414,8 @@ def vcpo_baseline(rewards: torch.Tensor, weights: torch.Tensor, score_sq_norms: 
     w_i (``effective_sample_size``), ``score_sq_norms`` each sequence's squared gradient norm of log π_θ(y_i | x_i)
     (one backward per sequence). A group whose c_i are all 0 gets its plain mean reward.
     """
+    import torch
+
     c = weights.detach() ** 2 * score_sq_norms.detach()
     total = c.sum(-1)
     weighted = (c * rewards).sum(-1) / total.where(total > 0, torch.ones_like(total))
@@ -423,6 +440,8 @@ def m2po_mask(log_ratio: torch.Tensor, valid: torch.Tensor | None = None, m2_thr
     (padding is neither kept nor counted). The largest kept set is the k smallest (log r)² with the
     largest k whose prefix mean is ≤ τ_M2 (prefix means of ascending values are nondecreasing).
     """
+    import torch
+
     m2 = log_ratio.detach().square()
     valid = torch.ones_like(m2, dtype=torch.bool) if valid is None else valid.bool()
     values = m2[valid]
@@ -444,6 +463,8 @@ def m2po_mask_rows(log_ratio: torch.Tensor, m2_threshold: float | torch.Tensor =
     ``m2_threshold`` may be a float or a tensor of shape (R,). Same rule as ``m2po_mask``: per row,
     keep the k smallest (log r)² with the largest k whose prefix mean is ≤ τ_M2.
     """
+    import torch
+
     m2 = log_ratio.detach().square()
     ordered, order = torch.sort(m2, dim=-1)
     counts = torch.arange(1, m2.shape[-1] + 1, dtype=m2.dtype, device=m2.device)
@@ -474,6 +495,8 @@ def bapo_positive_share(ratio: torch.Tensor, advantages: torch.Tensor, mask: tor
     (The authors' verl loss sums the clipped surrogate's values instead, clipped tokens counted at
     the bound, and targets Σpos/Σneg = 1, i.e. ρ = 0.5; there raising c_low would grow Σneg.)
     """
+    import torch
+
     contrib = ratio * advantages * mask
     keep = bapo_unclipped(ratio, advantages, c_low, c_high) & mask.bool()
     positive = torch.where(keep & (advantages > 0), contrib, 0.0).sum(-1)
@@ -498,6 +521,8 @@ def bapo_clip_bounds_rows(ratio: torch.Tensor, advantages: torch.Tensor, mask: t
     (The authors' verl loss raises c_low first and clamps the last step to the bound.) All candidate
     bounds are evaluated at once instead of in a loop; ρ is ``bapo_positive_share``.
     """
+    import torch
+
     if not (ratio.shape == advantages.shape == mask.shape) or ratio.dim() != 2 or len(configs) != len(ratio):
         raise ValueError(f"need (R, N) ratio, advantages, mask and R configs, got {tuple(ratio.shape)}, "
                          f"{tuple(advantages.shape)}, {tuple(mask.shape)}, {len(configs)} configs")

@@ -1,6 +1,6 @@
-"""Every ``python -m`` command of the checkout answers ``--help`` with its usage and exit status 0, and, where its
-parser needs none of them, without importing torch, pandas or matplotlib (they cost seconds before the first line;
-the times themselves are in benchmarks/README.md, never asserted here)."""
+"""Every ``python -m`` command of the checkout answers ``--help`` with its usage and exit status 0, without importing
+torch, pandas or matplotlib (they cost seconds before the first line; the times themselves are in
+benchmarks/README.md, never asserted here)."""
 
 import os
 import re
@@ -14,16 +14,6 @@ from benchmarks.cli_help import commands
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "pandas", "matplotlib")
-PARSER_NEEDS_TORCH = {
-    # the trainer's Args holds GACConfig (reference_dtype: torch.dtype) and the stabilizers' configs
-    "sim.llm": "torch",
-    # its module-level PartialCreditTask subclasses sim.llm.task.AdditionTask (torch at import)
-    "experiments.snr": "torch",
-    # MakeWarmStart is defined beside the trainer's model code
-    "sim.llm.warmstart": "torch",
-    # the placement theory's module imports torch and gac at its top, beside its CLI
-    "theory.placement": "torch",
-}
 
 
 def imported_packages(stderr: str) -> set[str]:
@@ -34,8 +24,8 @@ def imported_packages(stderr: str) -> set[str]:
 
 def test_the_commands_are_found():
     found = commands()
-    assert {"paper_figs", "sim.llm", "experiments.verdict", "benchmarks.gac_overhead"} <= set(found), found
-    assert set(PARSER_NEEDS_TORCH) <= set(found)
+    assert {"paper_figs", "sim.llm", "sim.llm.warmstart", "experiments.snr", "experiments.verdict",
+            "benchmarks.gac_overhead", "theory.placement"} <= set(found), found
 
 
 @pytest.mark.parametrize("command", commands())
@@ -45,9 +35,8 @@ def test_help_prints_usage_and_exits_0(command):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "usage:" in result.stdout.lower(), result.stdout[:500]
-    if command not in PARSER_NEEDS_TORCH:
-        heavy = imported_packages(result.stderr) & set(HEAVY)
-        assert not heavy, f"python -m {command} --help imports {sorted(heavy)}"
+    heavy = imported_packages(result.stderr) & set(HEAVY)
+    assert not heavy, f"python -m {command} --help imports {sorted(heavy)}"
 
 
 def test_imported_packages_reads_importtime():

@@ -14,7 +14,7 @@ from pathlib import Path
 import gac
 from runtime.cli import Refused, as_float, checked_registry
 from runtime.files import atomic_write_bytes, check_output_dir, claim_out_dir, failed_write, out_dir_lock
-from sim.llm.train import RUN_FILES, Args, NonFiniteError, run_records
+from sim.llm.args import Args
 from sim.stabilizers import BAPOConfig, BrakingConfig, KLTargetConfig, M2POConfig, TISConfig, VCPOConfig
 
 METHOD_GROUPS = {"gac": ("--gac.", "--gac-space", "--gac_space"),
@@ -41,11 +41,17 @@ def main(argv: list[str] | None = None) -> int:
     import tyro
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    out_dir, result = None, None
     try:
         registry = checked_registry(CONFIGS, as_float(float | gac.ThresholdRule))  # GAC's τ given as a float
         args = tyro.cli(Args, args=argv, prog="python -m sim.llm", registry=registry,
                         description="GRPO on a small Qwen3 model with stale rollouts (sim/llm/train.py).")
+    except (ValueError, Refused) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    from sim.llm import train  # torch: parsed first, so --help needs none
+
+    out_dir, result = None, None
+    try:
         for method, prefixes in METHOD_GROUPS.items():
             given = [a.split("=")[0] for a in argv if a.startswith(prefixes)]
             if given and method not in args.axes.parts:
@@ -57,13 +63,13 @@ def main(argv: list[str] | None = None) -> int:
                              "raise --steps or lower --staleness")
         out_dir = check_output_dir(args.out_dir, "--out-dir")
         with out_dir_lock(out_dir):
-            claim_out_dir(out_dir, RUN_FILES, args.resume, args.overwrite)
-            result = run_records(args, records_path=out_dir / "records.csv")  # streamed: a killed run keeps them
+            claim_out_dir(out_dir, train.RUN_FILES, args.resume, args.overwrite)
+            result = train.run_records(args, records_path=out_dir / "records.csv")  # streamed: a killed run keeps them
             atomic_write_bytes(out_dir / "summary.json", json.dumps(result["summary"], indent=1).encode())
     except (ValueError, Refused) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except NonFiniteError as err:
+    except train.NonFiniteError as err:
         print(f"error: {err} (nothing written to the checkpoint)", file=sys.stderr)
         return 3
     except KeyboardInterrupt:

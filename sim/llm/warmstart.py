@@ -14,14 +14,16 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from runtime import paths
 from runtime.files import atomic_write_bytes, exclusive_lock
 from runtime.fingerprint import code_fingerprint
-from sim.llm.model import SIZES, build_model, load_model, sample, save_model, token_logprobs
-from sim.llm.task import AdditionTask, through_first_eos
+
+if TYPE_CHECKING:  # the model code (torch) loads where it runs: the command line parses its config without it
+    import torch
+
+    from sim.llm.task import AdditionTask
 
 RUNS_DIR = paths.runs_dir()
 """The warm-start cache's root (``runtime.paths``: the checkout's runs/, else the user's cache folder; GAC_LAB_RUNS)."""
@@ -72,6 +74,9 @@ class WarmStartConfig:
 
     def validate(self) -> None:
         """One-line ValueError for a bad setting (called before any training)."""
+        from sim.llm.model import SIZES
+        from sim.llm.task import AdditionTask
+
         if self.size not in SIZES:
             raise ValueError(f"warm start size must be one of {', '.join(SIZES)}, got {self.size!r}")
         AdditionTask(digits=self.digits)  # checks the width
@@ -91,12 +96,19 @@ class WarmStartConfig:
 
 def heldout_accuracy(model, task: AdditionTask, operands: torch.Tensor) -> float:
     """Greedy exact-match accuracy on ``operands`` (one batched decode)."""
+    from sim.llm.model import sample
+
     responses, _, _ = sample(model, task.prompts(operands), task.answer_len, greedy=True)
     return float(task.verify(operands, responses).mean())
 
 
 def train_attempt(cfg: WarmStartConfig, seed: int, log=print) -> tuple[torch.nn.Module, dict]:
     """One supervised run from ``seed`` to a plateau (or ``max_steps``); (model, info)."""
+    import torch
+
+    from sim.llm.model import build_model, token_logprobs
+    from sim.llm.task import AdditionTask, through_first_eos
+
     task = AdditionTask(digits=cfg.digits)
     model = build_model(cfg.size, seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
@@ -131,6 +143,8 @@ def train_attempt(cfg: WarmStartConfig, seed: int, log=print) -> tuple[torch.nn.
 
 def train_warm_start(cfg: WarmStartConfig, log=print) -> tuple[torch.nn.Module, dict]:
     """(model, info) of the first attempt in the acceptance range; ``WarmStartRejected`` when none lands in it."""
+    import torch
+
     cfg.validate()
     tried = []
     for attempt in range(cfg.attempts):
@@ -177,6 +191,8 @@ def warm_start(cfg: WarmStartConfig, log=print) -> tuple[Path, dict]:
 def save_warm_start(model, cfg: WarmStartConfig, info: dict, path: Path, command: str | None = None) -> None:
     """``model`` and its ``warmstart.json`` (config, info, code fingerprint, the command that made it) into ``path``.
     warmstart.json is removed first and written last: a folder without it is an unfinished one."""
+    from sim.llm.model import save_model
+
     (path / "warmstart.json").unlink(missing_ok=True)
     save_model(model, path)
     meta = {"config": asdict(cfg), "info": info, "code_fingerprint": code_fingerprint(WARM_START_CODE),
@@ -189,6 +205,8 @@ def damaged(path: Path, why: str) -> ValueError:
 
 
 def load_warm_start(cfg: WarmStartConfig, log=print) -> tuple[torch.nn.Module, dict]:
+    from sim.llm.model import load_model
+
     path, info = warm_start(cfg, log)
     try:
         return load_model(path), info
@@ -212,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     import tyro
 
     cli = tyro.cli(MakeWarmStart, args=argv, description=MakeWarmStart.__doc__)
+    import torch  # after parsing: --help answers without it
+
     out = Path(cli.out)
     try:
         cli.config.validate()

@@ -117,12 +117,14 @@ def test_a_kill_at_any_point_of_saving_leaves_a_loadable_checkpoint(run_dir, mon
 
 # -- one-line failures ---------------------------------------------------------------------------------------
 def test_ctrl_c_is_one_line_naming_the_checkpoint_to_resume_from(run_dir, capsys, monkeypatch):
+    from sim.llm import train
+
     argv, out = run_dir
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "run_records", interrupted)
+    monkeypatch.setattr(train, "run_records", interrupted)
     assert cli.main([*argv, "--resume", "--steps", "6"]) == 130
     err = one_line(capsys)
     assert "interrupted" in err and f"--resume to continue from {out / 'checkpoint.pt'}" in err

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from experiments import snr
+from experiments.partial_credit import PartialCreditTask
 from sim.llm.task import EOS, VOCAB, AdditionTask
 from sim.llm.train import accumulate_gradient, rollouts, setup
 
@@ -164,7 +165,7 @@ def test_group_gradients_average_to_the_trainers_batch_gradient(tiny_args):
 
 
 def test_partial_credit_is_the_share_of_right_answer_tokens():
-    task = snr.PartialCreditTask(digits=2)
+    task = PartialCreditTask(digits=2)
     ids = lambda text: [VOCAB.index(c) if c != "$" else EOS for c in text]  # noqa: E731
     operands = torch.tensor([[12, 34]] * 4)  # 46: tokens 4, 6, EOS
     responses = torch.tensor([ids("46$0"), ids("47$0"), ids("4611"), ids("9$00")])
