@@ -358,7 +358,7 @@ def llm_runs(steps: int, warm_starts: Sequence[int], cell_list: list[tuple[str, 
         runs = [Run(replace(base, method=cell_list[c][0], staleness=cell_list[c][1], lr=lr, warm_seed=warm_starts[k],
                             seed=0), ("staleness_lr",)) for c, k, lr in triples]
         stable = []
-        for _, outcome in results_of(runs, log=lambda *a, **k: None, jobs=jobs, name=f"staleness x lr ({scale})"):
+        for _, outcome in results_of(runs, jobs=jobs, name=f"staleness x lr ({scale})"):  # a line per finished run
             summary = outcome["summary"]
             stable.append(summary["nonfinite_at"] is None and (criterion == "finite" or not summary["collapsed"]))
         return stable
