@@ -39,14 +39,14 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 
 from experiments.profiles import Law, lookup
-from runtime.cli import choice, fail, folder, parse
+from runtime.cli import choice, fail, folder, parse, whole
 
 if TYPE_CHECKING:
     from sim.quadratic import QuadraticProblem
@@ -346,8 +346,6 @@ def llm_runs(steps: int, warm_starts: Sequence[int], cell_list: list[tuple[str, 
              jobs: int | None = None, scale: str = "llm") -> EvaluateRuns:
     """``EvaluateRuns`` on an LLM scale: each (cell, warm start, step size) one run (RL seed 0), cached, ``jobs`` at a
     time; under ``progress`` a run ends at its first collapse (its outcome is then decided)."""
-    from dataclasses import replace
-
     from experiments.llm import Run, results_of
     from sim.llm.train import Args
 
@@ -434,10 +432,13 @@ def theory_step(method: str, staleness) -> np.ndarray:
 # The table
 # ---------------------------------------------------------------------------------------------
 
-def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
-    """Every cell's per-seed boundaries on ``scale`` under ``criterion`` (JSON-able: lists); computed, not cached
-    (``law_tables`` caches it as ``scale_unit``; a figure's unit is cached by the driver)."""
+def search_scale(scale: str, profile: str, criterion: str = "progress", refinements: int | None = None) -> dict:
+    """Every cell's per-seed boundaries on ``scale`` under ``criterion`` (JSON-able: lists), with ``refinements``
+    zooms of each bracket (None: the profile's); computed, not cached (``law_tables`` caches it as ``scale_unit``; a
+    figure's unit is cached by the driver)."""
     p = lookup("law", profile)
+    if refinements is not None:
+        p = replace(p, refinements=refinements)
     if criterion not in CRITERIA:
         raise ValueError(f"unknown criterion {criterion!r}; choose from {', '.join(CRITERIA)}")
     evaluate, steps = evaluator(scale, p, criterion)
@@ -460,12 +461,15 @@ def search_scale(scale: str, profile: str, criterion: str = "progress") -> dict:
                                                                  "censored_high", "nonmonotone")}}
 
 
-def scale_unit(scale: str, profile: str, criterion: str = "progress"):
+def scale_unit(scale: str, profile: str, criterion: str = "progress", refinements: int | None = None):
     """``search_scale`` as the command line's unit (figs3 declares its own unit of the same search, under another
     kind)."""
     from runtime.cache import unit
 
-    return unit(f"staleness_lr_{scale}_{criterion}", search_scale, scale, profile, criterion)
+    if refinements is None:  # the profile's zooms: the unit figs3 shares
+        return unit(f"staleness_lr_{scale}_{criterion}", search_scale, scale, profile, criterion)
+    return unit(f"staleness_lr_{scale}_{criterion}_zoom{refinements}", search_scale, scale, profile, criterion,
+                refinements)
 
 
 def table_rows(found: dict) -> list[dict]:
@@ -515,8 +519,9 @@ def fit_rows(found: dict) -> list[dict]:
 
 
 def law_tables(profile: str = "quick", scales: Sequence[str] = SCALES, criteria: Sequence[str] = CRITERIA,
-               log: Callable[..., None] | None = None) -> dict[str, list[dict]]:
-    """{"table": COLUMNS rows, "fit": FIT_COLUMNS rows} over ``scales`` × ``criteria`` (each search cached)."""
+               log: Callable[..., None] | None = None, refinements: int | None = None) -> dict[str, list[dict]]:
+    """{"table": COLUMNS rows, "fit": FIT_COLUMNS rows} over ``scales`` × ``criteria`` (each search cached), with
+    ``refinements`` zooms per bracket (None: the profile's)."""
     unknown = [s for s in scales if s not in ALL_SCALES] + [c for c in criteria if c not in CRITERIA]
     if unknown:
         raise ValueError(f"unknown scale(s) or criteria {unknown}; choose from {', '.join(ALL_SCALES + CRITERIA)}")
@@ -524,7 +529,7 @@ def law_tables(profile: str = "quick", scales: Sequence[str] = SCALES, criteria:
     from runtime.graph import compute
     from runtime.paths import force_recompute
 
-    units = [scale_unit(scale, profile, criterion) for scale in scales for criterion in criteria]
+    units = [scale_unit(scale, profile, criterion, refinements) for scale in scales for criterion in criteria]
     # the llm scale's search computes its GRPO runs through the graph itself: its units run here, one after another
     values = compute(units, 1 if set(LLM_SCALES) & set(scales) else None, force_recompute(), name="staleness_lr",
                      log=log if log is not None else (lambda *a, **k: None))
@@ -551,6 +556,9 @@ class StalenessLRArgs:
     """the scales to search (llm: the 0.6M testbed, hours of CPU on the full profile; llm_highsnr: tens of hours)"""
     criteria: tuple[Annotated[Literal[CRITERIA], choice("--criteria", CRITERIA)], ...] = CRITERIA
     """the stability criteria to search, each on its own (at llm_highsnr only progress, the collapse, ever fires)"""
+    refinements: Annotated[int | None, whole("--refinements", 0, "zooms")] = None
+    """zooms of each seed's bracket, each halving it in log step size (default: the profile's); fewer zooms reuse
+    the runs of a longer search from the run cache"""
 
 
 def main(argv=None) -> int:
@@ -562,7 +570,8 @@ def main(argv=None) -> int:
         check_output_files(args.out, [args.out, fit_path(args.out)], args.profile, args.force)
     except ValueError as err:
         fail("python -m experiments.staleness_lr", str(err))
-    tables = law_tables(args.profile, args.scales, args.criteria, log=print)  # each search on one torch thread (a unit)
+    # each search on one torch thread (a unit)
+    tables = law_tables(args.profile, args.scales, args.criteria, log=print, refinements=args.refinements)
     write_records(tables["table"], args.out, COLUMNS)
     write_records(tables["fit"], fit_path(args.out), FIT_COLUMNS)
     for row in tables["fit"]:

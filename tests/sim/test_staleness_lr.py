@@ -97,6 +97,26 @@ def test_descent_finds_the_grids_boundaries_one_run_per_open_walk_per_call():
     assert not climbed.censored_high.any() and climbed.low[1, 2] <= 9.0 < climbed.high[1, 2]
 
 
+def test_fewer_zooms_ask_for_a_subset_of_a_longer_searchs_runs_and_keep_the_truth_bracketed():
+    """``--refinements`` below the profile's reads a longer search's runs from the cache: every run it asks for was
+    asked for by the longer search, and each bracket (one zoom: half the grid ratio in log) still holds the truth."""
+    truth = np.array([[0.3, 0.31, 0.07], [2.2, 0.05, 0.9]])
+
+    def evaluate_into(store):
+        def evaluate(triples):
+            store.update((c, k, lr) for c, k, lr in triples)
+            return [lr <= truth[c, k] for c, k, lr in triples]
+        return evaluate
+
+    longer, shorter = set(), set()
+    law.descend_boundaries(evaluate_into(longer), 2, 3, 0.01, 4.0, grid_points=9, refinements=2)
+    one = law.descend_boundaries(evaluate_into(shorter), 2, 3, 0.01, 4.0, grid_points=9, refinements=1)
+    assert shorter < longer
+    ratio = law.walk_grid(0.01, 4.0, 9, 0)[1] / 0.01
+    np.testing.assert_allclose(one.high / one.low, np.sqrt(ratio), rtol=1e-9)
+    assert ((one.low <= truth) & (truth < one.high)).all()
+
+
 def test_descent_refuses_a_bad_range_before_evaluating_anything():
     with pytest.raises(ValueError, match="0 < low < high"):
         law.descend_boundaries(lambda t: pytest.fail("evaluated"), 1, 1, 2.0, 1.0, 8, 2)
@@ -250,10 +270,14 @@ def test_command_will_not_overwrite_the_committed_table_with_the_quick_profile(m
 def test_command_searches_only_the_criteria_asked_for(tmp_path, monkeypatch):
     seen = {}
 
-    def law_tables(profile, scales, criteria, log=None):
-        seen.update(profile=profile, scales=tuple(scales), criteria=tuple(criteria))
+    def law_tables(profile, scales, criteria, log=None, refinements=None):
+        seen.update(profile=profile, scales=tuple(scales), criteria=tuple(criteria), refinements=refinements)
         return {"table": [], "fit": []}
 
     monkeypatch.setattr(law, "law_tables", law_tables)
     assert law.main(["--out", str(tmp_path / "t.csv"), "--scales", "llm_highsnr", "--criteria", "progress"]) == 0
-    assert seen == {"profile": "quick", "scales": ("llm_highsnr",), "criteria": ("progress",)}
+    assert seen == {"profile": "quick", "scales": ("llm_highsnr",), "criteria": ("progress",), "refinements": None}
+    assert law.main(["--out", str(tmp_path / "t.csv"), "--refinements", "1"]) == 0 and seen["refinements"] == 1
+    with pytest.raises(SystemExit) as exit_info:
+        law.main(["--out", str(tmp_path / "t.csv"), "--refinements", "-1"])
+    assert exit_info.value.code == 2
