@@ -276,6 +276,31 @@ def law_table(data: Path) -> str:
     return markdown_table(header, rows) + "\n\n" + source_line({"staleness_lr_scaling_fit.csv": fits})
 
 
+def law_highsnr_table(data: Path) -> str:
+    """The law at the high-SNR configuration (collapse criterion): per s and method, the largest step without a
+    collapse on ≥ 2 of the 3 warm starts [the smallest and largest warm start's own], and s × that step (constant
+    under the follow-up's S·η law, growing like s if the step alone decides); then each method's fitted p."""
+    table = read("staleness_lr_highsnr.csv", data)
+    fits = read("staleness_lr_highsnr_fit.csv", data)
+
+    def cell(r) -> str:
+        censored = r.seeds_censored_low + r.seeds_censored_high
+        note = f" ({censored} of {r.seeds} at the grid's edge)" if censored else ""
+        return f"{step(r.max_stable_lr)} [{step(r.lr_all_seeds)}, {step(r.lr_any_seed)}]{note}"
+
+    methods = list(dict.fromkeys(table.method))
+    by = {(r.method, r.staleness): r for r in table.itertuples()}
+    rows = [[str(s)] + [part for m in methods for part in (cell(by[m, s]), step(s * by[m, s].max_stable_lr))]
+            for s in sorted(set(table.staleness))]
+    header = ["s"] + [part for m in methods for part in (f"{arm_label(m)}: largest step [warm starts' range]",
+                                                        f"{arm_label(m)}: s × step")]
+    fit_rows = [[arm_label(r.method), "censored" if r.cells_censored else
+                 interval(r.exponent, r.exponent_low, r.exponent_high, sign=False)] for r in fits.itertuples()]
+    return "\n\n".join([markdown_table(header, rows), markdown_table(["method", "p of step ∝ s^−p (90 % interval)"],
+                                                                     fit_rows),
+                         source_line({"staleness_lr_highsnr.csv": table, "staleness_lr_highsnr_fit.csv": fits})])
+
+
 def warm_start_table(data: Path) -> str:
     """Each accepted warm start's held-out accuracy on each machine (one thread) and its spread across machines."""
     starts = read("warm_starts.csv", data)
@@ -303,6 +328,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "gac-table": gac_table,
     "gac-table-fresh-seeds": lambda data: gac_table(data, "signature_gac_table_seeds3-8.csv"),
     "law": law_table,
+    "law-highsnr": law_highsnr_table,
 }
 """Each RESULTS.md table block by name: docs/data folder -> the table's markdown (its source line included)."""
 

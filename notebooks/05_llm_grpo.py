@@ -116,6 +116,21 @@ display(highsnr.groupby("arm", sort=False).agg(
 # intervals, are in the Results section linked above.
 
 # %% [markdown]
+# At the same configuration, how large a step can each staleness take before a run collapses? The follow-up's law says
+# stability is set by $s \cdot \eta$: the largest safe step $\eta_{\max}$ should halve each time $s$ doubles, so
+# $s \cdot \eta_{\max}$ stays flat. The committed search ([Results: staleness and step
+# size](../RESULTS.md#staleness-and-step-size)) gives, per method and $s$, the largest step without a collapse on 2 of
+# 3 warm starts:
+
+# %%
+law = pd.read_csv(data / "staleness_lr_highsnr.csv")
+law["s_times_step"] = law.staleness * law.max_stable_lr
+display(law.pivot(index="staleness", columns="method", values=["max_stable_lr", "s_times_step"]))
+
+# %% [markdown]
+# Which column stays flat, and what does that say about GAC: does it change the law, or only the step?
+
+# %% [markdown]
 # ## The mechanics: a run you can make here
 #
 # The rest of this notebook makes a run on your machine. It **loads the quick sweep's runs** (those behind the
