@@ -98,6 +98,16 @@ PANELS = [
 ]
 
 
+def failed_seeds(sim: str, finals: list[dict]) -> int | None:
+    """How many of the last step's rows failed: non-finite (toys), or collapsed (LLM; None where the rows do not
+    say, as those drawn from a committed CSV without the column)."""
+    if sim != "llm":
+        return sum(nonfinite(r) for r in finals)
+    if not all("collapsed" in r for r in finals):
+        return None
+    return sum(bool(r["collapsed"]) for r in finals)
+
+
 def summarize(rows: list[dict]) -> list[dict]:
     """Final objective (last recorded step, median over seeds) and failed seeds per (sim, label): non-finite for
     the toys, collapsed (the trainer's criterion, which non-finite implies) for the LLM."""
@@ -110,8 +120,7 @@ def summarize(rows: list[dict]) -> list[dict]:
         out.append({"sim": sim, "label": label, "staleness": mine[0]["staleness"], "final_step": last,
                     "median_final_objective": finals[len(finals) // 2],
                     "failed": "collapsed" if sim == "llm" else "diverged",
-                    "failed_seeds": sum(r["collapsed"] if sim == "llm" else nonfinite(r) for r in mine
-                                        if r["step"] == last), "seeds": len(finals)})
+                    "failed_seeds": failed_seeds(sim, [r for r in mine if r["step"] == last]), "seeds": len(finals)})
     return out
 
 
@@ -148,6 +157,6 @@ def plot(results: Results, out_dir: Path, panels=None) -> list[Path]:
     for row in summary:
         arm = row["label"] if row["sim"] == "llm" else f"{row['label']:<6} s={row['staleness']:>2}"  # LLM arms name s
         print(f"  {row['sim']:<16} {arm:<18} final objective {row['median_final_objective']:.4g}  "
-              f"{row['failed']} {row['failed_seeds']}/{row['seeds']}")
+              f"{row['failed']} {'?' if row['failed_seeds'] is None else row['failed_seeds']}/{row['seeds']}")
     return [write_records(all_rows, out_dir / f"{NAME}.csv"), write_records(summary, out_dir / f"{NAME}_summary.csv"),
             *save_figure(fig, out_dir, NAME)]

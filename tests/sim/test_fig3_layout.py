@@ -28,3 +28,18 @@ def test_no_empty_axes_beside_a_taller_panel(tmp_path, monkeypatch):
     assert len(axes) == 2 + 2 + 3
     assert all(ax.axison and ax.has_data() for ax in axes)
     plt.close(fig)
+
+
+def test_summary_counts_llm_collapses_and_says_so_where_the_rows_do_not_record_them():
+    """The LLM's failure is a collapse (a run may collapse and stay finite); rows drawn from a CSV without the column
+    give no count rather than a zero."""
+    def rows(sim, **extra):
+        return [{"sim": sim, "label": "naive s=16", "staleness": 16, "seed": k, "step": 5, "objective": 0.1,
+                 "nonfinite": False, **extra} for k in range(2)]
+
+    toy, = fig3_divergence.summarize(rows("quadratic"))
+    assert (toy["failed"], toy["failed_seeds"]) == ("diverged", 0)
+    collapsed, = fig3_divergence.summarize(rows("llm", collapsed=True))
+    assert (collapsed["failed"], collapsed["failed_seeds"], collapsed["seeds"]) == ("collapsed", 2, 2)
+    unknown, = fig3_divergence.summarize(rows("llm"))
+    assert unknown["failed_seeds"] is None
