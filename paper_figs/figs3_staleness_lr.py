@@ -11,6 +11,8 @@ are in ``experiments.staleness_lr``; this module plots them and writes NAME.csv 
 search is hours of CPU, so no profile of this figure runs it; the panel and the LLM rows of (c) and of the CSVs are
 read from the committed ``docs/data/staleness_lr_scaling.csv`` (``python -m experiments.staleness_lr --profile full
 --scales quadratic bandit_gaussian bandit_gaussian_mean llm``), and the panel says so where that file has no LLM rows.
+(e) the same at the high-SNR configuration (``experiments.llm_highsnr``: uncorrected ratio, "stable": no collapse),
+read from the committed ``docs/data/staleness_lr_highsnr.csv`` (its command is in the file), its fits in (c).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from experiments.profiles import lookup
 from experiments.staleness_lr import (
     COLUMNS,
     CRITERIA,
+    DESCEND,
     FIT_COLUMNS,
     METHODS,
     SCALES,
@@ -34,6 +38,7 @@ from experiments.staleness_lr import (
     search_scale,
     table_rows,
     theory_step,
+    walk_grid,
 )
 from paper_figs.common import Results, apply_style, label_words, method_color, save_figure
 from runtime.cache import Unit, unit
@@ -41,11 +46,14 @@ from runtime.files import read_records, write_records
 
 NAME = "figs3_staleness_lr"
 SCALE_STYLE = {"quadratic": ("o", "-"), "bandit_gaussian": ("s", "--"), "bandit_gaussian_mean": ("^", ":"),
-               "llm": ("D", "-")}
+               "llm": ("D", "-"), "llm_highsnr": ("D", "-")}
 SCALE_LABEL = {"quadratic": "noisy quadratic", "bandit_gaussian": "Gaussian bandit (GRPO)",
-               "bandit_gaussian_mean": "Gaussian bandit (r − mean)", "llm": "LLM testbed (committed)"}
+               "bandit_gaussian_mean": "Gaussian bandit (r − mean)", "llm": "LLM testbed (committed)",
+               "llm_highsnr": "LLM, batch SNR ≥ 1 (committed)"}
 COMMITTED = Path(__file__).resolve().parents[1] / "docs" / "data" / "staleness_lr_scaling.csv"
 """The committed full-profile table whose ``llm`` rows (d) draws (its fits beside it, ``fit_path``)."""
+COMMITTED_HIGHSNR = COMMITTED.with_name("staleness_lr_highsnr.csv")
+"""The committed high-SNR table (e) draws (its fits beside it)."""
 METHOD_LABEL = {"naive": "naive async", "gac": "async + GAC (default)"}
 
 
@@ -59,27 +67,29 @@ def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]
             for scale in SCALES for criterion in CRITERIA]
 
 
-def committed_llm(path: Path = COMMITTED) -> tuple[list[dict], list[dict]]:
-    """The ``llm`` rows of the committed table and of its fits (empty where the file or its LLM rows are missing)."""
+def committed_llm(path: Path = COMMITTED, scale: str = "llm") -> tuple[list[dict], list[dict]]:
+    """The ``scale`` rows of a committed table and of its fits, less the provenance columns (empty where the file or
+    its rows of that scale are missing)."""
     if not path.is_file() or not fit_path(path).is_file():
         return [], []
-    fits = [{k: v for k, v in r.items() if k in FIT_COLUMNS}  # less the provenance columns (code, command)
-            for r in read_records(fit_path(path)) if r["scale"] == "llm"]
-    return [r for r in read_records(path) if r["scale"] == "llm"], fits
+    fits = [{k: v for k, v in r.items() if k in FIT_COLUMNS} for r in read_records(fit_path(path))
+            if r["scale"] == scale]
+    return [{k: v for k, v in r.items() if k in COLUMNS} for r in read_records(path) if r["scale"] == scale], fits
 
 
 def plot(results: Results, out_dir: Path) -> list[Path]:
     found = [value for u, value in results.items if u.kind.startswith(NAME)]
-    llm_table, llm_fits = committed_llm()
-    return draw([row for f in found for row in table_rows(f)] + llm_table,
-                [row for f in found for row in fit_rows(f)] + llm_fits, out_dir)
+    (llm_table, llm_fits), (high_table, high_fits) = committed_llm(), committed_llm(COMMITTED_HIGHSNR, "llm_highsnr")
+    return draw([row for f in found for row in table_rows(f)] + llm_table + high_table,
+                [row for f in found for row in fit_rows(f)] + llm_fits + high_fits, out_dir)
 
 
 def committed_tables(path: Path = COMMITTED) -> tuple[list[dict], list[dict]]:
     """Every row of the committed full-profile table and of its fits (the provenance columns set aside): what the
     full profile draws, without its hours of search."""
-    return ([{k: v for k, v in r.items() if k in COLUMNS} for r in read_records(path)],
-            [{k: v for k, v in r.items() if k in FIT_COLUMNS} for r in read_records(fit_path(path))])
+    high_table, high_fits = committed_llm(COMMITTED_HIGHSNR, "llm_highsnr")
+    return ([{k: v for k, v in r.items() if k in COLUMNS} for r in read_records(path)] + high_table,
+            [{k: v for k, v in r.items() if k in FIT_COLUMNS} for r in read_records(fit_path(path))] + high_fits)
 
 
 def draw(table: list[dict], fits: list[dict], out_dir: Path) -> list[Path]:
@@ -87,7 +97,7 @@ def draw(table: list[dict], fits: list[dict], out_dir: Path) -> list[Path]:
     paths = [write_records(table, out_dir / f"{NAME}.csv", COLUMNS),
              write_records(fits, out_dir / f"{NAME}_fit.csv", FIT_COLUMNS)]
     apply_style()
-    fig, axes = plt.subplots(1, 4, figsize=(13.2, 3.4), layout="constrained")
+    fig, axes = plt.subplots(1, 5, figsize=(16.5, 3.4), layout="constrained")
     for ax, method in zip(axes[:2], METHODS, strict=True):
         for scale in SCALES:
             rows = [r for r in table if r["scale"] == scale and r["method"] == method and r["criterion"] == "progress"]
@@ -109,6 +119,7 @@ def draw(table: list[dict], fits: list[dict], out_dir: Path) -> list[Path]:
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6)  # below the panel, not on a line
     _plot_exponents(axes[2], fits)
     _plot_llm(axes[3], [r for r in table if r["scale"] == "llm"])
+    _plot_llm(axes[4], [r for r in table if r["scale"] == "llm_highsnr"], "llm_highsnr")
     paths += save_figure(fig, out_dir, NAME)
     for r in fits:
         print(f"  {r['scale']:<21} {r['criterion']:<8} {r['method']:<5} p = {r['exponent']:.3f} "
@@ -127,25 +138,29 @@ def _boundary_line(ax, rows: list[dict], method: str, **style) -> tuple[list, li
     return s, y
 
 
-def _plot_llm(ax, rows: list[dict]) -> None:
-    """(d) the LLM testbed's max_stable_lr against s (progress criterion), both methods, with a 1/s line through
-    naive's s = 1 point (the S·η law)."""
+def _plot_llm(ax, rows: list[dict], scale: str = "llm") -> None:
+    """(d) the LLM testbed's, or (e) the high-SNR configuration's, max_stable_lr against s (progress criterion), both
+    methods, with a 1/s line through naive's s = 1 point (the S·η law)."""
     rows = [r for r in rows if r["criterion"] == "progress"]
+    name = "(d) LLM testbed" if scale == "llm" else "(e) LLM, batch SNR ≥ 1"
     if not rows:
         ax.text(0.5, 0.5, "no committed LLM data", ha="center", va="center", transform=ax.transAxes)
-        ax.set(title="(d) LLM testbed", xticks=[], yticks=[])
+        ax.set(title=name, xticks=[], yticks=[])
         return
     for method in METHODS:
         mine = sorted((r for r in rows if r["method"] == method), key=lambda r: r["staleness"])
         s, y = _boundary_line(ax, mine, method, marker="D", label=METHOD_LABEL[method])
         if method == "naive" and mine:
             ax.plot(s, [y[0] * s[0] / k for k in s], color="grey", lw=0.8, label="1/s through s = 1 (S·η law)")
-    low, high = SEARCH_RANGE["llm"]
+    low, high = SEARCH_RANGE[scale]
+    if scale in DESCEND:  # its walks may climb beyond the range's top
+        high = float(walk_grid(low, high, lookup("law", "full").llm_grid_points, DESCEND[scale])[-1])
     for edge in (low, high):
         ax.axhline(edge, color="black", lw=0.6, ls=":")
     seeds, steps = rows[0]["seeds"], rows[0]["steps"]
+    failure = "" if scale == "llm" else "uncorrected ratio; stable: not collapsed\n"
     ax.set(xscale="log", yscale="log", xlabel="staleness $s$", ylabel="largest stable AdamW step size",
-           title=f"(d) LLM testbed: {seeds} warm starts, {steps} steps\n(committed; dotted: the search range)")
+           title=f"{name}: {seeds} warm starts, {steps} steps\n{failure}(committed; dotted: the search range)")
     ax.set_xticks(list(STALENESS), [str(k) for k in STALENESS])
     ax.minorticks_off()
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6)
@@ -154,8 +169,9 @@ def _plot_llm(ax, rows: list[dict]) -> None:
 def _plot_exponents(ax, fits: list[dict]) -> None:
     """(c): one row per scale × criterion, the two methods' p with their intervals; theory's as vertical lines."""
     labels = []
-    scales = [sc for sc in (*SCALES, "llm") if any(r["scale"] == sc for r in fits)]
-    for i, (scale, criterion) in enumerate((sc, c) for sc in scales for c in CRITERIA):
+    rows_present = [(sc, c) for sc in (*SCALES, "llm", "llm_highsnr") for c in CRITERIA
+                    if any((r["scale"], r["criterion"]) == (sc, c) for r in fits)]
+    for i, (scale, criterion) in enumerate(rows_present):
         labels.append(f"{SCALE_LABEL[scale]}\n{criterion}")
         censored = []
         for offset, method in zip((-0.15, 0.15), METHODS, strict=True):
