@@ -446,8 +446,7 @@ def search_scale(scale: str, profile: str, criterion: str = "progress", refineme
         steps, seeds = p.llm_steps, len(p.llm_warm_starts)
         found = descend_boundaries(llm_runs(steps, p.llm_warm_starts, cells(), criterion, scale=scale), len(cells()),
                                    seeds, low, high, p.llm_grid_points, p.refinements, DESCEND[scale])
-        return _found(scale, criterion, steps, seeds, [low, float(walk_grid(low, high, p.llm_grid_points,
-                                                                             DESCEND[scale])[-1])], found)
+        return _found(scale, criterion, steps, seeds, search_edges(scale, p), found)
     evaluate, steps = evaluator(scale, p, criterion)
     if scale in LLM_SCALES:
         seeds = len(p.llm_warm_starts)
@@ -456,7 +455,16 @@ def search_scale(scale: str, profile: str, criterion: str = "progress", refineme
     else:
         seeds = p.seeds
         found = search_boundaries(evaluate, len(cells()), seeds, low, high, p.grid_points, p.refinements)
-    return _found(scale, criterion, steps, seeds, [low, high], found)
+    return _found(scale, criterion, steps, seeds, search_edges(scale, p), found)
+
+
+def search_edges(scale: str, p: Law) -> list[float]:
+    """The lowest and highest step size a seed of ``scale`` can reach under profile ``p``: the search range, its top
+    raised to the last point of the walk's grid where the scale walks (``DESCEND``)."""
+    low, high = SEARCH_RANGE[scale]
+    if scale in DESCEND:
+        high = float(walk_grid(low, high, p.llm_grid_points, DESCEND[scale])[-1])
+    return [low, high]
 
 
 def _found(scale: str, criterion: str, steps: int, seeds: int, edges: list[float], found: Boundaries) -> dict:
@@ -588,7 +596,7 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["search_boundaries", "descend_boundaries", "walk_grid",
+__all__ = ["search_boundaries", "descend_boundaries", "walk_grid", "search_edges",
            "stable_quorum", "fit_exponent", "bootstrap_exponent", "search_scale", "table_rows",
            "fit_rows", "law_tables", "COLUMNS",
            "FIT_COLUMNS", "STALENESS", "SCALES", "ALL_SCALES", "main"]

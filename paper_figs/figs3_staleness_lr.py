@@ -26,19 +26,17 @@ from experiments.profiles import lookup
 from experiments.staleness_lr import (
     COLUMNS,
     CRITERIA,
-    DESCEND,
     FIT_COLUMNS,
     METHODS,
     SCALES,
-    SEARCH_RANGE,
     STALENESS,
     fit_exponent,
     fit_path,
     fit_rows,
+    search_edges,
     search_scale,
     table_rows,
     theory_step,
-    walk_grid,
 )
 from paper_figs.common import Results, apply_style, label_words, method_color, save_figure
 from runtime.cache import Unit, unit
@@ -152,10 +150,7 @@ def _plot_llm(ax, rows: list[dict], scale: str = "llm") -> None:
         s, y = _boundary_line(ax, mine, method, marker="D", label=METHOD_LABEL[method])
         if method == "naive" and mine:
             ax.plot(s, [y[0] * s[0] / k for k in s], color="grey", lw=0.8, label="1/s through s = 1 (S·η law)")
-    low, high = SEARCH_RANGE[scale]
-    if scale in DESCEND:  # its walks may climb beyond the range's top
-        high = float(walk_grid(low, high, lookup("law", "full").llm_grid_points, DESCEND[scale])[-1])
-    for edge in (low, high):
+    for edge in search_edges(scale, lookup("law", "full")):  # a walked scale's top: where its walks may climb
         ax.axhline(edge, color="black", lw=0.6, ls=":")
     seeds, steps = rows[0]["seeds"], rows[0]["steps"]
     failure = "" if scale == "llm" else "uncorrected ratio; stable: not collapsed\n"
