@@ -48,10 +48,11 @@ check-data: $(BIN)/.installed-test
 	$(BIN)/python -m pytest tests/committed
 
 # The suite on TEST_WORKERS processes (pytest-xdist; "logical": one per CPU), each test file in one worker (module
-# fixtures made once), one torch thread each: the parallelism is the workers'.
+# fixtures made once), the longest files first (tests/conftest.py LONGEST_FIRST), one torch thread each: the
+# parallelism is the workers'.
 TEST_WORKERS ?= logical
 test: $(BIN)/.installed-test lint check-data
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --ignore=tests/committed
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --ignore=tests/committed
 
 # Mutation testing (mutmut, config in pyproject.toml; theory/MUTANTS.md has the measured scores). Not part of `make test`.
 # Each mutant is judged by the fast tests only (`-m "not heavy"` in [tool.mutmut]), fastest first, stopping at the

@@ -55,6 +55,19 @@ def _isolated_run_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("GAC_LAB_JOBS", "1")  # one process: the parallel path has its own tests (test_driver)
 
 
+# The files whose tests take longest, in that order. They are collected first, so that pytest-xdist (`make test`:
+# --dist loadfile --no-loadscope-reorder) hands them out before the many short files and the two workers finish
+# together instead of one waiting on the other's last long file. A file missing here only runs later.
+LONGEST_FIRST = ("test_notebooks.py", "sim/test_every_figure_reads.py", "test_readme.py", "runtime/test_cluster.py",
+                 "gac/test_compiled.py", "llm/test_driver.py", "llm/test_llm_panels.py", "runtime/test_run_tasks.py",
+                 "test_benchmarks.py", "theory/test_convergence.py", "llm/test_verdict.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {f"tests/{name}": i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: file order otherwise
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a test that runs a real command for tens of seconds "
                                        "(deselect with -m 'not slow')")
