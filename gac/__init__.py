@@ -8,9 +8,9 @@ above a threshold, remove ("project") or shrink ("cap") the parallel part, or sk
 ``gac.GACConfig`` do not, so that a command line parses its config (and answers ``--help``) without torch.
 """
 
-import importlib
-import sys
-import types
+import importlib as _importlib
+import sys as _sys
+import types as _types
 
 from gac.config import EMAThreshold, GACConfig, ThresholdRule
 
@@ -33,10 +33,10 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     """A name that needs torch, imported on its first use (PEP 562)."""
     if name in _HOME:
-        value = getattr(importlib.import_module(f"gac.{_HOME[name]}"), name)
+        value = getattr(_importlib.import_module(f"gac.{_HOME[name]}"), name)
     elif name in _SUBMODULES:
-        value = importlib.import_module(f"gac.{name}")
-        importlib.import_module("gac.optim")  # the whole library, as the eager import loaded it
+        value = _importlib.import_module(f"gac.{name}")
+        _importlib.import_module("gac.optim")  # the whole library, as the eager import loaded it
     else:
         raise AttributeError(f"module 'gac' has no attribute {name!r}")
     globals()[name] = value
@@ -47,13 +47,13 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__, *_SUBMODULES})
 
 
-class _Package(types.ModuleType):
+class _Package(_types.ModuleType):
     """``gac.control`` is the function ``control``, as when the package imported its library eagerly: loading the
     submodule of that name (``import gac.tracker`` does) would set the package's attribute to the submodule."""
 
     def __setattr__(self, name: str, value) -> None:
-        if not (name == "control" and isinstance(value, types.ModuleType)):
+        if not (name == "control" and isinstance(value, _types.ModuleType)):
             super().__setattr__(name, value)
 
 
-sys.modules[__name__].__class__ = _Package
+_sys.modules[__name__].__class__ = _Package

@@ -22,6 +22,9 @@ from gac import placement, wrap
 assert wrap is gac.optim.wrap and gac.fused.SUM_CHUNK > 0 and placement.control_step
 assert [name for name in gac.__all__ if getattr(gac, name) is None] == []
 assert set(gac.__all__) <= set(dir(gac))
+public = {name for name in dir(gac) if not name.startswith("_")}
+modules = {name for name in public if type(getattr(gac, name)).__name__ == "module"}
+assert modules <= {"config", "placement", *gac._SUBMODULES}, modules  # its own submodules only, not sys or types
 """
 
 
