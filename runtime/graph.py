@@ -15,6 +15,7 @@ import csv
 import math
 import multiprocessing
 import os
+import re
 import threading
 import time
 import warnings
@@ -200,58 +201,76 @@ def _weighted_median(pairs: list[tuple[float, float]]) -> float:
     return pairs[-1][0]
 
 
+def task_family(name: str, here: bool) -> str:
+    """The family whose finished tasks set a task's speed (``Progress``): "plot" for a task run here, else the task
+    name's first word up to a '-', '/' or space (a unit's kind, "warm" for a warm start)."""
+    return "plot" if here else re.match(r"[^-/ ]*", name).group() or name
+
+
 class Progress:
     """How far a graph of tasks is, by the cost estimates (``Task.cost``): the estimated core-seconds of the tasks
     done, of all of them, and the seconds left (``eta_s``).
 
-    The estimates are rough and a machine is faster or slower than the one they were measured on, so the seconds
-    left are the estimated work left at the speed the finished tasks ran at, less the time the running tasks have
-    already had, over the workers that still have work. That speed is the median of the finished tasks' own speeds
-    (estimated core-seconds per second a worker spent on each, from ``started`` to ``done``), each weighted by its
-    estimate: one task far over its estimate (a warm start retrained from another seed) is that estimate's error, not
-    the machine's speed, and would otherwise stretch the estimate of every task still to run. Without start times
-    (``done`` alone) the speed is the work done over the time elapsed, which early on, with one task finished and
-    others half done beside it, reads up to ``jobs`` times too slow. Before anything is done: the estimate over
-    ``jobs`` workers. Tasks that run here (plots) count as nothing.
+    The estimates are rough, and a machine is faster or slower than the one they were measured on, and not by the same
+    factor for every kind of task (a warm start, a GRPO run, a toy grid, a plot). So the seconds left are, per family
+    of tasks (``task_family``), the family's estimated work left at the speed its finished tasks ran at, less the time
+    the running tasks have already had, over the workers that still have work. A family's speed is the median of its
+    finished tasks' own speeds (estimated core-seconds per second spent on each, from ``started`` to ``done``), each
+    weighted by its estimate: one task far over its estimate (a warm start retrained from another seed) is that
+    estimate's error, not the machine's speed. A family with none finished yet runs at the middle family's speed (each
+    family one vote, so that no one family's large estimates stand for all). Without start times (``done`` alone)
+    the speed is the work done over the time elapsed, which early on, with one task finished and others half done
+    beside it, reads up to ``jobs`` times too slow. Before anything is done: the estimate over ``jobs`` workers. Tasks
+    that run here (plots) count with their estimate: they take the time of the graph's last minutes.
     """
 
     def __init__(self, tasks: list[Task], jobs: int, clock: Callable[[], float] = time.perf_counter):
-        self.total = sum(t.cost for t in tasks if not t.here)
+        self.total = sum(t.cost for t in tasks)
         self.done_cost = 0.0
         self.jobs = max(1, jobs)
         self.clock = clock
         self.start = clock()
-        self.left = sum(not t.here for t in tasks)
-        self.running: dict[str, tuple[float, float]] = {}  # name -> (start time, estimated cost)
-        self.speeds: list[tuple[float, float]] = []  # each finished task's (estimate / worker-seconds, estimate)
+        self.left = len(tasks)
+        self.family_left: dict[str, float] = {}  # each family's estimated work not done
+        for t in tasks:
+            family = task_family(t.name, t.here)
+            self.family_left[family] = self.family_left.get(family, 0.0) + t.cost
+        self.running: dict[str, tuple[float, float, str]] = {}  # name -> (start time, estimated cost, family)
+        self.speeds: dict[str, list[tuple[float, float]]] = {}  # family -> its finished tasks' (speed, estimate)
 
     def started(self, task: Task) -> None:
-        if not task.here:
-            self.running[task.name] = (self.clock(), task.cost)
+        self.running[task.name] = (self.clock(), task.cost, task_family(task.name, task.here))
 
     def done(self, task: Task) -> None:
-        if not task.here:
-            self.done_cost += task.cost
-            self.left -= 1
-            if task.name in self.running:
-                took = self.clock() - self.running.pop(task.name)[0]
-                self.speeds.append((task.cost / max(took, 1e-9), task.cost))
+        family = task_family(task.name, task.here)
+        self.done_cost += task.cost
+        self.family_left[family] -= task.cost
+        self.left -= 1
+        if task.name in self.running:
+            took = self.clock() - self.running.pop(task.name)[0]
+            self.speeds.setdefault(family, []).append((task.cost / max(took, 1e-9), task.cost))
 
     def elapsed_s(self) -> float:
         return self.clock() - self.start
 
     def eta_s(self) -> float:
-        """Seconds left: (estimated work left / speed − the running tasks' time into their current try, see
-        ``_into_try``) / the workers still busy; work left / jobs before anything is done."""
+        """Seconds left: (Σ over families of the work left / the family's speed − the running tasks' time into their
+        current try, see ``_into_try``) / the workers still busy; work left / jobs before anything is done."""
         left = max(0.0, self.total - self.done_cost)
         if self.done_cost <= 0:
             return left / self.jobs
-        if sum(cost for _, cost in self.speeds) <= 0:  # no start times: the speed of the whole elapsed time
+        if not any(cost for pairs in self.speeds.values() for _, cost in pairs):  # no start times: elapsed time
             return left * self.elapsed_s() / self.done_cost
-        speed = _weighted_median(self.speeds)
+        known = {family: _weighted_median(pairs) for family, pairs in self.speeds.items()}
+        middle = sorted(known.values())[len(known) // 2]
+
+        def speed(family: str) -> float:
+            return known.get(family, middle)
+
+        work = sum(max(0.0, cost) / speed(family) for family, cost in self.family_left.items())
         now = self.clock()
-        had = sum(_into_try(now - t0, cost / speed) for t0, cost in self.running.values())
-        return max(0.0, left / speed - had) / max(1, min(self.jobs, self.left))
+        had = sum(_into_try(now - t0, cost / speed(family)) for t0, cost, family in self.running.values())
+        return max(0.0, work - had) / max(1, min(self.jobs, self.left))
 
     def line(self) -> str:
         """``"E s elapsed, P% of the estimated work, ~L s left"``: the end of a progress log line."""

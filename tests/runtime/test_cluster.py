@@ -14,7 +14,7 @@ import pytest
 from paper_figs import fig1_cosine
 from paper_figs.__main__ import parse_args
 from runtime import cache, cluster, graph
-from runtime.graph import Progress, Task, run_tasks
+from runtime.graph import Progress, Task, run_tasks, task_family
 from tests.figures import make_figure
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
@@ -151,20 +151,34 @@ def test_a_worker_with_other_code_refuses_the_task():
         cluster.checked_call("0" * 64, str.upper, "x")
 
 
-def test_progress_scales_the_estimated_work_left_by_the_speed_so_far():
+def test_progress_scales_each_familys_work_left_by_its_own_speed_so_far():
+    # Two GRPO runs, a toy grid and a plot (run here, counted with its estimate). The grid runs at its estimate, the
+    # runs twice as fast: each family's work left goes at its own speed, a family not seen yet at the middle one's.
     now = [0.0]
-    tasks = [Task("a", str.upper, cost=30.0), Task("b", str.upper, cost=10.0),
-             Task("plot", str.upper, cost=3.0, here=True)]
+    tasks = [Task("llm_grpo-a", str.upper, cost=30.0), Task("llm_grpo-b", str.upper, cost=10.0),
+             Task("grid/x-c", str.upper, cost=10.0), Task("fig", str.upper, cost=4.0, here=True)]
     progress = Progress(tasks, jobs=2, clock=lambda: now[0])
-    assert progress.total == 40.0 and progress.eta_s() == 20.0  # nothing done yet: 40 estimated core-s on 2 workers
+    assert progress.total == 54.0 and progress.eta_s() == 27.0  # nothing done yet: 54 estimated core-s on 2 workers
+    progress.started(tasks[0])
+    progress.started(tasks[2])
+    now[0] = 10.0
+    progress.done(tasks[2])  # the grid: speed 1, the only family seen, so the runs' and the plot's speed too
+    assert progress.eta_s() == pytest.approx((40 + 4 - 10) / 2)  # run a has had 10 of its 30
     now[0] = 15.0
-    progress.done(tasks[0])  # 30 estimated core-s in 15 s: twice as fast as one core by the estimate
-    assert progress.eta_s() == pytest.approx(5.0)
-    progress.done(tasks[2])  # a plot counts as no work
-    assert progress.eta_s() == pytest.approx(5.0)
-    assert progress.line() == "15 s elapsed, 75% of the estimated work, ~5 s left"
+    progress.done(tasks[0])  # 30 in 15: the runs' speed is 2; the plot takes the upper middle of {1, 2}
+    assert progress.eta_s() == pytest.approx((10 / 2 + 4 / 2) / 2)
+    assert progress.line() == "15 s elapsed, 74% of the estimated work, ~4 s left"
+    progress.done(tasks[3])
+    assert progress.eta_s() == pytest.approx(10 / 2)  # one task left: one worker
     progress.done(tasks[1])
     assert progress.eta_s() == 0.0
+
+
+def test_a_tasks_family_is_its_units_kind_a_warm_start_or_a_plot():
+    assert task_family("llm_grpo-1e6dab1e21e5441d", here=False) == "llm_grpo"
+    assert task_family("fig8_tuned/quadratic-76be15e769935eee", here=False) == "fig8_tuned"
+    assert task_family("warm start WarmStartConfig(size='small', digits=2, seed=2)", here=False) == "warm"
+    assert task_family("fig3_divergence", here=True) == "plot"
 
 
 def test_progress_counts_the_tasks_still_running_beside_the_first_one_done():
