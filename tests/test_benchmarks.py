@@ -50,19 +50,20 @@ def test_device_check_refuses_bad_input_in_one_line(argv, message):
 
 
 def test_the_eta_replay_matches_a_count_by_hand_with_right_and_wrong_estimates():
-    """Four tasks on 2 workers, two rounds of 10 clock units: with the estimates right, the time left is the time the
-    timeline really ran on; with the second round estimated 3 times too long, at the first task done (10 units in, 10
-    left) the speed is 1 and the work left 10 + 30 + 30, less the 10 units the other task has had, over 2 workers. A
-    plot takes the last unit."""
+    """Four runs on 2 workers, two rounds of 10 clock units, then a plot of 1 unit here. With the estimates right,
+    the seconds left miss only what the rule cannot see: the plot comes after the runs, not beside them. With the
+    second round estimated 3 times too long, at the first run done (10 units in, 11 left) the runs' speed is 1 and
+    the work left 10 + 30 + 30 + 1, less the 10 units the other run has had, over 2 workers."""
     from benchmarks.pipeline import eta_errors, eta_range
 
-    rows = [{"name": name, "cost": 10.0, "here": False, "started_s": start, "done_s": start + 10.0}
+    rows = [{"name": f"run-{name}", "cost": 10.0, "here": False, "started_s": start, "done_s": start + 10.0}
             for name, start in (("a", 0.0), ("b", 0.0), ("c", 10.0), ("d", 10.0))]
-    rows.append({"name": "plot", "cost": 3.0, "here": True, "started_s": 20.0, "done_s": 21.0})
+    rows.append({"name": "fig", "cost": 1.0, "here": True, "started_s": 20.0, "done_s": 21.0})
     right = eta_errors(rows, jobs=2)
-    assert [share for share, _ in right] == [0.25, 0.5, 0.75, 1.0]  # each task's end but the plot's, the last one
-    # the plot's unit, which the estimates leave out, is the only error: 10 said against 11, then 0 against 1
-    assert [error for _, error in right] == pytest.approx([-1 / 11, -1 / 11, -1.0, -1.0])
-    wrong = eta_errors(rows, jobs=2, costs={"c": 30.0, "d": 30.0})
-    assert wrong[0] == (0.125, pytest.approx(((10 + 30 + 30 - 10) / 2 - 11) / 11))
+    assert [share for share, _ in right] == pytest.approx([10 / 41, 20 / 41, 30 / 41, 40 / 41])  # the plot ends it
+    # 10.5 said against 11 twice (the plot's unit shared by 2 workers), 0.5 against 1 (run d's last moment, the plot
+    # over 2 workers), then the plot alone: 1 against 1
+    assert [error for _, error in right] == pytest.approx([-1 / 22, -1 / 22, -0.5, 0.0])
+    wrong = eta_errors(rows, jobs=2, costs={"run-c": 30.0, "run-d": 30.0})
+    assert wrong[0] == (10 / 81, pytest.approx(((10 + 30 + 30 + 1 - 10) / 2 - 11) / 11))
     assert eta_range(wrong, (0.1, 0.3)) == (wrong[0][1], wrong[0][1]) and eta_range(wrong, (0.9, 0.95)) is None
