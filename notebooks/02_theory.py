@@ -132,7 +132,7 @@ for k, r in enumerate(fractions):
         print(f"{r:>4}{s:>4}{predicted:>11.3f}{means[-1]:>25.3f} ± {stds[-1]:.3f}")
     ax.errorbar(stalenesses, means, yerr=stds, fmt="o", ms=3, color=line.get_color(), label=f"r = {r}")
 ax.set(xscale="symlog", xticks=stalenesses, xticklabels=[str(s) for s in stalenesses], xlabel="staleness s",
-       ylabel="stationary cos(g_t, g_{t−1})", ylim=(-1.05, 1.05))
+       ylabel=r"stationary $\cos(g_t, g_{t-1})$", ylim=(-1.05, 1.05))
 ax.legend(fontsize=7)
 plt.show()
 
@@ -184,7 +184,7 @@ ax.plot([0, 1], [0, 1], "k-", lw=0.8, label="SNR/(1+SNR)")
 ax.plot([0, 1], [0, -1], "k--", lw=0.8, label="−SNR/(1+SNR)")
 ax.scatter(law[stale == 0], cos_values[stale == 0], s=8, label="s = 0")
 ax.scatter(law[stale > 0], cos_values[stale > 0], s=8, label="s ≥ 1")
-ax.set(xlabel="SNR/(1+SNR)", ylabel="predicted cos(g_t, g_{t-1})")
+ax.set(xlabel="SNR/(1+SNR)", ylabel=r"predicted $\cos(g_t, g_{t-1})$")
 ax.legend(fontsize=7)
 plt.show()
 print("check_snr_law:", cosine.check_snr_law(spectra=120, seed=0))

@@ -218,7 +218,7 @@ for name, results in runs.items():
         ax.plot(steps, values, color=color, label=name, marker="o" if key == "accuracy" else None, ms=3)
 axes[0].set(xlabel="RL step", ylabel="mean reward (smoothed)")
 axes[1].set(xlabel="RL step", ylabel="held-out accuracy")
-axes[2].set(xlabel="RL step", ylabel="cos(g_k, g_{k-1}) (smoothed)")
+axes[2].set(xlabel="RL step", ylabel=r"$\cos(g_k, g_{k-1})$ (smoothed)")
 axes[2].axhline(0, color="grey", lw=0.6)
 axes[0].legend()
 plt.tight_layout()
