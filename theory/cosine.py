@@ -351,7 +351,23 @@ def cosine_series(staleness: int, order: int = 2) -> sp.Expr:
     if staleness < 1:
         raise ValueError(f"cosine_series is for staleness >= 1 (s = 0 is exactly -a/2), got {staleness}")
     derived = gradient_autocovariance_symbolic(staleness)
-    return sp.expand(sp.series(derived["cosine"], derived["a"], 0, order + 1).removeO())
+    return _rational_taylor(derived["cosine"], derived["a"], order)
+
+
+def _rational_taylor(expr: sp.Expr, a: sp.Symbol, order: int) -> sp.Expr:
+    """The Taylor polynomial of the rational function ``expr`` at a = 0 through a^order, by exact power-series
+    division of its numerator by its denominator (c_k = (n_k − Σ_{j≥1} d_j c_{k−j}) / d_0): the polynomial
+    ``sp.series`` gives, without its general machinery. Falls back to ``sp.series`` where the denominator is 0 at 0."""
+    numerator, denominator = sp.fraction(sp.cancel(sp.together(expr)))
+    num = sp.Poly(numerator, a).all_coeffs()[::-1]
+    den = sp.Poly(denominator, a).all_coeffs()[::-1]
+    if den[0] == 0:
+        return sp.expand(sp.series(expr, a, 0, order + 1).removeO())
+    coefficients: list[sp.Expr] = []
+    for k in range(order + 1):
+        lower = sum((den[j] * coefficients[k - j] for j in range(1, min(k, len(den) - 1) + 1)), sp.Integer(0))
+        coefficients.append(((num[k] if k < len(num) else 0) - lower) / den[0])
+    return sp.expand(sum(c * a**k for k, c in enumerate(coefficients)))
 
 
 def snr(eta: float, curvatures, staleness: int, noise=1.0) -> float:

@@ -104,6 +104,21 @@ def test_cosine_series_coefficients_and_numeric_value(staleness):
     assert abs(float(series.subs(a, value)) - lag_one[0] / second[0]) < 1e-3
 
 
+@pytest.mark.parametrize("staleness", [1, 2, 5, 8])
+def test_the_series_by_power_series_division_is_sympys_series(staleness):
+    derived = cosine.gradient_autocovariance_symbolic(staleness)
+    for order in (2, 3):
+        expected = sp.series(derived["cosine"], derived["a"], 0, order + 1).removeO()
+        assert sp.expand(cosine.cosine_series(staleness, order) - expected) == 0
+
+
+def test_power_series_division_on_known_series_and_its_fallback_at_a_pole():
+    a = sp.Symbol("a")
+    assert sp.expand(cosine._rational_taylor(1 / (1 - a), a, 3) - (1 + a + a**2 + a**3)) == 0
+    assert sp.expand(cosine._rational_taylor((2 + a) / (1 + 2 * a + a**2), a, 2) - (2 - 3 * a + 4 * a**2)) == 0
+    assert sp.expand(cosine._rational_taylor(1 / (a * (1 - a)), a, 1) - (1 / a + 1 + a)) == 0  # sp.series' path
+
+
 @pytest.mark.parametrize("staleness", [1, 2, 3, 5, 8])
 def test_cosine_series_order_three_and_the_next_term_against_lyapunov(staleness):
     # exact cosine from the numeric Lyapunov solve (no sympy); after the order-3 series the residual must be the
