@@ -65,14 +65,20 @@ def runs(profile: str, device: str = "cpu", dry_run: bool = False) -> list[Unit]
             for scale in SCALES for criterion in CRITERIA]
 
 
+def committed_rows(path: Path, scale: str | None = None) -> tuple[list[dict], list[dict]]:
+    """The rows of a committed table and of its fits (those of ``scale``; None: all), less the provenance columns."""
+    def mine(rows):
+        return [r for r in rows if scale is None or r["scale"] == scale]
+
+    return ([{k: v for k, v in r.items() if k in COLUMNS} for r in mine(read_records(path))],
+            [{k: v for k, v in r.items() if k in FIT_COLUMNS} for r in mine(read_records(fit_path(path)))])
+
+
 def committed_llm(path: Path = COMMITTED, scale: str = "llm") -> tuple[list[dict], list[dict]]:
-    """The ``scale`` rows of a committed table and of its fits, less the provenance columns (empty where the file or
-    its rows of that scale are missing)."""
+    """``committed_rows`` of ``scale``, empty where the file or its fits are missing."""
     if not path.is_file() or not fit_path(path).is_file():
         return [], []
-    fits = [{k: v for k, v in r.items() if k in FIT_COLUMNS} for r in read_records(fit_path(path))
-            if r["scale"] == scale]
-    return [{k: v for k, v in r.items() if k in COLUMNS} for r in read_records(path) if r["scale"] == scale], fits
+    return committed_rows(path, scale)
 
 
 def plot(results: Results, out_dir: Path) -> list[Path]:
@@ -85,9 +91,8 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
 def committed_tables(path: Path = COMMITTED) -> tuple[list[dict], list[dict]]:
     """Every row of the committed full-profile table and of its fits (the provenance columns set aside): what the
     full profile draws, without its hours of search."""
-    high_table, high_fits = committed_llm(COMMITTED_HIGHSNR, "llm_highsnr")
-    return ([{k: v for k, v in r.items() if k in COLUMNS} for r in read_records(path)] + high_table,
-            [{k: v for k, v in r.items() if k in FIT_COLUMNS} for r in read_records(fit_path(path))] + high_fits)
+    (table, fits), (high_table, high_fits) = committed_rows(path), committed_llm(COMMITTED_HIGHSNR, "llm_highsnr")
+    return table + high_table, fits + high_fits
 
 
 def draw(table: list[dict], fits: list[dict], out_dir: Path) -> list[Path]:
