@@ -3,8 +3,9 @@
 The fused path (``gac.fused``) adds passes of its own around torch's fused Adam/AdamW kernel. Here the step is
 Adam/AdamW written out in torch ops and compiled into one generated loop per parameter, with GAC's work inside it:
 
-- **gradient**: when GAC acts, one loop reads θ, g, d, m, v and writes g' (over d: the buffers swap roles as on the
-  fused path), m, v, θ. Sums, decision, keep and skip are the fused path's.
+- **gradient**: loop 1 returns ⟨g, d⟩, ‖g‖², ‖d‖² in float64 (reading g and d once); when GAC acts, loop 2 reads θ, g,
+  d, m, v and writes g' (over d: the buffers swap roles as on the fused path), m, v, θ. Decision, keep and skip are
+  the fused path's.
 - **update**: loop 1 returns ⟨Δ, d⟩, ‖Δ‖², ‖d‖², Σg² of the step Δ it would take (nothing written); after the
   decision loop 2 writes θ + Δ − α·d (θ + 0 on a skip), m, v and the reference. No θ_before, no Δ stored.
 - **momentum**: loop 1 returns the sums of m_t = β1·m + (1−β1)·g; loop 2 steps with m_t − α·d as the first moment and
@@ -65,6 +66,11 @@ def _sums(vector, ref, grad):
     """(⟨v, d⟩, ‖v‖², ‖d‖², Σg²) in float64."""
     v, d, g = vector.double(), ref.double(), grad.double()
     return torch.stack([(v * d).sum(), (v * v).sum(), (d * d).sum(), (g * g).sum()])
+
+
+def gradient_sums(grads, refs):
+    """Per parameter (⟨g, d⟩, ‖g‖², ‖d‖²) in float64, shape (parameters, 3): one loop reading g and d once."""
+    return torch.stack([_sums(grad, ref, grad)[:3] for grad, ref in zip(grads, refs, strict=True)])
 
 
 def gradient_step(thetas, grads, outs, exp_avgs, exp_avg_sqs, scalars, coupled):
@@ -184,6 +190,10 @@ class CompiledAdamStep:
         # The references that g' will be written over (the buffer swap), or None: the fused path's writes.
         batch = self._gather(optimizer, lambda index, _: tracker._swappable(index, ACT)) if wrapper.swap_grads \
             else None
+        if batch is not None:  # the sums in one compiled loop (finite ones only: else the fused path looks closer)
+            sums = self._call("gradient_sums", batch.grads, batch.refs)
+            if bool(torch.isfinite(sums).all()):
+                tracker.presum(batch.grads, sums.t().contiguous(), with_d_sq=True)
         report = tracker.apply(swap_grads=wrapper.swap_grads, defer=("act" if batch is not None else None))
         deferred, tracker.deferred = tracker.deferred, None
         if deferred is not None:
@@ -323,8 +333,8 @@ class CompiledAdamStep:
         return function(*args)
 
 
-KERNELS = {"gradient_step": gradient_step, "update_sums": update_sums, "update_step": update_step,
-           "momentum_sums": momentum_sums, "momentum_step": momentum_step}
+KERNELS = {"gradient_sums": gradient_sums, "gradient_step": gradient_step, "update_sums": update_sums,
+           "update_step": update_step, "momentum_sums": momentum_sums, "momentum_step": momentum_step}
 
 
 __all__ = ["CompiledAdamStep", "KERNELS"]

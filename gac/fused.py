@@ -181,6 +181,12 @@ class FusedAlignmentControl(GradientAlignmentControl):
         were formed (momentum space's chunks, the compiled step's first loop)."""
         self._presummed = (vectors, sums, with_d_sq)
 
+    def _cached_d_sq(self, indices: list[int], grads):
+        """None while sums with ‖d‖² are presummed: those are the step's own (the compiled loops' float64 sums)."""
+        if self._presummed is not None and self._presummed[2]:
+            return None
+        return super()._cached_d_sq(indices, grads)
+
     # -- keep regime: the gradient tensor becomes the reference ---------------------------------------------
     def _swappable(self, index: int, regime: int):
         if regime == KEEP and self._may_alias(index):
