@@ -34,7 +34,6 @@ import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-from scipy.stats import mannwhitneyu
 
 from experiments.aggregate import measured
 from sim.schema import COLLAPSE_FRACTION, collapse_step, make_row, nonfinite
@@ -166,6 +165,8 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     positives, negatives = scores[labels == 1], scores[labels == 0]
     if not len(positives) or not len(negatives):
         return math.nan
+    from scipy.stats import mannwhitneyu  # here, not at import: scipy.stats is slow to import
+
     u = mannwhitneyu(positives, negatives, alternative="greater").statistic
     return float(u) / (len(positives) * len(negatives))
 

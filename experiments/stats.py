@@ -14,7 +14,6 @@ import warnings
 from collections.abc import Callable, Mapping
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 
 # -- step sizes ----------------------------------------------------------------------------------------------------
@@ -83,6 +82,8 @@ def bootstrap_interval(*samples, statistic: Callable = np.mean, confidence: floa
         return point, math.nan, math.nan
     if all(np.ptp(s) == 0 for s in samples):
         return point, point, point
+    from scipy import stats as scipy_stats  # here, not at import: scipy.stats takes longer to import than most commands
+
     with np.errstate(divide="ignore", invalid="ignore"):
         ci = scipy_stats.bootstrap(samples, statistic, paired=paired, vectorized=True, confidence_level=confidence,
                                    method="percentile", n_resamples=n_resamples,
@@ -150,6 +151,8 @@ def t_interval(values, confidence: float = 0.95, axis: int = -1) -> tuple:
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices give NaN, as documented
         mean = np.nanmean(values, axis)
         sd = np.where(n > 1, np.nanstd(values, axis, ddof=1), np.nan)
+    from scipy import stats as scipy_stats
+
     half = np.where(n > 1, scipy_stats.t.ppf((1 + confidence) / 2, np.maximum(n - 1, 1)) * sd
                     / np.sqrt(np.maximum(n, 1)), np.nan)
     low, high = mean - half, mean + half

@@ -246,7 +246,7 @@ plt.show()
 # Below it, the predicted $\rho^*$ matches the coefficient measured in real `gac.control` runs (spiked spectrum, 1000 dims):
 
 # %%
-for row in gac_stability.check_self_consistent_rho(settings=[(2, 1.5), (4, 2.0)], dim=1000, steps=2000, seeds=2):
+for row in gac_stability.check_self_consistent_rho(settings=[(2, 1.5), (4, 2.0)], dim=1000, steps=1000, seeds=2):
     print(f"s = {row['staleness']}, ηλ_max = {row['fraction']}·a*(s): ρ* = {row['predicted']:.4f}, "
           f"measured {row['measured']:.4f}, diverged {row['diverged']}")
 for s in (1, 2, 4, 8):

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-from scipy.stats import spearmanr
 
 from experiments.llm import aggregate, run_unit, summary_rows, sweep
 from paper_figs import committed
@@ -124,5 +123,7 @@ def outcome_rho(runs: list[dict], key: str) -> float:
     whether the signal (the mean KL to the behaviour policy of panel (a), the early cosine of panel (b)) tells the
     failing runs apart."""
     async_runs = [r for r in runs if r["method"] == "naive" and r["ratio_to"] == "proximal"]
+    from scipy.stats import spearmanr  # here, not at import: scipy.stats is slow to import
+
     return spearmanr([r[key] for r in async_runs], [r["delta_accuracy"] for r in async_runs],
                      nan_policy="omit").statistic

@@ -8,7 +8,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,6 +15,8 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
 def test_notebooks_are_stored_without_outputs():
+    import nbformat  # here, not at collection: its import builds a schema validator
+
     assert NOTEBOOKS
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
@@ -48,6 +49,8 @@ def execute(tmp_path_factory):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs(path, execute):
+    import nbformat
+
     result = execute(path)
     assert not isinstance(result, Exception), str(result)
     cells = [cell for cell in nbformat.read(result.path, as_version=4).cells if cell.cell_type == "code"]
@@ -72,6 +75,8 @@ def site(execute, tmp_path_factory):
 
 
 def test_the_site_renders_the_executed_notebooks_and_the_results(site):
+    import nbformat
+
     pages = {p.relative_to(site).as_posix() for p in site.rglob("*.html")}
     assert {"index.html", "RESULTS.html", "course/solutions.html"} | {f"notebooks/{p.stem}.html" for p in NOTEBOOKS} \
         <= pages
@@ -137,6 +142,8 @@ def test_link_check_finds_a_missing_page_and_a_missing_anchor(tmp_path):
 
 
 def test_a_notebook_error_stops_the_build_and_names_the_notebook(tmp_path):
+    import nbformat
+
     from course.build import NotebookError, execute_notebook, kernel_environment
 
     broken = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('fine')"),

@@ -6,7 +6,6 @@ import copy
 import numpy as np
 import pytest
 import torch
-from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
 import gac
 from tests.gac.helpers import batches, loss_fn, tiny_model
@@ -25,6 +24,8 @@ def train(model, opt, data):
 # -- torch distributed-checkpoint state-dict API --------------------------------------------------------
 @pytest.mark.parametrize("space", ["gradient", "update", "momentum"])
 def test_dcp_state_dict_api_resumes_bit_identically(space):
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
     cfg = gac.GACConfig(**{**RULE_CFG.__dict__, "space": space})
     data = batches(8)
     straight_model = tiny_model()
@@ -49,6 +50,8 @@ def test_dcp_state_dict_api_resumes_bit_identically(space):
 
 
 def test_dcp_state_dict_api_runs_no_gac_step():
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
     model = tiny_model()
     opt = gac.wrap(torch.optim.AdamW(model.parameters(), lr=0.05), RULE_CFG)
     before = [p.detach().clone() for p in model.parameters()]

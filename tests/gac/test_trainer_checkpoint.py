@@ -1,15 +1,17 @@
 """GAC inside a transformers ``Trainer``: its state goes into the trainer's checkpoints and comes back on
 ``resume_from_checkpoint``, so an interrupted run ends with the parameters of an uninterrupted one."""
 
+import importlib.util
+
 import pytest
+import torch
 
-pytest.importorskip("transformers")
+import gac
 
-import torch  # noqa: E402
-from transformers import Trainer, TrainingArguments  # noqa: E402
-
-import gac  # noqa: E402
-from gac.integrations.trl import add_gac  # noqa: E402
+# transformers' Trainer and gac.integrations.trl are imported in the test that uses them, not at collection,
+# which every test worker does
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                                reason="transformers is not installed (the optional extra: pip install -e '.[trl]')")
 
 STEPS, SAVE_AT = 6, 3
 
@@ -33,6 +35,10 @@ def dataset():
 
 
 def train(tmp_path, cfg, resume=None):
+    from transformers import Trainer, TrainingArguments
+
+    from gac.integrations.trl import add_gac
+
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=8, max_steps=STEPS,
                              learning_rate=0.05, lr_scheduler_type="constant", save_strategy="steps",
                              save_steps=SAVE_AT, report_to=[], seed=0, logging_steps=1, disable_tqdm=True,

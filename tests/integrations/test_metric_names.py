@@ -1,20 +1,28 @@
 """The TRL callback's metric names are the record schema's columns (sim/schema.py) under a gac/ prefix."""
 
+import importlib
+import importlib.util
 import math
 from types import SimpleNamespace
 
 import pytest
 
-pytest.importorskip("transformers")
+from sim.schema import CORE
 
-from gac.integrations import trl as gac_trl  # noqa: E402
-from sim.schema import CORE  # noqa: E402
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                                reason="transformers is not installed (the optional extra: pip install -e '.[trl]')")
+
+
+@pytest.fixture(scope="module")
+def gac_trl():
+    """gac.integrations.trl, imported here rather than at collection (it imports transformers)."""
+    return importlib.import_module("gac.integrations.trl")
 
 NOT_COLUMNS = {"grad_norm_after"}
 """Documented exceptions: logged, but deliberately not a record column (see gac_trl.METRICS)."""
 
 
-def test_every_metric_is_a_schema_column_or_a_documented_exception():
+def test_every_metric_is_a_schema_column_or_a_documented_exception(gac_trl):
     report = SimpleNamespace(cosine=0.5, regime="cap", parallel_scale=0.3, grad_norm_before=2.0, grad_norm_after=1.5)
     logged = gac_trl.report_metrics(report)
     assert all(name.startswith("gac/") for name in logged)
@@ -26,7 +34,7 @@ def test_every_metric_is_a_schema_column_or_a_documented_exception():
                       "gac/grad_norm_after": 1.5}
 
 
-def test_a_nan_cosine_is_left_out_of_the_logged_mean():
+def test_a_nan_cosine_is_left_out_of_the_logged_mean(gac_trl):
     """A step with nothing measured (no reference yet, or a zero gradient) reports cosine NaN: the logged mean is
     over the measured steps, and NaN only when none was measured (not 0, which would read as "orthogonal")."""
     callback = gac_trl.GACCallback()

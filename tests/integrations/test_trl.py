@@ -1,19 +1,20 @@
 """GAC inside TRL's GRPOTrainer, end to end on CPU: the committed tiny Qwen3 warm start (made by the package's own
 command on its addition task), an in-memory dataset of that task, the exact-match reward, two GRPO steps."""
 
+import importlib.util
 import math
 
 import pytest
+import torch
 
-pytest.importorskip("trl")
+import gac
+from sim.hf import exact_match_reward, grpo_dataset, hf_model, hf_tokenizer
+from sim.llm.task import AdditionTask
 
-import torch  # noqa: E402
-from trl import GRPOConfig, GRPOTrainer  # noqa: E402
-
-import gac  # noqa: E402
-from gac.integrations.trl import add_gac  # noqa: E402
-from sim.hf import exact_match_reward, grpo_dataset, hf_model, hf_tokenizer  # noqa: E402
-from sim.llm.task import AdditionTask  # noqa: E402
+# TRL and gac.integrations.trl (which imports transformers) are imported in the test that uses them, not at
+# collection, which every test worker does
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("trl") is None,
+                                reason="TRL is not installed (the optional extra: pip install -e '.[trl]')")
 
 
 def test_hf_tokenizer_matches_the_task_ids():
@@ -26,6 +27,10 @@ def test_hf_tokenizer_matches_the_task_ids():
 
 
 def test_grpo_trainer_with_gac_logs_finite_metrics(tmp_path, tiny_checkpoint):
+    from trl import GRPOConfig, GRPOTrainer
+
+    from gac.integrations.trl import add_gac
+
     torch.manual_seed(0)
     # 0.75 of its train-split samples at T = 1 are right: with 4 prompts × 8 samples at T = 1.5 a step whose every
     # group has equal rewards (a zero gradient) is unlikely, and both steps having one far more so
