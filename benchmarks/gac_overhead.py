@@ -6,7 +6,8 @@ over the fused AdamW step on the same transformer-shaped parameters, each conten
 baseline in one process (medians), at each thread count of ``--threads`` (1 and all by default) and on ``--device``
 (cpu, or cuda where one exists); ``AdamW(foreach=True)``, the general path (``fused=False``) and the compiled step
 (``compiled=True``, with the time its compile took in the warm-up) are shown beside. Each ratio is printed with its
-memory-traffic floors (``FLOOR_PASSES``, ``PATH_PASSES``, ``COMPILED_PASSES``) and the 1-min load average.
+memory-traffic floors (``FLOOR_PASSES``, ``PATH_PASSES``, ``COMPILED_PASSES``), the floor counting reads only at
+this machine's measured read pass (``READS_ADDED``, ``measure_read_pass``) and the 1-min load average.
 ``--sharded`` adds FSDP2 on 2 CPU processes; ``--baseline DIR`` times another copy of gac (an earlier commit's)
 beside, for before/after numbers.
 Run: ``python -m benchmarks.gac_overhead [--sizes 10 100] [--threads 1 0] [--device cpu] [--repeats 9]
@@ -78,6 +79,54 @@ COMPILED_PASSES = {("gradient", "project"): 4, ("gradient", "keep"): 2, ("update
 reading d and writing g' over it (2): 4; keep: the fused path's 2. update: loop 1 reads θ, g, m, v, d (5); loop 2 is
 the step reading d and writing d ← Δ (2): 7, project or keep. momentum: loop 1 reads g, m, d (3); loop 2 reads d and
 writes d ← m_t (2): 5."""
+
+
+READS_ADDED = {("gradient", "project"): 3, ("gradient", "keep"): 2, ("update", "project"): 6, ("update", "keep"): 5,
+               ("momentum", "project"): 4, ("momentum", "keep"): 3}
+"""Fewest parameter-sized reads GAC adds to fused AdamW's 4 (θ, g, m, v), writes not counted: where a core's writes
+overlap its reads (the read floor, ``read_floor``). gradient project: the sums read g and d (2), the step reads d (1):
+3; keep: the sums (2). update: the first loop reads θ, g, m, v, d (5), the step reads d (1): 6; keep: d is
+overwritten, not read: 5. momentum: m_t's sums read exp_avg, g, d (3), the step reads d (1): 4; keep: 3."""
+
+
+def read_floor(reads: int, read_ms: float, adamw_ms: float) -> float:
+    """1 + ``reads`` passes reading every parameter-sized tensor once, each ``read_ms``, over a fused AdamW step."""
+    return 1 + reads * read_ms / adamw_ms
+
+
+def measure_read_pass(start: list[torch.Tensor], grads: list[torch.Tensor], repeats: int) -> tuple[float, float]:
+    """Medians (ms) of one pass reading every tensor of ``start`` (a sum per tensor) and of a fused AdamW step on a
+    copy, measured alternately."""
+    import torch
+
+    params, opt = build(None, start)
+    device = start[0].device
+
+    def read():
+        sums = [t.sum() for t in start]
+        synchronize(device)
+        return sums
+
+    def step():
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g.clone()
+        synchronize(device)
+        begin = time.perf_counter()
+        opt.step()
+        synchronize(device)
+        return time.perf_counter() - begin
+
+    with torch.no_grad():
+        for _ in range(3):
+            read()
+            step()
+        reads, steps = [], []
+        for _ in range(repeats):
+            begin = time.perf_counter()
+            read()
+            reads.append(time.perf_counter() - begin)
+            steps.append(step())
+    return statistics.median(reads) * 1e3, statistics.median(steps) * 1e3
 
 
 def floor_ratio(passes: int) -> float:
@@ -208,12 +257,14 @@ def measure_pair(contender: Contender, start: list[torch.Tensor], grads: list[to
 
 
 def measure_steps(total_millions: float, repeats: int, device: torch.device, baseline=None):
-    """Rows (contender, result) of ``measure_pair`` for each contender, on transformer-shaped parameters."""
+    """(read_ms, adamw_ms) of ``measure_read_pass``, then rows (contender, result) of ``measure_pair`` for each
+    contender, on transformer-shaped parameters."""
     import torch
 
     torch.manual_seed(0)
     start = [(torch.randn(shape) * 0.02).to(device) for shape in transformer_shapes(total_millions)]
     grads = [torch.randn_like(t) for t in start]
+    yield measure_read_pass(start, grads, repeats)
     for contender in contenders(baseline):
         yield contender, measure_pair(contender, start, grads, repeats)
 
@@ -222,21 +273,27 @@ def print_steps(sizes: list[float], repeats: int, device: torch.device, baseline
     print(f"\nStep of each contender / step of AdamW(fused=True), measured alternately in pairs (medians of {repeats});"
           f"\nfloor = (fused AdamW's {ADAMW_PASSES} passes + GAC's fewest) / {ADAMW_PASSES}, path = the same with "
           f"the passes gac.fused adds (gac.fused docstring);\nx cpu = the ratio of process CPU times (with one "
-          f"thread on a shared machine, less noisy than wall time); load = 1-min load average before the size")
+          f"thread on a shared machine, less noisy than wall time); load = 1-min load average before the size;\n"
+          f"reads = the floor counting only reads (READS_ADDED), each at this machine's measured read pass")
     print(f"{'params':>8} {'load':>5} {'contender':<28} {'fused ms':>9} {'ms':>8} {'x':>5} {'x cpu':>5} {'floor':>5} "
-          f"{'path':>5} {'target':>6}")
+          f"{'path':>5} {'reads':>5} {'target':>6}")
     for size in sizes:
         params_m = sum(math.prod(s) for s in transformer_shapes(size)) / 1e6
         load = os.getloadavg()[0]
-        for contender, r in measure_steps(size, repeats, device, baseline):
+        rows = measure_steps(size, repeats, device, baseline)
+        read_ms, adamw_ms = next(rows)
+        print(f"{params_m:>7.1f}M {load:>5.1f} one pass reading every tensor: {read_ms:.2f} ms = "
+              f"{read_ms / adamw_ms:.2f} of a fused AdamW step ({adamw_ms:.2f} ms), alternately", flush=True)
+        for contender, r in rows:
             key = (contender.space, contender.regime)
             floor = f"{floor_ratio(FLOOR_PASSES[key]):>5.2f}" if contender.space else f"{'':>5}"
+            reads = f"{read_floor(READS_ADDED[key], read_ms, adamw_ms):>5.2f}" if contender.space else f"{'':>5}"
             passes = COMPILED_PASSES if contender.compiled else PATH_PASSES
             path = (f"{floor_ratio(passes[key]):>5.2f}" if contender.space and contender.fused_path is None
                     and contender.library is None else f"{'':>5}")
             target = TARGETS.get(key) if contender.fused_path is None and contender.library is None else None
             print(f"{params_m:>7.1f}M {load:>5.1f} {contender.name:<28} {r['adamw_ms']:>9.2f} {r['ms']:>8.2f} "
-                  f"{r['ratio']:>5.2f} {r['cpu_ratio']:>5.2f} {floor} {path} "
+                  f"{r['ratio']:>5.2f} {r['cpu_ratio']:>5.2f} {floor} {path} {reads} "
                   f"{'' if target is None else f'<= {target}':>6}", flush=True)
             if contender.compiled:
                 wall, used = r["first_s"]
