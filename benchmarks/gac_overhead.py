@@ -7,7 +7,7 @@ baseline in one process (medians), at each thread count of ``--threads`` (1 and 
 (cpu, or cuda where one exists); ``AdamW(foreach=True)``, the general path (``fused=False``) and the compiled step
 (``compiled=True``, with the time its compile took in the warm-up) are shown beside. Each ratio is printed with its
 memory-traffic floors (``FLOOR_PASSES``, ``PATH_PASSES``, ``COMPILED_PASSES``), the floor counting reads only at
-this machine's measured read pass (``READS_ADDED``, ``measure_read_pass``) and the 1-min load average.
+the read pass measured where it runs (``READS_ADDED``, ``measure_read_pass``) and the 1-min load average.
 ``--sharded`` adds FSDP2 on 2 CPU processes; ``--baseline DIR`` times another copy of gac (an earlier commit's)
 beside, for before/after numbers.
 Run: ``python -m benchmarks.gac_overhead [--sizes 10 100] [--threads 1 0] [--device cpu] [--repeats 9]
@@ -274,7 +274,7 @@ def print_steps(sizes: list[float], repeats: int, device: torch.device, baseline
           f"\nfloor = (fused AdamW's {ADAMW_PASSES} passes + GAC's fewest) / {ADAMW_PASSES}, path = the same with "
           f"the passes gac.fused adds (gac.fused docstring);\nx cpu = the ratio of process CPU times (with one "
           f"thread on a shared machine, less noisy than wall time); load = 1-min load average before the size;\n"
-          f"reads = the floor counting only reads (READS_ADDED), each at this machine's measured read pass")
+          f"reads = the floor counting only reads (READS_ADDED), each at the read pass measured here")
     print(f"{'params':>8} {'load':>5} {'contender':<28} {'fused ms':>9} {'ms':>8} {'x':>5} {'x cpu':>5} {'floor':>5} "
           f"{'path':>5} {'reads':>5} {'target':>6}")
     for size in sizes:
