@@ -96,36 +96,24 @@ def read_floor(reads: int, read_ms: float, adamw_ms: float) -> float:
 
 def measure_read_pass(start: list[torch.Tensor], grads: list[torch.Tensor], repeats: int) -> tuple[float, float]:
     """Medians (ms) of one pass reading every tensor of ``start`` (a sum per tensor) and of a fused AdamW step on a
-    copy, measured alternately."""
-    import torch
-
+    copy (``time_step``), measured alternately."""
     params, opt = build(None, start)
     device = start[0].device
 
     def read():
-        sums = [t.sum() for t in start]
-        synchronize(device)
-        return sums
-
-    def step():
-        for p, g in zip(params, grads, strict=True):
-            p.grad = g.clone()
-        synchronize(device)
         begin = time.perf_counter()
-        opt.step()
+        for t in start:
+            t.sum()
         synchronize(device)
         return time.perf_counter() - begin
 
-    with torch.no_grad():
-        for _ in range(3):
-            read()
-            step()
-        reads, steps = [], []
-        for _ in range(repeats):
-            begin = time.perf_counter()
-            read()
-            reads.append(time.perf_counter() - begin)
-            steps.append(step())
+    for _ in range(3):
+        read()
+        time_step(params, opt, grads, device)
+    reads, steps = [], []
+    for _ in range(repeats):
+        reads.append(read())
+        steps.append(time_step(params, opt, grads, device)[0])
     return statistics.median(reads) * 1e3, statistics.median(steps) * 1e3
 
 
@@ -216,6 +204,18 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def time_step(params, opt, grads: list[torch.Tensor], device: torch.device, sign: float = 1.0) -> tuple[float, float]:
+    """(wall, process CPU) seconds of one ``opt.step()``, each parameter given a fresh gradient ``sign``·g first (as
+    after ``zero_grad()``; outside the timed region)."""
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g.mul(sign)
+    synchronize(device)
+    begin, cpu = time.perf_counter(), time.process_time()
+    opt.step()
+    synchronize(device)
+    return time.perf_counter() - begin, time.process_time() - cpu
+
+
 def measure_pair(contender: Contender, start: list[torch.Tensor], grads: list[torch.Tensor], repeats: int) -> dict:
     """Median step time of the fused AdamW baseline and of ``contender``, alternately, each on its own parameters.
 
@@ -227,16 +227,9 @@ def measure_pair(contender: Contender, start: list[torch.Tensor], grads: list[to
     sign = {"adamw": 1.0, contender.name: 1.0}
 
     def timed(name):
-        params, opt = runs[name]
         if contender.regime == "keep":
             sign[name] = -sign[name]
-        for p, g in zip(params, grads, strict=True):
-            p.grad = g.mul(sign[name])
-        synchronize(device)
-        begin, cpu = time.perf_counter(), time.process_time()
-        opt.step()
-        synchronize(device)
-        return time.perf_counter() - begin, time.process_time() - cpu
+        return time_step(*runs[name], grads, device, sign[name])
 
     warm_up = {name: [timed(name) for _ in range(3)] for name in runs}  # state, references, buffers, a compile
     samples = {name: [] for name in runs}
