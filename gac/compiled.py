@@ -4,8 +4,9 @@ The fused path (``gac.fused``) adds passes of its own around torch's fused Adam/
 Adam/AdamW written out in torch ops and compiled into one generated loop per parameter, with GAC's work inside it:
 
 - **gradient**: loop 1 returns ⟨g, d⟩, ‖g‖², ‖d‖² in float64 (reading g and d once); when GAC acts, loop 2 reads θ, g,
-  d, m, v and writes g' (over d: the buffers swap roles as on the fused path), m, v, θ. Decision, keep and skip are
-  the fused path's.
+  d, m, v and writes g' (over d: the buffers swap roles as on the fused path), m, v, θ. Where a gradient's buffer
+  cannot swap (a DTensor's local shard under FSDP2, a view into a bucket, ``swap_grads`` off) loop 2 writes the raw g
+  over d and g' over g instead. Decision, keep and skip are the fused path's.
 - **update**: loop 1 returns ⟨Δ, d⟩, ‖Δ‖², ‖d‖², Σg² of the step Δ it would take (nothing written); after the
   decision loop 2 writes θ + Δ − α·d (θ + 0 on a skip), m, v and the reference. No θ_before, no Δ stored.
 - **momentum**: loop 1 returns the sums of m_t = β1·m + (1−β1)·g; loop 2 steps with m_t − α·d as the first moment and
@@ -73,18 +74,32 @@ def gradient_sums(grads, refs):
     return torch.stack([_sums(grad, ref, grad)[:3] for grad, ref in zip(grads, refs, strict=True)])
 
 
+def _adam_step(theta, grad, exp_avg, exp_avg_sq, s, coupled: bool) -> None:
+    """One Adam/AdamW step of θ on the gradient ``grad``, written into θ, m, v."""
+    g = _effective_grad(theta, grad, s, coupled)
+    m = _first_moment(exp_avg, g, s)
+    theta_new, v = _finish(theta, g, m, exp_avg_sq, s)
+    theta.copy_(theta_new)
+    exp_avg.copy_(m)
+    exp_avg_sq.copy_(v)
+
+
 def gradient_step(thetas, grads, outs, exp_avgs, exp_avg_sqs, scalars, coupled):
-    """Adam/AdamW on g' = g − COEF·d per parameter; ``outs`` hold d on entry and g' on exit."""
+    """Adam/AdamW on g' = g − COEF·d per parameter; ``outs`` hold d on entry and g' on exit (the buffer swap)."""
     for i in range(len(thetas)):
-        s, theta = scalars[i], thetas[i]
-        projected = grads[i] - s[COEF] * outs[i]
+        projected = grads[i] - scalars[i][COEF] * outs[i]
         outs[i].copy_(projected)
-        g = _effective_grad(theta, projected, s, coupled[i])
-        m = _first_moment(exp_avgs[i], g, s)
-        theta_new, v = _finish(theta, g, m, exp_avg_sqs[i], s)
-        theta.copy_(theta_new)
-        exp_avgs[i].copy_(m)
-        exp_avg_sqs[i].copy_(v)
+        _adam_step(thetas[i], projected, exp_avgs[i], exp_avg_sqs[i], scalars[i], coupled[i])
+
+
+def gradient_step_in_place(thetas, grads, refs, exp_avgs, exp_avg_sqs, scalars, coupled):
+    """Adam/AdamW on g' = g − COEF·d per parameter where no buffer can swap (a DTensor's local shard, a view into a
+    bucket): the reference takes the raw g ("prev") and ``grads`` g', one more write than ``gradient_step``."""
+    for i in range(len(thetas)):
+        projected = grads[i] - scalars[i][COEF] * refs[i]
+        refs[i].copy_(grads[i])
+        grads[i].copy_(projected)
+        _adam_step(thetas[i], projected, exp_avgs[i], exp_avg_sqs[i], scalars[i], coupled[i])
 
 
 def update_sums(thetas, grads, exp_avgs, exp_avg_sqs, refs, scalars, coupled):
@@ -185,11 +200,15 @@ class CompiledAdamStep:
 
     def gradient_step(self, wrapper):
         """Gradient space: the report, with the step taken (compiled when GAC acts on every parameter with a
-        gradient by swapping buffers, else the fused path's writes and the optimizer's own step)."""
+        gradient, with reference "prev" in the gradient's dtype, else the fused path's writes and the optimizer's
+        own step). g' is written over d and the buffers swap where every gradient allows it, else in place."""
         tracker, optimizer = wrapper.gac, wrapper.optimizer
-        # The references that g' will be written over (the buffer swap), or None: the fused path's writes.
+        # The references that g' will be written over (the buffer swap), else those that take the raw g in place.
         batch = self._gather(optimizer, lambda index, _: tracker._swappable(index, ACT)) if wrapper.swap_grads \
             else None
+        swap = batch is not None
+        if not swap:
+            batch = self._gather(optimizer, lambda index, param: self._in_place_reference(tracker, index, param))
         if batch is not None:  # the sums in one compiled loop (finite ones only: else the fused path looks closer)
             sums = self._call("gradient_sums", batch.grads, batch.refs)
             if bool(torch.isfinite(sums).all()):
@@ -203,10 +222,11 @@ class CompiledAdamStep:
             else:
                 for row in batch.rows:
                     row[COEF] = coef
-                self._launch("gradient_step", batch, batch.thetas, batch.grads, batch.refs, batch.exp_avgs,
-                             batch.exp_avg_sqs)
-                for index in indices:
-                    tracker.swap_written(index)
+                self._launch("gradient_step" if swap else "gradient_step_in_place", batch, batch.thetas,
+                             batch.grads, batch.refs, batch.exp_avgs, batch.exp_avg_sqs)
+                if swap:
+                    for index in indices:
+                        tracker.swap_written(index)
                 return report
         if report.regime != "skip":
             wrapper._inner_step()
@@ -255,6 +275,16 @@ class CompiledAdamStep:
         return report
 
     # -- internals ------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _in_place_reference(tracker, index: int, param) -> torch.Tensor | None:
+        """Parameter ``index``'s reference when the in-place gradient step can serve it (reference "prev", contiguous,
+        of its local gradient's dtype and shape), else None."""
+        ref = tracker._reference_of(index)
+        if tracker.cfg.reference != "prev" or ref is None:
+            return None
+        local, grad = local_tensor(ref), local_tensor(param.grad)
+        return ref if (local.is_contiguous() and local.dtype == grad.dtype and local.shape == grad.shape) else None
+
     def _launch(self, name: str, batch: Batch, *tensors) -> None:
         """The step kernel ``name`` on ``tensors`` with the batch's scalar rows; the optimizer's step counts + 1."""
         self._call(name, *tensors, self._scalars(batch), batch.coupled)
@@ -333,7 +363,8 @@ class CompiledAdamStep:
         return function(*args)
 
 
-KERNELS = {"gradient_sums": gradient_sums, "gradient_step": gradient_step, "update_sums": update_sums,
+KERNELS = {"gradient_sums": gradient_sums, "gradient_step": gradient_step,
+           "gradient_step_in_place": gradient_step_in_place, "update_sums": update_sums,
            "update_step": update_step, "momentum_sums": momentum_sums, "momentum_step": momentum_step}
 
 

@@ -456,9 +456,6 @@ def compiled_step(compiled: bool, tracker) -> CompiledAdamStep | None:
     why = None
     if not isinstance(tracker, FusedAlignmentControl) or tracker.general is not None:
         why = "it needs the fused path (Adam/AdamW)"
-    elif tracker.cfg.space == "gradient" and any(local_tensor(p) is not p for p in tracker.params):
-        # Gradient space folds g' into the step only by swapping .grad's buffer, which a DTensor's is not.
-        why = "gradient space with DTensor parameters (FSDP2), whose gradients' buffers it cannot swap"
     if why is not None:
         warnings.warn(f"gac.wrap(compiled=True): the compiled step cannot apply ({why}); it is not used",
                       stacklevel=4)

@@ -6,7 +6,7 @@ torch's fused kernel's and its sums are float64 (the fused path's are float32 BL
 within 1e-5 (test_fused's tolerances, and for a bfloat16 reference its bf16 bounds); state_dict round trips; a failed
 compile warns once and finishes its step with the same arithmetic; steps it does not serve run the fused path; two
 gloo ranks reproduce one process with one all_reduce per step; under FSDP2 (DTensor parameters) it matches the general
-path with one all_reduce per step in update and momentum space, and in gradient space is refused with one warning.
+path with one all_reduce per step in every space (in gradient space writing g' in place: no buffer swaps).
 Each parameter layout and dtype compiles once per process (a C++ compile): slow.
 """
 
@@ -213,9 +213,9 @@ def test_a_failed_compile_warns_once_and_the_fused_path_takes_over(monkeypatch, 
     torch.testing.assert_close(theta(params), theta(expected_params), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("why", ["amsgrad", "step_hook", "swap_grads_off"])
+@pytest.mark.parametrize("why", ["amsgrad", "step_hook"])
 def test_steps_it_does_not_serve_are_the_fused_paths(why):
-    cfg = gac.GACConfig(threshold=0.3, space="update" if why != "swap_grads_off" else "gradient")
+    cfg = gac.GACConfig(threshold=0.3, space="update")
     out = {}
     for compiled in (True, False):
         torch.manual_seed(3)
@@ -224,10 +224,41 @@ def test_steps_it_does_not_serve_are_the_fused_paths(why):
         if why == "step_hook":
             inner.register_step_post_hook(lambda optimizer, args, kwargs: None)
         opt = gac.wrap(inner, cfg, compiled=compiled)
-        opt.swap_grads = why != "swap_grads_off"
         out[compiled] = run(params, opt, range(STEPS)), theta(params), opt
     assert out[True][2]._compiled.steps_taken == 0
     assert same(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
+
+
+def test_with_swap_grads_off_the_gradient_step_writes_g_prime_into_grad_in_place():
+    """``swap_grads = False`` (as for a DTensor's or a bucket view's gradient): the compiled step acts in place, the
+    raw g going to the reference and g' into the same ``.grad`` tensor, with the fused path's decisions and θ (its
+    float32 tolerances), its ``.grad`` values after each step and its reference."""
+    cfg = gac.GACConfig(threshold=0.3, mode="cap", skip_threshold=0.4)  # caps and skips in these steps
+    out = {}
+    for compiled in (True, False):
+        params, opt = make(cfg, compiled)
+        opt.swap_grads = False
+        reports, grads_after, kept = [], [], True
+        for step in range(STEPS):
+            given = gradients(step)
+            for p, g in zip(params, given, strict=True):
+                p.grad = g.clone()
+            before = [p.grad for p in params]
+            opt.step()
+            kept &= all(p.grad is t for p, t in zip(params, before, strict=True))
+            reports.append((opt.last_report.regime, opt.last_report.cosine))
+            grads_after.append(torch.cat([p.grad.reshape(-1) for p in params]))
+        refs = torch.cat([opt.state[p]["gac_reference"].reshape(-1) for p in params])
+        out[compiled] = reports, grads_after, refs, theta(params), kept, opt
+    (got, got_grads, got_refs, got_theta, kept, opt), (expected, expected_grads, expected_refs, expected_theta, *_) \
+        = out[True], out[False]
+    assert kept and opt._compiled.steps_taken == sum(r == "cap" for r, _ in got) > 0
+    assert [r for r, _ in got] == [r for r, _ in expected] and "skip" in {r for r, _ in got}
+    torch.testing.assert_close(torch.tensor([c for _, c in got]), torch.tensor([c for _, c in expected]),
+                               rtol=0, atol=1e-6, equal_nan=True)
+    torch.testing.assert_close(torch.stack(got_grads), torch.stack(expected_grads), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_refs, expected_refs, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_theta, expected_theta, rtol=1e-5, atol=1e-6)
 
 
 def test_a_request_it_cannot_serve_is_one_warning_and_a_bad_value_one_line():
@@ -365,9 +396,9 @@ def test_under_fsdp2_the_compiled_step_matches_the_general_path_with_one_all_red
             # The layout check once (3 numbers), then per step one all_reduce of the sums: ⟨v, d⟩, ‖v‖², ‖d‖²
             # and presence for each of the 4 tensors, and the two non-finite flags.
             assert got["calls"] == expected["calls"] == [[3, 18]] + [[18]] * (FSDP_STEPS - 1)
-            if space == "gradient":  # DTensor gradients are not swapped: the fused path, said once at wrap
-                assert got["taken"] is None and len(got["warnings"]) == 1, got["warnings"]
-                assert "cannot apply (gradient space with DTensor parameters" in got["warnings"][0]
+            assert not got["warnings"]
+            if space == "gradient":  # the acting steps, in place (a DTensor gradient's buffer does not swap)
+                assert got["taken"] == sum(r in ("project", "cap") for r in regimes) > 0
             else:  # every step but the first and those right after a skip, with DTensor parameters
-                assert got["taken"] == FSDP_STEPS - 1 - regimes[:-1].count("skip") and not got["warnings"]
+                assert got["taken"] == FSDP_STEPS - 1 - regimes[:-1].count("skip")
         assert same(ranks[0][space, config, True]["reports"], ranks[1][space, config, True]["reports"])
