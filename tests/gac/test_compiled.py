@@ -5,8 +5,9 @@ for Adam (coupled weight decay) and AdamW; against the fused path in float32, wh
 torch's fused kernel's and its sums are float64 (the fused path's are float32 BLAS dots): cosines within 1e-6 and θ
 within 1e-5 (test_fused's tolerances, and for a bfloat16 reference its bf16 bounds); state_dict round trips; a failed
 compile warns once and finishes its step with the same arithmetic; steps it does not serve run the fused path; two
-gloo ranks reproduce one process with one all_reduce per step; under FSDP2 (DTensor parameters) it matches the general
-path with one all_reduce per step in every space (in gradient space writing g' in place: no buffer swaps).
+gloo ranks reproduce one process with one all_reduce per step (gradient space); under FSDP2 (DTensor parameters) it
+matches the general path with one all_reduce per step in every space (in gradient space writing g' in place: no
+buffer swaps).
 Each parameter layout and dtype compiles once per process (a C++ compile): slow.
 """
 
@@ -265,10 +266,12 @@ def ddp_worker(rank: int, init_file: str, result_dir: str, space: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("space", ["gradient", "update", "momentum"])  # one compile per process pair each
-def test_two_processes_take_the_single_process_fused_paths_steps_with_one_all_reduce_each(space):
+def test_two_processes_take_the_single_process_fused_paths_steps_with_one_all_reduce_each():
     """AdamW acts elementwise: 2 gloo ranks holding interleaved halves of each tensor, each compiling its own steps,
-    reproduce one process's fused path, with one all_reduce per step (after the layout check)."""
+    reproduce one process's fused path, with one all_reduce per step (after the layout check). Gradient space, where
+    plain gradients swap buffers; update and momentum space across ranks are the FSDP2 test's (the same loops on the
+    local shards)."""
+    space = "gradient"
     with tempfile.TemporaryDirectory() as tmp:
         spawn_gloo(ddp_worker, lambda attempt: (os.path.join(tmp, f"init{attempt}"), tmp, space), 2)
         results = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(2)]
