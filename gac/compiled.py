@@ -353,7 +353,10 @@ class CompiledAdamStep:
             compiled = self._functions.get(name)
             try:
                 if compiled is None:
-                    compiled = self._functions[name] = torch.compile(function, fullgraph=True, dynamic=False)
+                    # No size asserts in the generated wrapper: dynamo's guards already check every input's size
+                    # and stride, and the asserts repeat that for every tensor at every call.
+                    compiled = self._functions[name] = torch.compile(function, fullgraph=True, dynamic=False,
+                                                                     options={"size_asserts": False})
                 return compiled(*args)
             except Exception as error:  # noqa: BLE001 - a failed compile (no C++ compiler, unsupported Python, ...)
                 message = str(error).strip().splitlines()[0] if str(error).strip() else ""
