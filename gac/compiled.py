@@ -236,12 +236,7 @@ class CompiledAdamStep:
         """Update or momentum space: the report with the step taken, or None (nothing changed) when this step is not
         one the compiled path takes; the caller then runs the fused path."""
         tracker, optimizer = wrapper.gac, wrapper.optimizer
-
-        def reference(index, param):
-            ref = tracker._reference_of(index)
-            return ref if ref is not None and ref.is_contiguous() and ref.shape == local_tensor(param).shape else None
-
-        batch = self._gather(optimizer, reference)
+        batch = self._gather(optimizer, lambda index, param: self._loop_reference(tracker, index, param))
         if batch is None:
             return None
         tensors = (batch.thetas, batch.grads, batch.exp_avgs, batch.exp_avg_sqs, batch.refs)
@@ -276,14 +271,18 @@ class CompiledAdamStep:
 
     # -- internals ------------------------------------------------------------------------------------------------
     @staticmethod
-    def _in_place_reference(tracker, index: int, param) -> torch.Tensor | None:
-        """Parameter ``index``'s reference when the in-place gradient step can serve it (reference "prev", contiguous,
-        of its local gradient's dtype and shape), else None."""
+    def _loop_reference(tracker, index: int, param) -> torch.Tensor | None:
+        """Parameter ``index``'s (rank-local) reference when a loop can read it: contiguous, of the parameter's local
+        shape; else None."""
         ref = tracker._reference_of(index)
-        if tracker.cfg.reference != "prev" or ref is None:
-            return None
-        local, grad = local_tensor(ref), local_tensor(param.grad)
-        return ref if (local.is_contiguous() and local.dtype == grad.dtype and local.shape == grad.shape) else None
+        return ref if ref is not None and ref.is_contiguous() and ref.shape == local_tensor(param).shape else None
+
+    @classmethod
+    def _in_place_reference(cls, tracker, index: int, param) -> torch.Tensor | None:
+        """``_loop_reference`` when the in-place gradient step can serve it: reference "prev" in the gradient's
+        dtype; else None."""
+        ref = cls._loop_reference(tracker, index, param) if tracker.cfg.reference == "prev" else None
+        return ref if ref is not None and ref.dtype == local_tensor(param.grad).dtype else None
 
     def _launch(self, name: str, batch: Batch, *tensors) -> None:
         """The step kernel ``name`` on ``tensors`` with the batch's scalar rows; the optimizer's step counts + 1."""
