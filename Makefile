@@ -21,6 +21,11 @@ $(BIN)/.installed-site: $(BIN)/.installed
 	$(BIN)/pip install -q -e ".[site]"
 	touch $@
 
+# `make notebooks`: Jupyter, then JupyterLab on notebooks/.
+$(BIN)/.installed-notebooks: $(BIN)/.installed
+	$(BIN)/pip install -q -e ".[notebooks]"
+	touch $@
+
 # `make test`: every extra the tests exercise: trl (the integration), cluster (tests/runtime/test_cluster.py
 # checks on a local 2-CPU Ray cluster that --executor ray writes the same CSVs), site (tests/test_notebooks.py builds
 # the course), dev (pytest, ruff, import-linter, mutmut).
@@ -28,7 +33,7 @@ $(BIN)/.installed-test: $(BIN)/.installed
 	$(BIN)/pip install -q -e ".[research,trl,cluster,site,dev]"
 	touch $@
 
-.PHONY: install figures test lint check-data site mutation mutation-sample
+.PHONY: install figures test lint check-data site notebooks mutation mutation-sample
 install: $(BIN)/.installed
 
 figures: $(BIN)/.installed
@@ -38,6 +43,9 @@ figures: $(BIN)/.installed
 # into site/ (static HTML; open site/index.html). `make test` executes the notebooks once and builds the site from them.
 site: $(BIN)/.installed-site
 	$(BIN)/python -m course.build --out site
+
+notebooks: $(BIN)/.installed-notebooks
+	$(BIN)/jupyter lab notebooks/
 
 lint: $(BIN)/.installed-test
 	$(BIN)/ruff check .

@@ -20,7 +20,7 @@ def names(requirements):
     return {re.split(r"[<>=\[ ]", r.strip(), maxsplit=1)[0].lower() for r in requirements}
 
 
-EXTRAS = ("research", "trl", "cluster", "site", "dev")
+EXTRAS = ("research", "trl", "cluster", "site", "notebooks", "dev")
 CONDA_NAME = {"torch": "pytorch", "ray": "ray-core"}  # PyPI name -> conda-forge name, where they differ
 PIP_ONLY = ("django-static-mathjax",)
 """Requirements that environment.yml takes from PyPI (its pip section) instead of conda-forge."""
