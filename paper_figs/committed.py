@@ -51,8 +51,10 @@ def draw(name: str, out_dir: Path) -> list[Path]:
 
         from paper_figs.driver import module
 
+        # Every float read back exactly: pandas 3 does by default (and deprecates the option), older ones need it.
+        exact = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
         rows = pd.read_csv(DATA / f"{name}.csv", keep_default_na=False, na_values=["nan", "NaN", ""],
-                           float_precision="round_trip").to_dict("records")
+                           **exact).to_dict("records")
         return module(name).draw(rows, out_dir)
     if name == "figs3_staleness_lr":
         from paper_figs import figs3_staleness_lr
