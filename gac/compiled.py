@@ -4,9 +4,10 @@ The fused path (``gac.fused``) adds passes of its own around torch's fused Adam/
 Adam/AdamW written out in torch ops and compiled into one generated loop per parameter, with GAC's work inside it:
 
 - **gradient**: loop 1 returns ⟨g, d⟩, ‖g‖², ‖d‖² in float64 (reading g and d once); when GAC acts, loop 2 reads θ, g,
-  d, m, v and writes g' (over d: the buffers swap roles as on the fused path), m, v, θ. Where a gradient's buffer
-  cannot swap (a DTensor's local shard under FSDP2, a view into a bucket, ``swap_grads`` off) loop 2 writes the raw g
-  over d and g' over g instead. Decision, keep and skip are the fused path's.
+  d, m, v and writes g' (over d: the buffers swap roles as on the fused path), m, v, θ. Where d cannot take g' by
+  a swap (a DTensor's local shard under FSDP2, a view into a bucket, ``swap_grads`` off, reference "ema" or in
+  another dtype) loop 2 writes d ← lerp(d, raw g) (the raw g itself for "prev") and g' over g instead. Decision,
+  keep and skip are the fused path's.
 - **update**: loop 1 returns ⟨Δ, d⟩, ‖Δ‖², ‖d‖², Σg² of the step Δ it would take (nothing written); after the
   decision loop 2 writes θ + Δ − α·d (θ + 0 on a skip), m, v and the reference. No θ_before, no Δ stored.
 - **momentum**: loop 1 returns the sums of m_t = β1·m + (1−β1)·g; loop 2 steps with m_t − α·d as the first moment and
@@ -63,9 +64,15 @@ def _lerp(start, end, weight):
     return torch.where(weight < 0.5, start32 + weight * diff, end - diff * (1 - weight)).to(start.dtype)
 
 
+def _double(tensor):
+    """``tensor`` in float64; a 16-bit one through float32 (the same values: the generated loop's direct conversion
+    from bfloat16 is the slower)."""
+    return (tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.float()).double()
+
+
 def _sums(vector, ref, grad):
     """(⟨v, d⟩, ‖v‖², ‖d‖², Σg²) in float64."""
-    v, d, g = vector.double(), ref.double(), grad.double()
+    v, d, g = vector.double(), _double(ref), grad.double()
     return torch.stack([(v * d).sum(), (v * v).sum(), (d * d).sum(), (g * g).sum()])
 
 
@@ -92,14 +99,25 @@ def gradient_step(thetas, grads, outs, exp_avgs, exp_avg_sqs, scalars, coupled):
         _adam_step(thetas[i], projected, exp_avgs[i], exp_avg_sqs[i], scalars[i], coupled[i])
 
 
-def gradient_step_in_place(thetas, grads, refs, exp_avgs, exp_avg_sqs, scalars, coupled):
-    """Adam/AdamW on g' = g − COEF·d per parameter where no buffer can swap (a DTensor's local shard, a view into a
-    bucket): the reference takes the raw g ("prev") and ``grads`` g', one more write than ``gradient_step``."""
+def _gradient_step_in_place(thetas, grads, refs, exp_avgs, exp_avg_sqs, scalars, coupled, ema: bool):
     for i in range(len(thetas)):
-        projected = grads[i] - scalars[i][COEF] * refs[i]
-        refs[i].copy_(grads[i])
-        grads[i].copy_(projected)
-        _adam_step(thetas[i], projected, exp_avgs[i], exp_avg_sqs[i], scalars[i], coupled[i])
+        s, grad, ref = scalars[i], grads[i], refs[i]
+        projected = grad - s[COEF] * ref.to(grad.dtype)
+        ref.copy_(_lerp(ref, grad, s[REF_WEIGHT]) if ema else grad.to(ref.dtype))
+        grad.copy_(projected)
+        _adam_step(thetas[i], projected, exp_avgs[i], exp_avg_sqs[i], s, coupled[i])
+
+
+def gradient_step_in_place(thetas, grads, refs, exp_avgs, exp_avg_sqs, scalars, coupled):
+    """Adam/AdamW on g' = g − COEF·d per parameter where d cannot take g' by a buffer swap (a DTensor's local shard,
+    a view into a bucket, a reference in another dtype): d takes the raw g (reference "prev") and ``grads`` g', one
+    more write than ``gradient_step``."""
+    _gradient_step_in_place(thetas, grads, refs, exp_avgs, exp_avg_sqs, scalars, coupled, ema=False)
+
+
+def gradient_step_in_place_ema(thetas, grads, refs, exp_avgs, exp_avg_sqs, scalars, coupled):
+    """``gradient_step_in_place`` with reference "ema": d ← lerp(d, raw g, REF_WEIGHT)."""
+    _gradient_step_in_place(thetas, grads, refs, exp_avgs, exp_avg_sqs, scalars, coupled, ema=True)
 
 
 def update_sums(thetas, grads, exp_avgs, exp_avg_sqs, refs, scalars, coupled):
@@ -200,15 +218,15 @@ class CompiledAdamStep:
 
     def gradient_step(self, wrapper):
         """Gradient space: the report, with the step taken (compiled when GAC acts on every parameter with a
-        gradient, with reference "prev" in the gradient's dtype, else the fused path's writes and the optimizer's
-        own step). g' is written over d and the buffers swap where every gradient allows it, else in place."""
+        gradient, else the fused path's writes and the optimizer's own step). g' is written over d and the buffers
+        swap where every gradient allows it (reference "prev" in the gradient's dtype), else in place."""
         tracker, optimizer = wrapper.gac, wrapper.optimizer
         # The references that g' will be written over (the buffer swap), else those that take the raw g in place.
         batch = self._gather(optimizer, lambda index, _: tracker._swappable(index, ACT)) if wrapper.swap_grads \
             else None
         swap = batch is not None
         if not swap:
-            batch = self._gather(optimizer, lambda index, param: self._in_place_reference(tracker, index, param))
+            batch = self._gather(optimizer, lambda index, param: self._loop_reference(tracker, index, param))
         if batch is not None:  # the sums in one compiled loop (finite ones only: else the fused path looks closer)
             sums = self._call("gradient_sums", batch.grads, batch.refs)
             if bool(torch.isfinite(sums).all()):
@@ -220,9 +238,11 @@ class CompiledAdamStep:
             if indices != batch.indices:  # a parameter takes no part (an all-zero gradient): the fused path's writes
                 tracker._write(*deferred)
             else:
+                ema = tracker.cfg.reference != "prev"
                 for row in batch.rows:
-                    row[COEF] = coef
-                self._launch("gradient_step" if swap else "gradient_step_in_place", batch, batch.thetas,
+                    row[COEF], row[REF_WEIGHT] = coef, (1.0 - tracker.cfg.ema_decay if ema else 1.0)
+                kernel = "gradient_step" if swap else "gradient_step_in_place_ema" if ema else "gradient_step_in_place"
+                self._launch(kernel, batch, batch.thetas,
                              batch.grads, batch.refs, batch.exp_avgs, batch.exp_avg_sqs)
                 if swap:
                     for index in indices:
@@ -276,13 +296,6 @@ class CompiledAdamStep:
         shape; else None."""
         ref = tracker._reference_of(index)
         return ref if ref is not None and ref.is_contiguous() and ref.shape == local_tensor(param).shape else None
-
-    @classmethod
-    def _in_place_reference(cls, tracker, index: int, param) -> torch.Tensor | None:
-        """``_loop_reference`` when the in-place gradient step can serve it: reference "prev" in the gradient's
-        dtype; else None."""
-        ref = cls._loop_reference(tracker, index, param) if tracker.cfg.reference == "prev" else None
-        return ref if ref is not None and ref.dtype == local_tensor(param.grad).dtype else None
 
     def _launch(self, name: str, batch: Batch, *tensors) -> None:
         """The step kernel ``name`` on ``tensors`` with the batch's scalar rows; the optimizer's step counts + 1."""
@@ -366,7 +379,8 @@ class CompiledAdamStep:
 
 
 KERNELS = {"gradient_sums": gradient_sums, "gradient_step": gradient_step,
-           "gradient_step_in_place": gradient_step_in_place, "update_sums": update_sums,
+           "gradient_step_in_place": gradient_step_in_place, "gradient_step_in_place_ema": gradient_step_in_place_ema,
+           "update_sums": update_sums,
            "update_step": update_step, "momentum_sums": momentum_sums, "momentum_step": momentum_step}
 
 

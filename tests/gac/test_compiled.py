@@ -35,8 +35,8 @@ from tests.gac.test_space import make_optimizer, problem, run_by_hand, run_steps
 pytestmark = pytest.mark.slow
 
 HAND = {**HAND_CONFIGS, "cap_skip": gac.GACConfig(threshold=0.3, mode="cap", skip_threshold=0.9)}
-"""test_space's configurations, and cap with a skip on reference "prev": gradient space compiles only where GAC
-swaps buffers (reference "prev" in the gradient's dtype), so its cap and skip need one of their own."""
+"""test_space's configurations, and cap with a skip on reference "prev": in gradient space test_space's "ema" ones take
+the in-place step (d ← lerp(d, g)), and cap and skip need one of their own on the buffer swap ("prev")."""
 
 
 @pytest.mark.parametrize("space", ["gradient", "update", "momentum"])
@@ -52,8 +52,8 @@ def test_compiled_step_matches_the_hand_computation(space, optimizer, config):
     assert regimes == expected_regimes and sum(r != "keep" for r in regimes) >= 2
     torch.testing.assert_close(torch.cat([p.detach() for p in params]), expected, rtol=1e-10, atol=1e-12)
     taken = opt._compiled.steps_taken
-    if space == "gradient":  # the acting steps on reference "prev"; keep and skip are the fused path's
-        assert taken == (sum(r in ("project", "cap") for r in regimes) if cfg.reference == "prev" else 0)
+    if space == "gradient":  # acting steps (swap on "prev", in place on "ema"); keep and skip are the fused path's
+        assert taken == sum(r in ("project", "cap") for r in regimes)
     else:  # every step with a reference: all but the first and those right after a skip
         assert taken == HAND_STEPS - 1 - sum(r == "skip" for r in regimes[:-1])
 
@@ -99,7 +99,7 @@ def test_compiled_step_matches_the_fused_path_in_float32(space, config):
         results[compiled] = run(params, opt, range(STEPS)), theta(params), opt
     (got, got_theta, opt), (expected, expected_theta, _) = results[True], results[False]
     assert [r for r, _ in got] == [r for r, _ in expected] and {r for r, _ in got} - {"keep"}
-    assert opt._compiled.steps_taken > 0 or (space == "gradient" and cfg.reference == "ema")
+    assert opt._compiled.steps_taken > 0
     torch.testing.assert_close(torch.tensor([c for _, c in got]), torch.tensor([c for _, c in expected]),
                                rtol=0, atol=1e-6, equal_nan=True)
     torch.testing.assert_close(got_theta, expected_theta, rtol=1e-5, atol=1e-6)
@@ -125,15 +125,17 @@ def test_gradient_space_takes_its_sums_in_float64_in_one_compiled_loop(regime):
     assert opt._compiled.steps_taken == (1 if regime == "project" else 0)  # keep: torch's fused AdamW steps
 
 
-def test_a_bfloat16_reference_in_update_space_matches_the_fused_path():
-    cfg = gac.GACConfig(threshold=0.3, mode="cap", space="update", reference_dtype=torch.bfloat16)
+@pytest.mark.parametrize("space", ["gradient", "update"])
+def test_a_bfloat16_reference_matches_the_fused_path(space):
+    cfg = gac.GACConfig(threshold=0.3, mode="cap", space=space, reference_dtype=torch.bfloat16)
     results = {}
     for compiled in (True, False):
         params, opt = make(cfg, compiled)
         results[compiled] = run(params, opt, range(STEPS)), theta(params), opt
     (got, got_theta, opt), (expected, expected_theta, _) = results[True], results[False]
-    assert opt._compiled.steps_taken == STEPS - 1 and all(
-        opt.state[p]["gac_reference"].dtype == torch.bfloat16 for p in opt.gac.params)
+    acting = sum(r in ("project", "cap") for r, _ in got)  # gradient space: its acting steps, in place
+    assert opt._compiled.steps_taken == (acting if space == "gradient" else STEPS - 1) > 0
+    assert all(opt.state[p]["gac_reference"].dtype == torch.bfloat16 for p in opt.gac.params)
     assert [r for r, _ in got] == [r for r, _ in expected]
     numel = sum(math.prod(shape) for shape in SHAPES)  # test_fused's bounds of a bf16 reference
     torch.testing.assert_close(torch.tensor([c for _, c in got]), torch.tensor([c for _, c in expected]),
