@@ -65,8 +65,8 @@ def _lerp(start, end, weight):
 
 
 def _double(tensor):
-    """``tensor`` in float64; a 16-bit one through float32 (the same values: the generated loop's direct conversion
-    from bfloat16 is the slower)."""
+    """``tensor`` in float64; a 16-bit one through float32 (the same values; the generated loop converts bfloat16 to
+    float64 directly more slowly)."""
     return (tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.float()).double()
 
 
