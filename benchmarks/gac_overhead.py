@@ -144,6 +144,10 @@ def load_baseline(path: str):
         baseline = importlib.import_module("gac")
         if not baseline.__file__.startswith(str(path)):
             raise ValueError(f"--baseline {path}: no gac package there")
+        # A package that imports its names on first use (PEP 562) must load them now, while its own modules are
+        # the ones named gac: later they would resolve to the working tree's.
+        for name in (*getattr(baseline, "__all__", ()), *getattr(baseline, "_SUBMODULES", ())):
+            getattr(baseline, name)
     finally:
         sys.path.remove(path)
         for name in ours():

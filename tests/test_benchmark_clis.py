@@ -3,6 +3,8 @@ naming it, before any timing."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from benchmarks import cli_help, gac_overhead, llm_speed, sim_throughput
@@ -69,3 +71,22 @@ def test_pipeline_parses_names_and_keep(tmp_path):
                  prog="pipeline")
     assert args == PipelineArgs(names=("fig7_bound", "fig4_stability_region"), keep=tmp_path)
     assert parse(PipelineArgs, [], prog="pipeline") == PipelineArgs(names=(), keep=None)
+
+
+def test_a_baseline_package_steps_with_its_own_code(tmp_path):
+    """``gac_overhead --baseline DIR``: the gac package there (here a copy of this one) is timed with its own modules,
+    though it imports its names on first use, after the working tree's are back under the name gac."""
+    import shutil
+
+    import torch
+
+    import gac
+
+    shutil.copytree(Path(gac.__file__).parent, tmp_path / "gac", ignore=shutil.ignore_patterns("__pycache__"))
+    baseline = gac_overhead.load_baseline(str(tmp_path))
+    params = [torch.nn.Parameter(torch.randn(4))]
+    opt = baseline.wrap(torch.optim.AdamW(params, lr=1e-3), baseline.GACConfig(threshold=0.3))
+    params[0].grad = torch.randn(4)
+    opt.step()
+    assert Path(type(opt).__init__.__code__.co_filename).is_relative_to(tmp_path)
+    assert not Path(gac.wrap.__code__.co_filename).is_relative_to(tmp_path)
