@@ -1,5 +1,5 @@
 """The benchmarks' command lines (``runtime.cli.parse``: tyro over a checked config): a bad value exits 2 with one line
-naming it, before any timing."""
+naming it, before any timing; ``gac_overhead --baseline`` times another gac package with that package's own code."""
 
 from __future__ import annotations
 
