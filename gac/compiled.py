@@ -171,6 +171,11 @@ def momentum_step(thetas, grads, exp_avgs, exp_avg_sqs, refs, scalars, coupled):
         exp_avg_sqs[i].copy_(v)
 
 
+def _reference_weight(cfg) -> float:
+    """w of the reference's update d ← lerp(d, v, w): 1 for "prev" (d ← v), 1 − ema_decay for "ema"."""
+    return 1.0 if cfg.reference == "prev" else 1.0 - cfg.ema_decay
+
+
 class Batch(NamedTuple):
     """One compiled step's inputs (``CompiledAdamStep._gather``): per parameter with a gradient, in the optimizer's
     order, its tracker index, θ, g, m, v, its reference, its scalar row, whether its weight decay is coupled (Adam)
@@ -238,9 +243,10 @@ class CompiledAdamStep:
             if indices != batch.indices:  # a parameter takes no part (an all-zero gradient): the fused path's writes
                 tracker._write(*deferred)
             else:
-                ema = tracker.cfg.reference != "prev"
+                weight = _reference_weight(tracker.cfg)
                 for row in batch.rows:
-                    row[COEF], row[REF_WEIGHT] = coef, (1.0 - tracker.cfg.ema_decay if ema else 1.0)
+                    row[COEF], row[REF_WEIGHT] = coef, weight
+                ema = tracker.cfg.reference != "prev"
                 kernel = "gradient_step" if swap else "gradient_step_in_place_ema" if ema else "gradient_step_in_place"
                 self._launch(kernel, batch, batch.thetas,
                              batch.grads, batch.refs, batch.exp_avgs, batch.exp_avg_sqs)
@@ -280,7 +286,7 @@ class CompiledAdamStep:
             self.steps_taken += 1
             return report  # no step: the optimizer's state is unchanged, the reference restarted
         written = set(indices)
-        weight = 1.0 if tracker.cfg.reference == "prev" else 1.0 - tracker.cfg.ema_decay
+        weight = _reference_weight(tracker.cfg)
         for row, index in zip(batch.rows, batch.indices, strict=True):
             row[COEF] = coef if regime == ACT and index in written else 0.0
             row[REF_WEIGHT] = weight if index in written and regime != SKIP else 0.0
