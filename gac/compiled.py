@@ -70,15 +70,23 @@ def _double(tensor):
     return (tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.float()).double()
 
 
-def _sums(vector, ref, grad):
-    """(⟨v, d⟩, ‖v‖², ‖d‖², Σg²) in float64."""
-    v, d, g = vector.double(), _double(ref), grad.double()
-    return torch.stack([(v * d).sum(), (v * v).sum(), (d * d).sum(), (g * g).sum()])
+def _sums(out, row: int, vector, ref, grad) -> None:
+    """Row ``row`` of the float64 ``out``: ⟨v, d⟩, ‖v‖², ‖d‖², and Σg² where ``out`` has a fourth column. Written into
+    an output the caller allocates, so the generated code stores each sum in place (a stacked result costs a buffer
+    and its views per sum at every call)."""
+    v, d = vector.double(), _double(ref)
+    out[row, 0] = (v * d).sum()
+    out[row, 1] = (v * v).sum()
+    out[row, 2] = (d * d).sum()
+    if out.shape[1] > 3:
+        g = grad.double()
+        out[row, 3] = (g * g).sum()
 
 
-def gradient_sums(grads, refs):
-    """Per parameter (⟨g, d⟩, ‖g‖², ‖d‖²) in float64, shape (parameters, 3): one loop reading g and d once."""
-    return torch.stack([_sums(grad, ref, grad)[:3] for grad, ref in zip(grads, refs, strict=True)])
+def gradient_sums(grads, refs, out) -> None:
+    """Per parameter (⟨g, d⟩, ‖g‖², ‖d‖²) in float64 into ``out`` (parameters, 3): one loop reading g and d once."""
+    for i in range(len(grads)):
+        _sums(out, i, grads[i], refs[i], grads[i])
 
 
 def _adam_step(theta, grad, exp_avg, exp_avg_sq, s, coupled: bool) -> None:
@@ -120,15 +128,14 @@ def gradient_step_in_place_ema(thetas, grads, refs, exp_avgs, exp_avg_sqs, scala
     _gradient_step_in_place(thetas, grads, refs, exp_avgs, exp_avg_sqs, scalars, coupled, ema=True)
 
 
-def update_sums(thetas, grads, exp_avgs, exp_avg_sqs, refs, scalars, coupled):
-    """Per parameter (⟨Δ, d⟩, ‖Δ‖², ‖d‖², Σg²) of the step Δ Adam/AdamW would take; nothing written."""
-    rows = []
+def update_sums(thetas, grads, exp_avgs, exp_avg_sqs, refs, scalars, coupled, out) -> None:
+    """Per parameter (⟨Δ, d⟩, ‖Δ‖², ‖d‖², Σg²) of the step Δ Adam/AdamW would take, into ``out`` (parameters, 4);
+    nothing else written."""
     for i in range(len(thetas)):
         s, theta = scalars[i], thetas[i]
         g = _effective_grad(theta, grads[i], s, coupled[i])
         theta_new, _ = _finish(theta, g, _first_moment(exp_avgs[i], g, s), exp_avg_sqs[i], s)
-        rows.append(_sums(theta_new - theta, refs[i], grads[i]))
-    return torch.stack(rows)
+        _sums(out, i, theta_new - theta, refs[i], grads[i])
 
 
 def update_step(thetas, grads, exp_avgs, exp_avg_sqs, refs, scalars, coupled):
@@ -146,15 +153,13 @@ def update_step(thetas, grads, exp_avgs, exp_avg_sqs, refs, scalars, coupled):
         exp_avg_sqs[i].copy_(v)
 
 
-def momentum_sums(thetas, grads, exp_avgs, exp_avg_sqs, refs, scalars, coupled):
-    """Per parameter (⟨m_t, d⟩, ‖m_t‖², ‖d‖², Σg²) of the first moment the step would form; nothing written (nor
-    ``exp_avg_sqs`` read: the signature is update_sums')."""
-    rows = []
+def momentum_sums(thetas, grads, exp_avgs, exp_avg_sqs, refs, scalars, coupled, out) -> None:
+    """Per parameter (⟨m_t, d⟩, ‖m_t‖², ‖d‖², Σg²) of the first moment the step would form, into ``out``
+    (parameters, 4); nothing else written (nor ``exp_avg_sqs`` read: the signature is update_sums')."""
     for i in range(len(thetas)):
         s = scalars[i]
         g = _effective_grad(thetas[i], grads[i], s, coupled[i])
-        rows.append(_sums(_first_moment(exp_avgs[i], g, s), refs[i], grads[i]))
-    return torch.stack(rows)
+        _sums(out, i, _first_moment(exp_avgs[i], g, s), refs[i], grads[i])
 
 
 def momentum_step(thetas, grads, exp_avgs, exp_avg_sqs, refs, scalars, coupled):
@@ -233,7 +238,7 @@ class CompiledAdamStep:
         if not swap:
             batch = self._gather(optimizer, lambda index, param: self._loop_reference(tracker, index, param))
         if batch is not None:  # the sums in one compiled loop (finite ones only: else the fused path looks closer)
-            sums = self._call("gradient_sums", batch.grads, batch.refs)
+            sums = self._sums("gradient_sums", 3, batch.grads, batch.refs)
             if bool(torch.isfinite(sums).all()):
                 tracker.presum(batch.grads, sums.t().contiguous(), with_d_sq=True)
         report = tracker.apply(swap_grads=wrapper.swap_grads, defer=("act" if batch is not None else None))
@@ -266,7 +271,7 @@ class CompiledAdamStep:
         if batch is None:
             return None
         tensors = (batch.thetas, batch.grads, batch.exp_avgs, batch.exp_avg_sqs, batch.refs)
-        sums = self._call(f"{space}_sums", *tensors, self._scalars(batch), batch.coupled)
+        sums = self._sums(f"{space}_sums", 4, *tensors, self._scalars(batch), batch.coupled)
         if not bool(torch.isfinite(sums).all()):  # a non-finite gradient, step or reference: the fused path decides
             return None
         has_gradient = [False] * len(tracker.params)
@@ -308,6 +313,12 @@ class CompiledAdamStep:
         self._call(name, *tensors, self._scalars(batch), batch.coupled)
         torch._foreach_add_(batch.steps, 1)
         self.steps_taken += 1
+
+    def _sums(self, name: str, columns: int, *args) -> torch.Tensor:
+        """The sums kernel ``name`` on ``args``: its rows (parameters, ``columns``) in float64."""
+        out = torch.empty((len(args[0]), columns), dtype=torch.float64, device=args[0][0].device)
+        self._call(name, *args, out)
+        return out
 
     @staticmethod
     def _scalars(batch: Batch) -> torch.Tensor:
