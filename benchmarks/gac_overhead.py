@@ -9,7 +9,7 @@ baseline in one process (medians), at each thread count of ``--threads`` (1 and 
 memory-traffic floors (``FLOOR_PASSES``, ``PATH_PASSES``, ``COMPILED_PASSES``), the floor counting reads only at
 the read pass measured where it runs (``READS_ADDED``, ``measure_read_pass``) and the 1-min load average.
 ``--sharded`` adds FSDP2 on 2 CPU processes; ``--baseline DIR`` times another copy of gac (an earlier commit's)
-beside, for before/after numbers.
+in the same rounds as this one's, for before/after numbers with their paired difference round by round.
 Run: ``python -m benchmarks.gac_overhead [--sizes 10 100] [--threads 1 0] [--device cpu] [--repeats 9]
 [--sharded] [--baseline DIR]``.
 """
@@ -220,18 +220,24 @@ def time_step(params, opt, grads: list[torch.Tensor], device: torch.device, sign
     return time.perf_counter() - begin, time.process_time() - cpu
 
 
-def measure_pair(contender: Contender, start: list[torch.Tensor], grads: list[torch.Tensor], repeats: int) -> dict:
-    """Median step time of the fused AdamW baseline and of ``contender``, alternately, each on its own parameters.
+def measure_alternately(group: list[Contender], start: list[torch.Tensor], grads: list[torch.Tensor],
+                        repeats: int) -> list[dict]:
+    """Median step times of the fused AdamW baseline and of each contender in ``group``, all in turn in every round,
+    each on its own parameters; one result per contender (its ratio to the same AdamW samples).
 
     Each step gets a fresh gradient tensor (as after ``zero_grad()``; outside the timed region): the same gradient
     every step (consecutive gradients, steps and first moments aligned: GAC projects, τ = 0), or for the keep
-    regime its sign flipped every step (consecutive vectors anti-aligned: cos ≈ −1 ≤ τ, kept)."""
+    regime its sign flipped every step (consecutive vectors anti-aligned: cos ≈ −1 ≤ τ, kept). With two contenders
+    (this gac and ``--baseline``'s) the second result also holds ``paired``: the median and quartiles over the rounds
+    of (second − first) / fused AdamW, each round's three steps timed back to back, so a change of load between
+    rounds moves all three."""
     device = start[0].device
-    runs = {"adamw": build(None, start), contender.name: build(contender, start)}
-    sign = {"adamw": 1.0, contender.name: 1.0}
+    runs = {"adamw": build(None, start), **{c.name: build(c, start) for c in group}}
+    regimes = {"adamw": "project", **{c.name: c.regime for c in group}}
+    sign = dict.fromkeys(runs, 1.0)
 
     def timed(name):
-        if contender.regime == "keep":
+        if regimes[name] == "keep":
             sign[name] = -sign[name]
         return time_step(*runs[name], grads, device, sign[name])
 
@@ -240,34 +246,58 @@ def measure_pair(contender: Contender, start: list[torch.Tensor], grads: list[to
     for _ in range(repeats):
         for name in runs:
             samples[name].append(timed(name))
-    report = runs[contender.name][1].last_report if contender.space else None
-    if report is not None:
-        assert report.regime == contender.regime, (contender, report)
-    if contender.compiled:  # all steps but the first; none where the step is the fused AdamW kernel (gradient keep)
-        kept = contender.space == "gradient" and contender.regime == "keep"
-        assert runs[contender.name][1]._compiled.steps_taken == (0 if kept else 2 + repeats)
-    med = {name: statistics.median(wall for wall, _ in v) for name, v in samples.items()}
-    cpu = {name: statistics.median(used for _, used in v) for name, v in samples.items()}
-    return {"adamw_ms": med["adamw"] * 1e3, "ms": med[contender.name] * 1e3,
-            "ratio": med[contender.name] / med["adamw"], "cpu_ratio": cpu[contender.name] / cpu["adamw"],
-            "first_s": max(warm_up[contender.name])}  # the slowest warm-up step (wall, process CPU): the compile
+    wall = {name: [w for w, _ in v] for name, v in samples.items()}
+    adamw_ms = statistics.median(wall["adamw"]) * 1e3
+    adamw_cpu = statistics.median(used for _, used in samples["adamw"])
+    results = []
+    for contender in group:
+        report = runs[contender.name][1].last_report if contender.space else None
+        if report is not None:
+            assert report.regime == contender.regime, (contender, report)
+        if contender.compiled:  # all steps but the first; none where the step is the fused AdamW kernel (gradient keep)
+            kept = contender.space == "gradient" and contender.regime == "keep"
+            assert runs[contender.name][1]._compiled.steps_taken == (0 if kept else 2 + repeats)
+        ms = statistics.median(wall[contender.name]) * 1e3
+        cpu = statistics.median(used for _, used in samples[contender.name])
+        results.append({"adamw_ms": adamw_ms, "ms": ms, "ratio": ms / adamw_ms, "cpu_ratio": cpu / adamw_cpu,
+                        "first_s": max(warm_up[contender.name])})  # the slowest warm-up step: the compile
+    if len(group) == 2:
+        first, second = (wall[c.name] for c in group)
+        paired = sorted((b - a) / base for a, b, base in zip(first, second, wall["adamw"], strict=True))
+        quartiles = statistics.quantiles(paired, n=4) if len(paired) > 1 else [paired[0]] * 3
+        results[1]["paired"] = (statistics.median(paired), quartiles[0], quartiles[2])
+    return results
+
+
+def twin_of(contender: Contender, rows: list[Contender]) -> Contender | None:
+    """The ``--baseline`` row timing the same step as ``contender`` (this gac's), if there is one."""
+    if contender.library is not None:
+        return None
+    same = (contender.space, contender.regime, contender.compiled, contender.fused_path)
+    return next((row for row in rows if row.library is not None
+                 and (row.space, row.regime, row.compiled, row.fused_path) == same), None)
 
 
 def measure_steps(total_millions: float, repeats: int, device: torch.device, baseline=None):
-    """(read_ms, adamw_ms) of ``measure_read_pass``, then rows (contender, result) of ``measure_pair`` for each
-    contender, on transformer-shaped parameters."""
+    """(read_ms, adamw_ms) of ``measure_read_pass``, then rows (contender, result) of ``measure_alternately`` for
+    each contender, on transformer-shaped parameters; a ``--baseline`` row right after its twin, timed with it."""
     import torch
 
     torch.manual_seed(0)
     start = [(torch.randn(shape) * 0.02).to(device) for shape in transformer_shapes(total_millions)]
     grads = [torch.randn_like(t) for t in start]
     yield measure_read_pass(start, grads, repeats)
-    for contender in contenders(baseline):
-        yield contender, measure_pair(contender, start, grads, repeats)
+    rows = contenders(baseline)
+    for contender in rows:
+        if contender.library is not None:
+            continue  # timed with its twin
+        twin = twin_of(contender, rows)
+        group = [contender] if twin is None else [contender, twin]
+        yield from zip(group, measure_alternately(group, start, grads, repeats), strict=True)
 
 
 def print_steps(sizes: list[float], repeats: int, device: torch.device, baseline=None) -> None:
-    print(f"\nStep of each contender / step of AdamW(fused=True), measured alternately in pairs (medians of {repeats});"
+    print(f"\nStep of each contender / step of AdamW(fused=True), measured alternately (medians of {repeats});"
           f"\nfloor = (fused AdamW's {ADAMW_PASSES} passes + GAC's fewest) / {ADAMW_PASSES}, path = the same with "
           f"the passes gac.fused adds (gac.fused docstring);\nx cpu = the ratio of process CPU times (with one "
           f"thread on a shared machine, less noisy than wall time); load = 1-min load average before the size;\n"
@@ -292,6 +322,10 @@ def print_steps(sizes: list[float], repeats: int, device: torch.device, baseline
             print(f"{params_m:>7.1f}M {load:>5.1f} {contender.name:<28} {r['adamw_ms']:>9.2f} {r['ms']:>8.2f} "
                   f"{r['ratio']:>5.2f} {r['cpu_ratio']:>5.2f} {floor} {path} {reads} "
                   f"{'' if target is None else f'<= {target}':>6}", flush=True)
+            if "paired" in r:
+                median, low, high = r["paired"]
+                print(f"{'':>14} (timed with the row above in each round: (before - now) / fused AdamW step, median "
+                      f"{median:+.3f}, quartiles {low:+.3f} to {high:+.3f})")
             if contender.compiled:
                 wall, used = r["first_s"]
                 print(f"{'':>14} (its compile: the slowest warm-up step took {wall:.1f} s wall, {used:.1f} s CPU of "

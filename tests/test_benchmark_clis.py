@@ -90,3 +90,36 @@ def test_a_baseline_package_steps_with_its_own_code(tmp_path):
     opt.step()
     assert Path(type(opt).__init__.__code__.co_filename).is_relative_to(tmp_path)
     assert not Path(gac.wrap.__code__.co_filename).is_relative_to(tmp_path)
+
+
+def test_a_baseline_row_is_timed_in_the_same_rounds_as_its_twin(monkeypatch):
+    """``measure_alternately`` with a ``--baseline`` twin: fused AdamW, this gac's step and the baseline's in turn
+    every round after 3 warm-up steps each; ratios over the same AdamW samples; the paired difference round by round.
+    Scripted step times drift with the round (as load does) and the baseline is 0.3 of that round's AdamW step slower
+    in every round: the per-round difference is 0.3 only when each round's three steps are taken together and divided
+    by that round's AdamW step."""
+    import torch
+
+    now, before = gac_overhead.Contender("now"), gac_overhead.Contender("before", library=object())
+    order, rounds = [], {}
+
+    def step(contender, opt, grads, device, sign):
+        name = "adamw" if contender is None else contender.name
+        order.append(name)
+        count = rounds[name] = rounds.get(name, -1) + 1
+        if count < 3:
+            return 100.0, 100.0  # warm-up: not counted
+        adamw = 1.0 + 0.5 * (count - 3)  # the load drifts round by round
+        return {"adamw": adamw, "now": 2 * adamw, "before": 2.3 * adamw}[name], 1.0
+
+    monkeypatch.setattr(gac_overhead, "build", lambda contender, start: (contender, None))
+    monkeypatch.setattr(gac_overhead, "time_step", step)
+    got_now, got_before = gac_overhead.measure_alternately([now, before], [torch.zeros(1)], [], 5)
+    assert order[9:] == ["adamw", "now", "before"] * 5
+    assert got_now["ratio"] == pytest.approx(2.0) and got_before["ratio"] == pytest.approx(2.3)
+    assert got_before["paired"] == pytest.approx((0.3, 0.3, 0.3)) and "paired" not in got_now
+    assert gac_overhead.twin_of(gac_overhead.Contender("x", "gradient"), [before]) is None
+    twin = gac_overhead.Contender("b", "gradient", library=object())
+    rows = [gac_overhead.Contender("g", "gradient", fused_path=False), twin]
+    assert gac_overhead.twin_of(gac_overhead.Contender("a", "gradient"), rows) is twin
+    assert gac_overhead.twin_of(rows[0], rows) is None  # the general path has no twin
