@@ -84,7 +84,8 @@ writes d ← m_t (2): 5."""
 READS_ADDED = {("gradient", "project"): 3, ("gradient", "keep"): 2, ("update", "project"): 6, ("update", "keep"): 5,
                ("momentum", "project"): 4, ("momentum", "keep"): 3}
 """Fewest parameter-sized reads GAC adds to fused AdamW's 4 (θ, g, m, v), writes not counted: where a core's writes
-overlap its reads (the read floor, ``read_floor``). gradient project: the sums read g and d (2), the step reads d (1):
+overlap its reads (the read estimate, ``read_floor``: each read at the speed of a pass reading one tensor, which a
+kernel reading several at once can beat). gradient project: the sums read g and d (2), the step reads d (1):
 3; keep: the sums (2). update: the first loop reads θ, g, m, v, d (5), the step reads d (1): 6; keep: d is
 overwritten, not read: 5. momentum: m_t's sums read exp_avg, g, d (3), the step reads d (1): 4; keep: 3."""
 
@@ -301,7 +302,8 @@ def print_steps(sizes: list[float], repeats: int, device: torch.device, baseline
           f"\nfloor = (fused AdamW's {ADAMW_PASSES} passes + GAC's fewest) / {ADAMW_PASSES}, path = the same with "
           f"the passes gac.fused adds (gac.fused docstring);\nx cpu = the ratio of process CPU times (with one "
           f"thread on a shared machine, less noisy than wall time); load = 1-min load average before the size;\n"
-          f"reads = the floor counting only reads (READS_ADDED), each at the read pass measured here")
+          f"reads = an estimate counting only reads (READS_ADDED), each at the one-tensor read pass measured here "
+          f"(not a strict floor: a kernel reading several tensors at once reads each faster)")
     print(f"{'params':>8} {'load':>5} {'contender':<28} {'fused ms':>9} {'ms':>8} {'x':>5} {'x cpu':>5} {'floor':>5} "
           f"{'path':>5} {'reads':>5} {'target':>6}")
     for size in sizes:
