@@ -20,7 +20,7 @@ import math
 import os
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -170,18 +170,23 @@ class Contender:
     library: object = None  # another gac module (--baseline); None: this one
 
 
-def contenders(baseline=None) -> list[Contender]:
-    rows = [Contender("AdamW foreach", foreach=True)]
+def contenders(baseline=None) -> list[list[Contender]]:
+    """The rows, in groups timed together (``measure_alternately``): each of this gac's rows alone, or beside the same
+    step of ``baseline`` (another gac module, ``--baseline``) for the project rows of the fused and compiled paths."""
+
+    def with_twin(row: Contender) -> list[Contender]:
+        if baseline is None:
+            return [row]
+        return [row, replace(row, name=f"before: {row.name}", library=baseline)]
+
+    groups = [[Contender("AdamW foreach", foreach=True)]]
     for space in SPACES:
-        rows += [Contender(f"{space} project", space), Contender(f"{space} keep", space, "keep"),
-                 Contender(f"{space} project, general", space, fused_path=False)]
-        rows.append(Contender(f"{space} project, compiled", space, compiled=True))
+        groups += [with_twin(Contender(f"{space} project", space)), [Contender(f"{space} keep", space, "keep")],
+                   [Contender(f"{space} project, general", space, fused_path=False)],
+                   with_twin(Contender(f"{space} project, compiled", space, compiled=True))]
         if space == "gradient":  # the compiled path's sums before the fused AdamW step
-            rows.append(Contender(f"{space} keep, compiled", space, "keep", compiled=True))
-        if baseline is not None:
-            rows += [Contender(f"before: {space} project", space, library=baseline),
-                     Contender(f"before: {space} project, compiled", space, compiled=True, library=baseline)]
-    return rows
+            groups.append([Contender(f"{space} keep, compiled", space, "keep", compiled=True)])
+    return groups
 
 
 def build(contender: Contender | None, start: list[torch.Tensor]):
@@ -264,36 +269,22 @@ def measure_alternately(group: list[Contender], start: list[torch.Tensor], grads
                         "first_s": max(warm_up[contender.name])})  # the slowest warm-up step: the compile
     if len(group) == 2:
         first, second = (wall[c.name] for c in group)
-        paired = sorted((b - a) / base for a, b, base in zip(first, second, wall["adamw"], strict=True))
+        paired = [(b - a) / base for a, b, base in zip(first, second, wall["adamw"], strict=True)]
         quartiles = statistics.quantiles(paired, n=4) if len(paired) > 1 else [paired[0]] * 3
         results[1]["paired"] = (statistics.median(paired), quartiles[0], quartiles[2])
     return results
 
 
-def twin_of(contender: Contender, rows: list[Contender]) -> Contender | None:
-    """The ``--baseline`` row timing the same step as ``contender`` (this gac's), if there is one."""
-    if contender.library is not None:
-        return None
-    same = (contender.space, contender.regime, contender.compiled, contender.fused_path)
-    return next((row for row in rows if row.library is not None
-                 and (row.space, row.regime, row.compiled, row.fused_path) == same), None)
-
-
 def measure_steps(total_millions: float, repeats: int, device: torch.device, baseline=None):
     """(read_ms, adamw_ms) of ``measure_read_pass``, then rows (contender, result) of ``measure_alternately`` for
-    each contender, on transformer-shaped parameters; a ``--baseline`` row right after its twin, timed with it."""
+    each contender, on transformer-shaped parameters; a ``--baseline`` row right after the row it was timed with."""
     import torch
 
     torch.manual_seed(0)
     start = [(torch.randn(shape) * 0.02).to(device) for shape in transformer_shapes(total_millions)]
     grads = [torch.randn_like(t) for t in start]
     yield measure_read_pass(start, grads, repeats)
-    rows = contenders(baseline)
-    for contender in rows:
-        if contender.library is not None:
-            continue  # timed with its twin
-        twin = twin_of(contender, rows)
-        group = [contender] if twin is None else [contender, twin]
+    for group in contenders(baseline):
         yield from zip(group, measure_alternately(group, start, grads, repeats), strict=True)
 
 

@@ -94,7 +94,8 @@ def test_a_baseline_package_steps_with_its_own_code(tmp_path):
 
 def test_a_baseline_row_is_timed_in_the_same_rounds_as_its_twin(monkeypatch):
     """``measure_alternately`` with a ``--baseline`` twin: fused AdamW, this gac's step and the baseline's in turn
-    every round after 3 warm-up steps each; ratios over the same AdamW samples; the paired difference round by round.
+    every round after 3 warm-up steps each; ratios over the same AdamW samples; the paired difference round by round;
+    ``contenders`` groups each baseline row with the same step of this gac (the fused and compiled project rows).
     Scripted step times drift with the round (as load does) and the baseline is 0.3 of that round's AdamW step slower
     in every round: the per-round difference is 0.3 only when each round's three steps are taken together and divided
     by that round's AdamW step."""
@@ -118,8 +119,11 @@ def test_a_baseline_row_is_timed_in_the_same_rounds_as_its_twin(monkeypatch):
     assert order[9:] == ["adamw", "now", "before"] * 5
     assert got_now["ratio"] == pytest.approx(2.0) and got_before["ratio"] == pytest.approx(2.3)
     assert got_before["paired"] == pytest.approx((0.3, 0.3, 0.3)) and "paired" not in got_now
-    assert gac_overhead.twin_of(gac_overhead.Contender("x", "gradient"), [before]) is None
-    twin = gac_overhead.Contender("b", "gradient", library=object())
-    rows = [gac_overhead.Contender("g", "gradient", fused_path=False), twin]
-    assert gac_overhead.twin_of(gac_overhead.Contender("a", "gradient"), rows) is twin
-    assert gac_overhead.twin_of(rows[0], rows) is None  # the general path has no twin
+    baseline = object()
+    pairs = [group for group in gac_overhead.contenders(baseline) if len(group) == 2]
+    assert [(a.name, b.name) for a, b in pairs] == [
+        (f"{space} project{path}", f"before: {space} project{path}")
+        for space in gac_overhead.SPACES for path in ("", ", compiled")]
+    assert all(a.library is None and b.library is baseline and (a.space, a.regime, a.compiled, a.fused_path)
+               == (b.space, b.regime, b.compiled, b.fused_path) for a, b in pairs)
+    assert all(len(group) == 1 for group in gac_overhead.contenders())  # no baseline: every row alone
