@@ -238,7 +238,7 @@ class CompiledAdamStep:
         if not swap:
             batch = self._gather(optimizer, lambda index, param: self._loop_reference(tracker, index, param))
         if batch is not None:  # the sums in one compiled loop (finite ones only: else the fused path looks closer)
-            sums = self._sums("gradient_sums", 3, batch.grads, batch.refs)
+            sums = self._run_sums("gradient_sums", 3, batch.grads, batch.refs)
             if bool(torch.isfinite(sums).all()):
                 tracker.presum(batch.grads, sums.t().contiguous(), with_d_sq=True)
         report = tracker.apply(swap_grads=wrapper.swap_grads, defer=("act" if batch is not None else None))
@@ -271,7 +271,7 @@ class CompiledAdamStep:
         if batch is None:
             return None
         tensors = (batch.thetas, batch.grads, batch.exp_avgs, batch.exp_avg_sqs, batch.refs)
-        sums = self._sums(f"{space}_sums", 4, *tensors, self._scalars(batch), batch.coupled)
+        sums = self._run_sums(f"{space}_sums", 4, *tensors, self._scalars(batch), batch.coupled)
         if not bool(torch.isfinite(sums).all()):  # a non-finite gradient, step or reference: the fused path decides
             return None
         has_gradient = [False] * len(tracker.params)
@@ -314,7 +314,7 @@ class CompiledAdamStep:
         torch._foreach_add_(batch.steps, 1)
         self.steps_taken += 1
 
-    def _sums(self, name: str, columns: int, *args) -> torch.Tensor:
+    def _run_sums(self, name: str, columns: int, *args) -> torch.Tensor:
         """The sums kernel ``name`` on ``args``: its rows (parameters, ``columns``) in float64."""
         out = torch.empty((len(args[0]), columns), dtype=torch.float64, device=args[0][0].device)
         self._call(name, *args, out)
